@@ -1,0 +1,225 @@
+//! The backend contract: the few atomic primitives a lock service must provide.
+//!
+//! Everything else — wait deadlines as the user states them, the watchdog, reentrancy, guards,
+//! tracing — lives once in the core ([`Locker`](crate::Locker)).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use async_trait::async_trait;
+use tokio::sync::broadcast;
+
+use crate::Result;
+use crate::lease::{AcquireOutcome, AcquireRequest, Lease, LostLease, ReleaseOutcome, RenewOutcome};
+
+#[cfg(feature = "memory")]
+pub(crate) mod memory;
+
+/// A lock service, seen through the operations dlock needs from it.
+///
+/// # Contract
+///
+/// Implementations must uphold, for every key:
+///
+/// * **Mutual exclusion.** While a lease is valid (its ttl, counted from
+///   [`Lease::valid_from`], has not run out and it was not released) no other
+///   [`acquire`](Self::acquire) for the key returns [`AcquireOutcome::Acquired`].
+/// * **Waiting.** `acquire` waits in the backend's native way until the lock is granted or
+///   `deadline` passes — try-and-notify (Redis, memory), enqueue-and-watch-the-predecessor
+///   (etcd, ZooKeeper) or block-on-the-server (PostgreSQL) — never by polling at a fixed
+///   interval where the service can notify. `deadline = None` waits without limit; a deadline
+///   already in the past means **exactly one attempt**. At the deadline it returns
+///   [`AcquireOutcome::Busy`].
+/// * **Cancel safety.** Dropping an `acquire` future leaves nothing behind: no queued waiter, no
+///   orphaned key that is not bounded by the request's ttl.
+/// * **Fencing.** When [`Capabilities::fencing`] is not [`Fencing::None`], every grant carries a
+///   token strictly greater than every earlier grant's token for the same key.
+/// * **Owner checks.** [`renew`](Self::renew) and [`release`](Self::release) act only if the key
+///   is still held by [`Lease::owner`]; otherwise they change nothing and say so.
+/// * **Idempotent release.** Releasing the same lease twice is harmless: the second call returns
+///   [`ReleaseOutcome::NotHeld`].
+/// * **Timeouts.** No operation hangs on an unreachable server: each network round trip is
+///   bounded by the configured operation timeout, giving [`Error::Timeout`](crate::Error::Timeout)
+///   or [`Error::Backend`](crate::Error::Backend).
+///
+/// The trait is object-safe: a [`Locker`](crate::Locker) holds an `Arc<dyn LockBackend>`.
+///
+/// # Examples
+///
+/// Using a backend directly (normally the [`Locker`](crate::Locker) does this):
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> dlock_core::Result<()> {
+/// use std::time::{Duration, Instant};
+/// use dlock_core::{AcquireOutcome, AcquireRequest, LockBackend, MemoryBackend, OwnerId, ReleaseOutcome};
+///
+/// let backend = MemoryBackend::new();
+/// let req = AcquireRequest::new("job", OwnerId::random("doc"), Duration::from_secs(5));
+/// let AcquireOutcome::Acquired(lease) = backend.acquire(&req, Some(Instant::now())).await? else {
+///     panic!("free lock not granted");
+/// };
+/// assert_eq!(backend.release(&lease).await?, ReleaseOutcome::Released);
+/// assert_eq!(backend.release(&lease).await?, ReleaseOutcome::NotHeld);
+/// # Ok(()) }
+/// ```
+#[async_trait]
+pub trait LockBackend: Send + Sync + std::fmt::Debug + 'static {
+    /// Acquires `req.key` for `req.owner`, waiting natively until `deadline`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Backend`](crate::Error::Backend) or [`Error::Timeout`](crate::Error::Timeout) when
+    /// the service cannot be reached or answers with an error (e.g. the key holds a value of
+    /// the wrong type). Busy is not an error here: it is [`AcquireOutcome::Busy`].
+    async fn acquire(&self, req: &AcquireRequest, deadline: Option<Instant>)
+    -> Result<AcquireOutcome>;
+
+    /// Owner-checked renewal of many leases, in as few round trips as the service allows
+    /// (at most [`Capabilities::max_renew_batch`] are passed at once). Returns one outcome per
+    /// lease, in order. A renewal extends the lease to `ttl` from the moment the request was
+    /// sent; the core records that moment before calling.
+    ///
+    /// # Errors
+    ///
+    /// An error fails the whole batch; per-lease failures are [`RenewOutcome::Failed`].
+    async fn renew(&self, leases: &[Lease]) -> Result<Vec<RenewOutcome>>;
+
+    /// Owner-checked, idempotent release.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Backend`](crate::Error::Backend) / [`Error::Timeout`](crate::Error::Timeout) when the
+    /// service cannot be reached; the lease then runs out at its ttl.
+    async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome>;
+
+    /// Administrative break of a lock, whoever holds it (Redisson's `forceUnlock`). Returns
+    /// whether a holder was removed. The holder finds out at its next renewal.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Unsupported`](crate::Error::Unsupported) by default.
+    async fn force_release(&self, key: &str) -> Result<bool> {
+        let _ = key;
+        Err(crate::Error::Unsupported {
+            backend: self.capabilities().name,
+            operation: "force_release",
+        })
+    }
+
+    /// Losses the backend learned by itself (an etcd keepalive failed, a ZooKeeper session
+    /// expired, a PostgreSQL connection dropped). `None` when the backend never pushes losses;
+    /// the core's watchdog then finds them at renewal.
+    fn lost_leases(&self) -> Option<broadcast::Receiver<LostLease>> {
+        None
+    }
+
+    /// What this backend can do.
+    fn capabilities(&self) -> Capabilities;
+}
+
+#[async_trait]
+impl<T: LockBackend + ?Sized> LockBackend for Arc<T> {
+    async fn acquire(
+        &self,
+        req: &AcquireRequest,
+        deadline: Option<Instant>,
+    ) -> Result<AcquireOutcome> {
+        (**self).acquire(req, deadline).await
+    }
+    async fn renew(&self, leases: &[Lease]) -> Result<Vec<RenewOutcome>> {
+        (**self).renew(leases).await
+    }
+    async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
+        (**self).release(lease).await
+    }
+    async fn force_release(&self, key: &str) -> Result<bool> {
+        (**self).force_release(key).await
+    }
+    fn lost_leases(&self) -> Option<broadcast::Receiver<LostLease>> {
+        (**self).lost_leases()
+    }
+    fn capabilities(&self) -> Capabilities {
+        (**self).capabilities()
+    }
+}
+
+/// What kind of fencing token a backend issues.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Fencing {
+    /// No tokens ([`LockGuard::fencing_token`](crate::LockGuard::fencing_token) is `None`), e.g. RedLock.
+    None,
+    /// Strictly increasing while the service keeps its state (memory; Redis without
+    /// `appendfsync always`): a restart may reuse tokens.
+    Volatile,
+    /// Strictly increasing across restarts and failover (etcd revision, ZooKeeper `czxid`).
+    Durable,
+}
+
+/// What a backend can do; the core and the conformance suite adapt to it.
+///
+/// # Examples
+///
+/// ```
+/// use dlock_core::{Capabilities, Fencing};
+/// let caps = Capabilities::new("memory").fair(true).fencing(Fencing::Volatile);
+/// assert!(caps.fair);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Capabilities {
+    /// The backend's name, used in errors and tracing.
+    pub name: &'static str,
+    /// Waiters are granted the lock in arrival order.
+    pub fair: bool,
+    /// The kind of fencing token issued.
+    pub fencing: Fencing,
+    /// Leases renew themselves (etcd keepalive, ZooKeeper session): the core only tracks
+    /// deadlines and listens to [`LockBackend::lost_leases`].
+    pub self_renewing: bool,
+    /// The most leases [`LockBackend::renew`] accepts in one call.
+    pub max_renew_batch: usize,
+}
+
+impl Capabilities {
+    /// Capabilities of a backend called `name`: unfair, no fencing, not self-renewing, one
+    /// lease per renewal call. Adjust with the builder methods.
+    #[must_use]
+    pub const fn new(name: &'static str) -> Self {
+        Self {
+            name,
+            fair: false,
+            fencing: Fencing::None,
+            self_renewing: false,
+            max_renew_batch: 1,
+        }
+    }
+
+    /// Sets [`Capabilities::fair`].
+    #[must_use]
+    pub const fn fair(mut self, fair: bool) -> Self {
+        self.fair = fair;
+        self
+    }
+
+    /// Sets [`Capabilities::fencing`].
+    #[must_use]
+    pub const fn fencing(mut self, fencing: Fencing) -> Self {
+        self.fencing = fencing;
+        self
+    }
+
+    /// Sets [`Capabilities::self_renewing`].
+    #[must_use]
+    pub const fn self_renewing(mut self, self_renewing: bool) -> Self {
+        self.self_renewing = self_renewing;
+        self
+    }
+
+    /// Sets [`Capabilities::max_renew_batch`] (at least 1).
+    #[must_use]
+    pub const fn max_renew_batch(mut self, max: usize) -> Self {
+        self.max_renew_batch = if max == 0 { 1 } else { max };
+        self
+    }
+}

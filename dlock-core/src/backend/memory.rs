@@ -1,0 +1,335 @@
+//! The in-process backend: the embedded default and the reference implementation of the
+//! [`LockBackend`] contract.
+//!
+//! Locks live in a table shared by every clone of one [`MemoryBackend`], so they exclude tasks
+//! of one process only. Leases really expire, fencing tokens strictly increase, and waiters are
+//! granted the lock in FIFO order by direct hand-off: a release gives the lock to the oldest
+//! waiter and wakes just that one, so a releaser that re-requests at once queues behind it.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use tokio::sync::Notify;
+
+use crate::Result;
+use crate::backend::{Capabilities, Fencing, LockBackend};
+use crate::lease::{
+    AcquireOutcome, AcquireRequest, Lease, OwnerId, ReleaseOutcome, RenewOutcome,
+};
+
+/// In-process locks with real leases, FIFO hand-off and fencing tokens.
+///
+/// Clones share one lock table: give clones to several [`Locker`](crate::Locker)s to model
+/// several clients of one lock service.
+///
+/// # Examples
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> dlock_core::Result<()> {
+/// use dlock_core::{Locker, MemoryBackend};
+///
+/// let table = MemoryBackend::new();
+/// let a = Locker::from_backend(table.clone());
+/// let b = Locker::from_backend(table);
+/// let held = a.lock("report").await?;
+/// assert!(b.try_lock("report").await.is_err());
+/// held.release().await?;
+/// assert!(b.try_lock("report").await.is_ok());
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct MemoryBackend {
+    shared: Arc<Mutex<Table>>,
+}
+
+#[derive(Debug, Default)]
+struct Table {
+    keys: HashMap<String, KeyState>,
+    last_token: u64,
+    last_waiter_id: u64,
+}
+
+#[derive(Debug, Default)]
+struct KeyState {
+    holder: Option<Holder>,
+    waiters: VecDeque<Waiter>,
+}
+
+#[derive(Debug)]
+struct Holder {
+    owner: OwnerId,
+    ttl: Duration,
+    granted_at: Instant,
+    expires_at: Instant,
+    token: u64,
+}
+
+#[derive(Debug)]
+struct Waiter {
+    id: u64,
+    owner: OwnerId,
+    ttl: Duration,
+    wake: Arc<Notify>,
+}
+
+impl Table {
+    fn grant(&mut self, key: &str, owner: OwnerId, ttl: Duration, now: Instant) {
+        self.last_token += 1;
+        let token = self.last_token;
+        let state = self.keys.entry(key.to_owned()).or_default();
+        state.holder = Some(Holder {
+            owner,
+            ttl,
+            granted_at: now,
+            expires_at: now + ttl,
+            token,
+        });
+    }
+
+    /// Drops an expired holder and, if the lock is free, hands it to the oldest waiter.
+    fn settle(&mut self, key: &str, now: Instant) {
+        let Some(state) = self.keys.get_mut(key) else {
+            return;
+        };
+        if state.holder.as_ref().is_some_and(|h| h.expires_at <= now) {
+            state.holder = None;
+        }
+        if state.holder.is_some() {
+            return;
+        }
+        match state.waiters.pop_front() {
+            Some(next) => {
+                next.wake.notify_one();
+                self.grant(key, next.owner, next.ttl, now);
+            }
+            None => {
+                self.keys.remove(key);
+            }
+        }
+    }
+
+    fn holder_of(&self, key: &str) -> Option<&Holder> {
+        self.keys.get(key)?.holder.as_ref()
+    }
+
+    fn lease_if_owner(&self, req: &AcquireRequest) -> Option<Lease> {
+        let holder = self.holder_of(&req.key)?;
+        (holder.owner == req.owner).then(|| {
+            Lease::new(req, holder.granted_at)
+                .with_fencing_token(holder.token)
+        })
+    }
+
+    fn remaining(&self, key: &str, now: Instant) -> Option<Duration> {
+        self.holder_of(key)
+            .map(|h| h.expires_at.saturating_duration_since(now))
+    }
+
+    fn is_free_for_newcomer(&self, key: &str) -> bool {
+        self.keys
+            .get(key)
+            .is_none_or(|s| s.holder.is_none() && s.waiters.is_empty())
+    }
+}
+
+/// A queued waiter; dropping it (the acquire future was cancelled) leaves nothing behind.
+struct QueueTicket<'a> {
+    backend: &'a MemoryBackend,
+    key: &'a str,
+    id: u64,
+    owner: &'a OwnerId,
+}
+
+impl Drop for QueueTicket<'_> {
+    fn drop(&mut self) {
+        let mut table = self.backend.table();
+        let now = Instant::now();
+        if let Some(state) = table.keys.get_mut(self.key) {
+            state.waiters.retain(|w| w.id != self.id);
+            if state.holder.as_ref().is_some_and(|h| &h.owner == self.owner) {
+                // Granted by hand-off while we were being cancelled: pass it on.
+                state.holder = None;
+            }
+        }
+        table.settle(self.key, now);
+    }
+}
+
+impl MemoryBackend {
+    /// An empty lock table.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let backend = dlock_core::MemoryBackend::new();
+    /// assert_eq!(backend.held_keys(), 0);
+    /// ```
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// How many keys are currently held or waited on (expired holders not yet noticed count
+    /// until the next operation on their key). Useful to show that nothing leaked.
+    #[must_use]
+    pub fn held_keys(&self) -> usize {
+        let mut table = self.table();
+        let now = Instant::now();
+        let keys: Vec<String> = table.keys.keys().cloned().collect();
+        for key in &keys {
+            table.settle(key, now);
+        }
+        table.keys.len()
+    }
+
+    /// How many acquires are queued on `key`.
+    #[must_use]
+    pub fn waiters(&self, key: &str) -> usize {
+        self.table().keys.get(key).map_or(0, |s| s.waiters.len())
+    }
+
+    fn table(&self) -> MutexGuard<'_, Table> {
+        // The table is consistent after every statement, so a panic elsewhere cannot leave it
+        // half-updated: recover from poisoning.
+        self.shared.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    async fn wait_in_queue(
+        &self,
+        req: &AcquireRequest,
+        deadline: Option<Instant>,
+        id: u64,
+        wake: Arc<Notify>,
+    ) -> AcquireOutcome {
+        let _ticket = QueueTicket {
+            backend: self,
+            key: &req.key,
+            id,
+            owner: &req.owner,
+        };
+        loop {
+            let holder_expiry = self.table().holder_of(&req.key).map(|h| h.expires_at);
+            let wake_at = match (holder_expiry, deadline) {
+                (Some(e), Some(d)) => Some(e.min(d)),
+                (e, d) => e.or(d),
+            };
+            match wake_at {
+                Some(at) => {
+                    tokio::select! {
+                        () = wake.notified() => {}
+                        () = tokio::time::sleep_until(at.into()) => {}
+                    }
+                }
+                None => wake.notified().await,
+            }
+            let now = Instant::now();
+            let mut table = self.table();
+            table.settle(&req.key, now);
+            if let Some(lease) = table.lease_if_owner(req) {
+                return AcquireOutcome::Acquired(lease);
+            }
+            if deadline.is_some_and(|d| d <= now) {
+                return AcquireOutcome::Busy {
+                    retry_after: table.remaining(&req.key, now),
+                };
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl LockBackend for MemoryBackend {
+    async fn acquire(
+        &self,
+        req: &AcquireRequest,
+        deadline: Option<Instant>,
+    ) -> Result<AcquireOutcome> {
+        let now = Instant::now();
+        let (id, wake) = {
+            let mut table = self.table();
+            table.settle(&req.key, now);
+            if table.is_free_for_newcomer(&req.key) {
+                table.grant(&req.key, req.owner.clone(), req.ttl, now);
+                let lease = table.lease_if_owner(req).expect("just granted");
+                return Ok(AcquireOutcome::Acquired(lease));
+            }
+            if deadline.is_some_and(|d| d <= now) {
+                return Ok(AcquireOutcome::Busy {
+                    retry_after: table.remaining(&req.key, now),
+                });
+            }
+            table.last_waiter_id += 1;
+            let id = table.last_waiter_id;
+            let wake = Arc::new(Notify::new());
+            let state = table.keys.entry(req.key.clone()).or_default();
+            state.waiters.push_back(Waiter {
+                id,
+                owner: req.owner.clone(),
+                ttl: req.ttl,
+                wake: Arc::clone(&wake),
+            });
+            (id, wake)
+        };
+        Ok(self.wait_in_queue(req, deadline, id, wake).await)
+    }
+
+    async fn renew(&self, leases: &[Lease]) -> Result<Vec<RenewOutcome>> {
+        let now = Instant::now();
+        let mut table = self.table();
+        Ok(leases
+            .iter()
+            .map(|lease| {
+                table.settle(&lease.key, now);
+                let holder = table
+                    .keys
+                    .get_mut(&lease.key)
+                    .and_then(|s| s.holder.as_mut())
+                    .filter(|h| h.owner == lease.owner);
+                match holder {
+                    Some(h) => {
+                        h.expires_at = now + h.ttl;
+                        RenewOutcome::Renewed
+                    }
+                    None => RenewOutcome::NotOwner,
+                }
+            })
+            .collect())
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
+        let now = Instant::now();
+        let mut table = self.table();
+        table.settle(&lease.key, now);
+        let Some(state) = table.keys.get_mut(&lease.key) else {
+            return Ok(ReleaseOutcome::NotHeld);
+        };
+        if state.holder.as_ref().is_none_or(|h| h.owner != lease.owner) {
+            return Ok(ReleaseOutcome::NotHeld);
+        }
+        state.holder = None;
+        table.settle(&lease.key, now);
+        Ok(ReleaseOutcome::Released)
+    }
+
+    async fn force_release(&self, key: &str) -> Result<bool> {
+        let now = Instant::now();
+        let mut table = self.table();
+        table.settle(key, now);
+        let removed = table
+            .keys
+            .get_mut(key)
+            .and_then(|s| s.holder.take())
+            .is_some();
+        table.settle(key, now);
+        Ok(removed)
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::new("memory")
+            .fair(true)
+            .fencing(Fencing::Volatile)
+            .max_renew_batch(usize::MAX)
+    }
+}

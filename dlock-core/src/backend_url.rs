@@ -1,0 +1,175 @@
+//! Backend URLs: which backend a [`DlockConfig`](crate::DlockConfig) selects.
+
+use std::fmt;
+
+use crate::{Error, Result};
+
+/// The backends dlock knows, whether or not this build includes them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BackendKind {
+    /// `memory://[name]`: in-process locks; every Locker connected to the same name shares
+    /// one table.
+    Memory,
+    /// `redis://` / `rediss://`: one Redis server.
+    Redis,
+    /// `redis+cluster://h1,h2,h3`: a Redis Cluster.
+    RedisCluster,
+    /// `redlock://h1,h2,h3`: RedLock over independent Redis masters.
+    RedLock,
+    /// `etcd://h1:2379,h2:2379`.
+    Etcd,
+    /// `zk://h1:2181,h2:2181/chroot`.
+    ZooKeeper,
+    /// `postgres://user@host/db`.
+    Postgres,
+}
+
+impl BackendKind {
+    /// The cargo feature of `dlock-core` that provides this backend.
+    #[must_use]
+    pub const fn feature(self) -> &'static str {
+        match self {
+            Self::Memory => "memory",
+            Self::Redis | Self::RedisCluster => "redis",
+            Self::RedLock => "redlock",
+            Self::Etcd => "etcd",
+            Self::ZooKeeper => "zookeeper",
+            Self::Postgres => "postgres",
+        }
+    }
+
+    /// Whether this build of `dlock-core` includes the backend.
+    #[must_use]
+    pub const fn is_built_in(self) -> bool {
+        match self {
+            Self::Memory => cfg!(feature = "memory"),
+            // Not written yet: see the README's backend table.
+            _ => false,
+        }
+    }
+
+    fn from_scheme(scheme: &str) -> Option<Self> {
+        Some(match scheme {
+            "memory" => Self::Memory,
+            "redis" | "rediss" => Self::Redis,
+            "redis+cluster" | "rediss+cluster" => Self::RedisCluster,
+            "redlock" => Self::RedLock,
+            "etcd" | "etcds" => Self::Etcd,
+            "zk" | "zookeeper" => Self::ZooKeeper,
+            "postgres" | "postgresql" => Self::Postgres,
+            _ => return None,
+        })
+    }
+}
+
+impl fmt::Display for BackendKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Memory => "memory",
+            Self::Redis => "redis",
+            Self::RedisCluster => "redis cluster",
+            Self::RedLock => "redlock",
+            Self::Etcd => "etcd",
+            Self::ZooKeeper => "zookeeper",
+            Self::Postgres => "postgres",
+        })
+    }
+}
+
+/// A parsed backend URL.
+///
+/// # Examples
+///
+/// ```
+/// use dlock_core::{BackendKind, BackendUrl};
+/// let url = BackendUrl::parse("memory://jobs").unwrap();
+/// assert_eq!(url.kind(), BackendKind::Memory);
+/// assert_eq!(url.memory_table_name(), "jobs");
+///
+/// let err = BackendUrl::parse("etcd://127.0.0.1:2379").unwrap_err();
+/// assert!(err.to_string().contains("needs the `etcd` feature"), "{err}");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BackendUrl {
+    kind: BackendKind,
+    url: String,
+}
+
+impl BackendUrl {
+    /// Parses `url` and checks that this build includes its backend.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] for a malformed URL, an unknown scheme, or a backend whose cargo
+    /// feature is off (the message names the feature).
+    pub fn parse(url: &str) -> Result<Self> {
+        let bad = |reason: String| Error::config("url", url, reason);
+        let (scheme, _) = url
+            .split_once("://")
+            .ok_or_else(|| bad("expected a URL such as `memory://` or `redis://127.0.0.1:6379`".into()))?;
+        let kind = BackendKind::from_scheme(&scheme.to_ascii_lowercase()).ok_or_else(|| {
+            bad(format!(
+                "unknown backend `{scheme}`; known: memory, redis, redis+cluster, redlock, etcd, zk, postgres"
+            ))
+        })?;
+        if !kind.is_built_in() {
+            return Err(bad(format!(
+                "backend `{kind}` needs the `{}` feature of dlock-core, which this build does not include",
+                kind.feature()
+            )));
+        }
+        // Hosts and options are checked by each backend when it connects; here only that the
+        // URL is well-formed.
+        url::Url::parse(url).map_err(|e| bad(e.to_string()))?;
+        Ok(Self {
+            kind,
+            url: url.to_owned(),
+        })
+    }
+
+    /// The backend the URL selects.
+    #[must_use]
+    pub const fn kind(&self) -> BackendKind {
+        self.kind
+    }
+
+    /// The URL as given.
+    #[must_use]
+    pub fn as_str(&self) -> &str {
+        &self.url
+    }
+
+    /// For `memory://name`, the table name (`""` for `memory://`).
+    #[must_use]
+    pub fn memory_table_name(&self) -> &str {
+        self.url.split_once("://").map_or("", |(_, rest)| rest.trim_end_matches('/'))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_the_missing_feature_for_each_unbuilt_backend() {
+        for (url, feature) in [
+            ("redis://127.0.0.1:6379/0", "redis"),
+            ("redis+cluster://a:1,b:2,c:3", "redis"),
+            ("redlock://a:1,b:2,c:3", "redlock"),
+            ("etcd://a:2379,b:2379", "etcd"),
+            ("zk://a:2181/app", "zookeeper"),
+            ("postgres://u@h/db", "postgres"),
+        ] {
+            let err = BackendUrl::parse(url).unwrap_err().to_string();
+            assert!(err.contains(&format!("needs the `{feature}` feature")), "{url}: {err}");
+            assert!(err.contains(url), "{url}: {err}");
+        }
+    }
+
+    #[test]
+    fn rejects_unknown_and_malformed_urls() {
+        assert!(BackendUrl::parse("mongodb://h").unwrap_err().to_string().contains("unknown backend `mongodb`"));
+        assert!(BackendUrl::parse("localhost:6379").unwrap_err().to_string().contains("expected a URL"));
+    }
+}

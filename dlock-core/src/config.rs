@@ -1,0 +1,354 @@
+//! [`DlockConfig`]: the one configuration struct, from code, TOML or `DLOCK_*` variables.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::backend_url::BackendUrl;
+use crate::{Error, Result};
+
+/// Everything a [`Locker`](crate::Locker) needs: which backend, and the defaults of every lock.
+///
+/// Durations use humantime syntax (`"10s"`, `"1m 30s"`, `"250ms"`), the same as the
+/// `#[distributed_lock]` attribute.
+///
+/// | field               | env variable               | default                |
+/// |---------------------|----------------------------|------------------------|
+/// | `url`               | `DLOCK_URL`                | `memory://`            |
+/// | `key_prefix`        | `DLOCK_KEY_PREFIX`         | `dlock:`               |
+/// | `ttl`               | `DLOCK_TTL`                | `30s`                  |
+/// | `wait`              | `DLOCK_WAIT`               | none: until acquired   |
+/// | `watchdog_interval` | `DLOCK_WATCHDOG_INTERVAL`  | a third of the ttl     |
+/// | `operation_timeout` | `DLOCK_OPERATION_TIMEOUT`  | `5s`                   |
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use dlock_core::DlockConfig;
+///
+/// let config = DlockConfig::from_toml_str(r#"
+///     url = "memory://"
+///     ttl = "10s"
+///     wait = "2s"
+/// "#).unwrap();
+/// assert_eq!(config.ttl, Duration::from_secs(10));
+/// assert_eq!(config.wait, Some(Duration::from_secs(2)));
+///
+/// let err = DlockConfig::from_toml_str(r#"ttl = "10x""#).unwrap_err();
+/// assert!(err.to_string().contains("`ttl`"), "{err}");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DlockConfig {
+    /// The backend, as a URL: `memory://`, `redis://h:6379/0`, `redis+cluster://h1,h2,h3`,
+    /// `redlock://h1,h2,h3`, `etcd://h1:2379,h2:2379`, `zk://h1:2181/chroot`,
+    /// `postgres://user@h/db`.
+    pub url: String,
+    /// Prepended to every key, so several applications can share one lock service.
+    pub key_prefix: String,
+    /// The default lease: how long a crashed holder keeps a lock.
+    #[serde(with = "humantime_serde")]
+    pub ttl: Duration,
+    /// How long an acquire waits by default; `None` waits until acquired.
+    #[serde(with = "humantime_serde")]
+    pub wait: Option<Duration>,
+    /// How often the watchdog renews a held lease; `None` means a third of its ttl.
+    #[serde(with = "humantime_serde")]
+    pub watchdog_interval: Option<Duration>,
+    /// The most any single backend round trip may take before it fails with
+    /// [`Error::Timeout`].
+    #[serde(with = "humantime_serde")]
+    pub operation_timeout: Duration,
+}
+
+impl Default for DlockConfig {
+    fn default() -> Self {
+        Self {
+            url: "memory://".to_owned(),
+            key_prefix: "dlock:".to_owned(),
+            ttl: Duration::from_secs(30),
+            wait: None,
+            watchdog_interval: None,
+            operation_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// The environment variables [`DlockConfig::from_env`] reads.
+const ENV_VARS: [&str; 6] = [
+    "DLOCK_URL",
+    "DLOCK_KEY_PREFIX",
+    "DLOCK_TTL",
+    "DLOCK_WAIT",
+    "DLOCK_WATCHDOG_INTERVAL",
+    "DLOCK_OPERATION_TIMEOUT",
+];
+
+impl DlockConfig {
+    /// The defaults, overridden by the `DLOCK_*` variables that are set (see the table above).
+    /// `DLOCK_WAIT=forever` waits until acquired.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] naming the variable and its value when one does not parse or the
+    /// result fails [`validate`](Self::validate).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let config = dlock_core::DlockConfig::from_env().unwrap();
+    /// assert!(config.ttl > std::time::Duration::ZERO);
+    /// ```
+    pub fn from_env() -> Result<Self> {
+        Self::from_vars(|name| std::env::var(name).ok())
+    }
+
+    /// Like [`from_env`](Self::from_env), reading variables through `lookup`.
+    ///
+    /// # Errors
+    ///
+    /// As [`from_env`](Self::from_env).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use dlock_core::DlockConfig;
+    /// let err = DlockConfig::from_vars(|name| (name == "DLOCK_TTL").then(|| "ten".to_owned()))
+    ///     .unwrap_err();
+    /// assert!(err.to_string().starts_with("invalid config `DLOCK_TTL` = `ten`"), "{err}");
+    /// ```
+    pub fn from_vars(lookup: impl Fn(&str) -> Option<String>) -> Result<Self> {
+        let mut config = Self::default();
+        for name in ENV_VARS {
+            let Some(value) = lookup(name) else { continue };
+            let value = value.trim().to_owned();
+            match name {
+                "DLOCK_URL" => config.url = value,
+                "DLOCK_KEY_PREFIX" => config.key_prefix = value,
+                "DLOCK_TTL" => config.ttl = parse_duration(name, &value)?,
+                "DLOCK_WAIT" => {
+                    config.wait = match value.as_str() {
+                        "forever" | "none" | "" => None,
+                        _ => Some(parse_duration(name, &value)?),
+                    };
+                }
+                "DLOCK_WATCHDOG_INTERVAL" => {
+                    config.watchdog_interval = Some(parse_duration(name, &value)?);
+                }
+                "DLOCK_OPERATION_TIMEOUT" => {
+                    config.operation_timeout = parse_duration(name, &value)?;
+                }
+                _ => unreachable!("ENV_VARS and this match list the same names"),
+            }
+        }
+        config.validate_as(|field| env_name(field).to_owned())?;
+        Ok(config)
+    }
+
+    /// Parses a TOML document with the fields of this struct (all optional).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] naming the field and the value that does not parse, an unknown
+    /// field, or a failed [`validate`](Self::validate).
+    ///
+    /// # Examples
+    ///
+    /// See the [type-level docs](Self).
+    pub fn from_toml_str(toml_text: &str) -> Result<Self> {
+        let config: Self = toml::from_str(toml_text).map_err(|e| toml_error(toml_text, &e))?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks the values together: a positive ttl, a watchdog interval shorter than the ttl,
+    /// a positive operation timeout, and a backend URL this build supports.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] naming the first bad field and its value.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let config = dlock_core::DlockConfig { ttl: Duration::ZERO, ..Default::default() };
+    /// assert!(config.validate().unwrap_err().to_string().contains("`ttl` = `0s`"));
+    /// ```
+    pub fn validate(&self) -> Result<()> {
+        self.validate_as(ToOwned::to_owned)
+    }
+
+    fn validate_as(&self, name: impl Fn(&str) -> String) -> Result<()> {
+        let shown = |d: Duration| humantime::format_duration(d).to_string();
+        if self.ttl < Duration::from_millis(10) {
+            return Err(Error::config(name("ttl"), shown(self.ttl), "must be at least 10ms"));
+        }
+        if let Some(interval) = self.watchdog_interval
+            && (interval.is_zero() || interval >= self.ttl)
+        {
+            return Err(Error::config(
+                name("watchdog_interval"),
+                shown(interval),
+                format!("must be positive and shorter than the ttl ({})", shown(self.ttl)),
+            ));
+        }
+        if self.operation_timeout.is_zero() {
+            return Err(Error::config(name("operation_timeout"), "0s", "must be positive"));
+        }
+        crate::key::validate_prefix(&self.key_prefix)
+            .map_err(|reason| Error::config(name("key_prefix"), &self.key_prefix, reason))?;
+        BackendUrl::parse(&self.url).map_err(|e| match e {
+            Error::Config { value, reason, .. } => Error::config(name("url"), value, reason),
+            other => other,
+        })?;
+        Ok(())
+    }
+}
+
+fn env_name(field: &str) -> &'static str {
+    match field {
+        "url" => "DLOCK_URL",
+        "key_prefix" => "DLOCK_KEY_PREFIX",
+        "ttl" => "DLOCK_TTL",
+        "wait" => "DLOCK_WAIT",
+        "watchdog_interval" => "DLOCK_WATCHDOG_INTERVAL",
+        _ => "DLOCK_OPERATION_TIMEOUT",
+    }
+}
+
+/// Parses a humantime duration, naming `field` on failure.
+///
+/// # Errors
+///
+/// [`Error::Config`] with the field, the value and humantime's explanation.
+pub(crate) fn parse_duration(field: &str, value: &str) -> Result<Duration> {
+    humantime::parse_duration(value).map_err(|e| {
+        Error::config(field, value, format!("{e} (expected a duration such as \"10s\" or \"250ms\")"))
+    })
+}
+
+/// Turns a TOML error into [`Error::Config`], recovering the field and value from its span.
+fn toml_error(text: &str, error: &toml::de::Error) -> Error {
+    let message = error.message().trim().to_owned();
+    let Some(span) = error.span() else {
+        return Error::config("<document>", "", message);
+    };
+    let value = text.get(span.clone()).unwrap_or_default().trim().to_owned();
+    let line_start = text[..span.start].rfind('\n').map_or(0, |i| i + 1);
+    let line = &text[line_start..text[line_start..].find('\n').map_or(text.len(), |i| line_start + i)];
+    let field = line
+        .split_once('=')
+        .map_or(value.as_str(), |(key, _)| key)
+        .trim()
+        .to_owned();
+    Error::config(field, value, message)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vars(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
+        move |name| {
+            pairs
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, v)| (*v).to_owned())
+        }
+    }
+
+    #[test]
+    fn defaults_are_valid_and_documented_values() {
+        let config = DlockConfig::default();
+        config.validate().unwrap();
+        assert_eq!(config.ttl, Duration::from_secs(30));
+        assert_eq!(config.wait, None);
+        assert_eq!(config.url, "memory://");
+    }
+
+    #[test]
+    fn env_overrides_each_field() {
+        let config = DlockConfig::from_vars(vars(&[
+            ("DLOCK_URL", "memory://jobs"),
+            ("DLOCK_KEY_PREFIX", "billing:"),
+            ("DLOCK_TTL", "10s"),
+            ("DLOCK_WAIT", "1s 500ms"),
+            ("DLOCK_WATCHDOG_INTERVAL", "2s"),
+            ("DLOCK_OPERATION_TIMEOUT", "750ms"),
+        ]))
+        .unwrap();
+        assert_eq!(
+            config,
+            DlockConfig {
+                url: "memory://jobs".into(),
+                key_prefix: "billing:".into(),
+                ttl: Duration::from_secs(10),
+                wait: Some(Duration::from_millis(1500)),
+                watchdog_interval: Some(Duration::from_secs(2)),
+                operation_timeout: Duration::from_millis(750),
+            }
+        );
+        let forever = DlockConfig::from_vars(vars(&[("DLOCK_WAIT", "forever")])).unwrap();
+        assert_eq!(forever.wait, None);
+    }
+
+    #[test]
+    fn env_errors_name_the_variable_and_value() {
+        let cases: [(&[(&str, &str)], &str, &str); 4] = [
+            (&[("DLOCK_TTL", "10x")], "DLOCK_TTL", "10x"),
+            (&[("DLOCK_TTL", "0s")], "DLOCK_TTL", "0s"),
+            (
+                &[("DLOCK_TTL", "1s"), ("DLOCK_WATCHDOG_INTERVAL", "2s")],
+                "DLOCK_WATCHDOG_INTERVAL",
+                "2s",
+            ),
+            (&[("DLOCK_URL", "mongodb://h")], "DLOCK_URL", "mongodb://h"),
+        ];
+        for (pairs, field, value) in cases {
+            let lookup = |name: &str| {
+                pairs
+                    .iter()
+                    .find(|(n, _)| *n == name)
+                    .map(|(_, v)| (*v).to_owned())
+            };
+            match DlockConfig::from_vars(lookup) {
+                Err(Error::Config { field: f, value: v, .. }) => {
+                    assert_eq!((f.as_str(), v.as_str()), (field, value));
+                }
+                other => panic!("{pairs:?}: expected a config error, got {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn toml_errors_name_the_field_and_value() {
+        for (text, field, value) in [
+            ("ttl = \"10x\"", "ttl", "\"10x\""),
+            ("wait = 5", "wait", "5"),
+            ("url = \"etcd://127.0.0.1:2379\"", "url", "etcd://127.0.0.1:2379"),
+            ("operation_timeout = \"0s\"", "operation_timeout", "0s"),
+        ] {
+            match DlockConfig::from_toml_str(text) {
+                Err(Error::Config { field: f, value: v, reason }) => {
+                    assert_eq!((f.as_str(), v.as_str()), (field, value), "{text}: {reason}");
+                }
+                other => panic!("{text}: expected a config error, got {other:?}"),
+            }
+        }
+        let unknown = DlockConfig::from_toml_str("tll = \"10s\"").unwrap_err().to_string();
+        assert!(unknown.contains("tll"), "{unknown}");
+    }
+
+    #[test]
+    fn serializes_back_to_humantime() {
+        let config = DlockConfig {
+            ttl: Duration::from_secs(90),
+            ..DlockConfig::default()
+        };
+        let text = toml::to_string(&config).unwrap();
+        assert!(text.contains("ttl = \"1m 30s\""), "{text}");
+        assert_eq!(DlockConfig::from_toml_str(&text).unwrap(), config);
+    }
+}

@@ -1,0 +1,237 @@
+//! [`LockGuard`]: proof of holding a lock, and the way to keep and give it up.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+
+use crate::hold::Hold;
+use crate::lease::LostReason;
+use crate::reentrancy::HolderId;
+use crate::{Error, Result};
+
+/// A held distributed lock.
+///
+/// While the guard lives the Locker's watchdog renews the lease (unless acquired with
+/// `.watchdog(false)`). Dropping the guard releases the lock in the background without
+/// blocking; [`release`](Self::release) releases it now and reports the outcome.
+///
+/// Guards of one task's nested acquires of the same key share one grant: the lock is released
+/// when the last of them goes.
+///
+/// # Examples
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> dlock_core::Result<()> {
+/// let locker = dlock_core::Locker::memory();
+/// let guard = locker.lock("invoice:7").await?;
+/// assert!(guard.is_held());
+/// assert_eq!(guard.key(), "invoice:7");
+/// let token = guard.fencing_token().expect("memory issues tokens");
+/// let result = guard.run(async { token * 2 }).await?;
+/// assert_eq!(result, token * 2);
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+#[must_use = "dropping a LockGuard releases the lock at once"]
+pub struct LockGuard {
+    hold: Arc<Hold>,
+    nested: bool,
+}
+
+impl LockGuard {
+    pub(crate) const fn new(hold: Arc<Hold>, nested: bool) -> Self {
+        Self { hold, nested }
+    }
+
+    /// The key as the caller gave it (without the Locker's prefix).
+    #[must_use]
+    pub fn key(&self) -> &str {
+        self.hold.watch().user_key()
+    }
+
+    /// The fencing token of this grant: strictly greater than the token of every earlier
+    /// grant of this key. `None` for backends without tokens (RedLock).
+    ///
+    /// Pass it along with every write to the protected resource, and have the resource
+    /// refuse writes whose token is lower than the highest it has seen:
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> dlock_core::Result<()> {
+    /// struct Storage { highest_token: u64, value: String }
+    /// impl Storage {
+    ///     fn write(&mut self, token: u64, value: &str) -> Result<(), &'static str> {
+    ///         if token < self.highest_token { return Err("stale fencing token"); }
+    ///         self.highest_token = token;
+    ///         self.value = value.to_owned();
+    ///         Ok(())
+    ///     }
+    /// }
+    /// let locker = dlock_core::Locker::memory();
+    /// let mut storage = Storage { highest_token: 0, value: String::new() };
+    /// let old = locker.lock("file").await?.fencing_token().unwrap(); // dropped: released
+    /// let new = locker.lock("file").await?.fencing_token().unwrap();
+    /// storage.write(new, "new holder").unwrap();
+    /// assert!(storage.write(old, "old holder woke up").is_err());
+    /// # Ok(()) }
+    /// ```
+    #[must_use]
+    pub fn fencing_token(&self) -> Option<u64> {
+        self.hold.lease().fencing_token
+    }
+
+    /// `true` while the lease is valid: not reported lost, and its local conservative deadline
+    /// (counted from the send time of the last successful acquire or renewal) not passed.
+    #[must_use]
+    pub fn is_held(&self) -> bool {
+        self.hold.watch().check_deadline()
+    }
+
+    /// `true` for a guard obtained by re-entering a lock this task already held.
+    #[must_use]
+    pub const fn is_nested(&self) -> bool {
+        self.nested
+    }
+
+    /// Why the lease was lost, once it is.
+    #[must_use]
+    pub fn lost_reason(&self) -> Option<LostReason> {
+        self.hold.lost_error().and(self.hold.watch().lost_reason())
+    }
+
+    /// A future that resolves, with the reason, when the lease is lost. It never resolves
+    /// while the lease is kept; it does not resolve on a normal release either (it is
+    /// `'static`, so it can outlive the guard: then it stays pending).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> dlock_core::Result<()> {
+    /// use std::time::Duration;
+    /// let locker = dlock_core::Locker::memory();
+    /// let guard = locker.lock("k").ttl(Duration::from_millis(50)).watchdog(false).await?;
+    /// let reason = guard.lost().await; // nothing renews it: lost at its ttl
+    /// assert_eq!(reason, dlock_core::LostReason::Expired);
+    /// # Ok(()) }
+    /// ```
+    pub fn lost(&self) -> impl Future<Output = LostReason> + Send + 'static {
+        let watch = Arc::clone(self.hold.watch());
+        let token = watch.lost_token().clone();
+        async move {
+            token.cancelled().await;
+            watch.lost_reason().unwrap_or(LostReason::Expired)
+        }
+    }
+
+    /// Runs `work` while holding the lock, cancelling it (dropping the future) as soon as the
+    /// lease is lost.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LeaseLost`] if the lease is lost before `work` completes (or already was).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> dlock_core::Result<()> {
+    /// use std::time::Duration;
+    /// let locker = dlock_core::Locker::memory();
+    /// let guard = locker.lock("k").ttl(Duration::from_millis(50)).watchdog(false).await?;
+    /// let outcome = guard.run(tokio::time::sleep(Duration::from_secs(5))).await;
+    /// assert!(matches!(outcome, Err(dlock_core::Error::LeaseLost { .. })));
+    /// # Ok(()) }
+    /// ```
+    pub async fn run<F: Future>(&self, work: F) -> Result<F::Output> {
+        if let Some(lost) = self.hold.lost_error() {
+            return Err(lost);
+        }
+        let lost = self.lost();
+        tokio::select! {
+            biased;
+            reason = lost => Err(Error::LeaseLost { key: self.key().to_owned(), reason }),
+            output = work => Ok(output),
+        }
+    }
+
+    /// Shares this hold with another task on purpose: the child task calls
+    /// [`HandOff::adopt`] and gets its own guard, and its nested acquires of this key re-enter.
+    /// The lock is released when the last guard of the hold goes.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> dlock_core::Result<()> {
+    /// let locker = dlock_core::Locker::memory();
+    /// let guard = locker.lock("batch").await?;
+    /// let hand_off = guard.hand_off();
+    /// let child_locker = locker.clone();
+    /// tokio::spawn(async move {
+    ///     let shared = hand_off.adopt();
+    ///     let nested = child_locker.try_lock("batch").await.expect("re-enters the shared hold");
+    ///     assert!(nested.is_nested());
+    ///     drop((nested, shared));
+    /// })
+    /// .await
+    /// .unwrap();
+    /// guard.release().await?; // the last guard: really releases
+    /// # Ok(()) }
+    /// ```
+    pub fn hand_off(&self) -> HandOff {
+        HandOff {
+            hold: Arc::clone(&self.hold),
+        }
+    }
+
+    /// Releases the lock now. For a nested or shared guard, it only gives up this guard's
+    /// share; the outermost release really releases.
+    ///
+    /// # Errors
+    ///
+    /// * [`Error::LeaseLost`] if the lease was lost while held (protected work may have
+    ///   overlapped another holder's).
+    /// * [`Error::NotHolder`] if the backend says this grant no longer holds the lock.
+    /// * [`Error::Backend`] / [`Error::Timeout`] if the server could not be reached; the lock
+    ///   then frees itself when its ttl runs out.
+    pub async fn release(self) -> Result<()> {
+        match Arc::try_unwrap(self.hold) {
+            Ok(hold) => hold.release_now().await,
+            Err(shared) => shared.lost_error().map_or(Ok(()), Err),
+        }
+    }
+}
+
+impl fmt::Debug for LockGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockGuard")
+            .field("key", &self.key())
+            .field("fencing_token", &self.fencing_token())
+            .field("nested", &self.nested)
+            .field("held", &self.is_held())
+            .finish()
+    }
+}
+
+/// A hold being shared with another task; see [`LockGuard::hand_off`].
+#[must_use = "a HandOff does nothing until adopted; dropping it gives up its share"]
+pub struct HandOff {
+    hold: Arc<Hold>,
+}
+
+impl HandOff {
+    /// Makes the current task a holder of the shared lock and returns its guard.
+    ///
+    /// # Examples
+    ///
+    /// See [`LockGuard::hand_off`].
+    pub fn adopt(self) -> LockGuard {
+        self.hold.add_holder(HolderId::current());
+        LockGuard::new(self.hold, true)
+    }
+}
+
+impl fmt::Debug for HandOff {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HandOff")
+            .field("key", &self.hold.watch().user_key())
+            .finish()
+    }
+}

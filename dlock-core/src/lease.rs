@@ -1,0 +1,245 @@
+//! The values that cross the backend contract: requests, leases and outcomes.
+
+use std::any::Any;
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// A unique identity for one grant of a lock: 128 random bits plus the Locker's id.
+///
+/// Backends store it as the lock's value and compare it on renew and release, so only the
+/// grant that set it can extend or free the lock. It is never a timestamp or a thread id.
+///
+/// # Examples
+///
+/// ```
+/// use dlock_core::OwnerId;
+/// let a = OwnerId::random("locker-1");
+/// let b = OwnerId::random("locker-1");
+/// assert_ne!(a, b);
+/// assert!(a.as_str().starts_with("locker-1:"));
+/// ```
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct OwnerId(Arc<str>);
+
+impl OwnerId {
+    /// A fresh owner id: `<scope>:<32 hex digits of randomness>`.
+    #[must_use]
+    pub fn random(scope: &str) -> Self {
+        let bits: u128 = rand::random();
+        Self(format!("{scope}:{bits:032x}").into())
+    }
+
+    /// Wraps an id received from elsewhere (e.g. read back from a server).
+    #[must_use]
+    pub fn from_string(id: impl Into<Arc<str>>) -> Self {
+        Self(id.into())
+    }
+
+    /// The id as stored by backends.
+    #[must_use]
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for OwnerId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "OwnerId({})", self.0)
+    }
+}
+
+impl fmt::Display for OwnerId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// What the core asks a backend to grant.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use dlock_core::{AcquireRequest, OwnerId};
+/// let req = AcquireRequest::new("dlock:order:42", OwnerId::random("doc"), Duration::from_secs(10));
+/// assert_eq!(req.key, "dlock:order:42");
+/// ```
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct AcquireRequest {
+    /// The full key (the Locker's prefix included), already validated.
+    pub key: String,
+    /// The identity this grant will carry.
+    pub owner: OwnerId,
+    /// The lease length: how long a crashed holder keeps the lock.
+    pub ttl: Duration,
+}
+
+impl AcquireRequest {
+    /// A request for `key` by `owner` with lease length `ttl`.
+    #[must_use]
+    pub fn new(key: impl Into<String>, owner: OwnerId, ttl: Duration) -> Self {
+        Self {
+            key: key.into(),
+            owner,
+            ttl,
+        }
+    }
+}
+
+/// A granted lock, as a backend reports it.
+///
+/// `valid_from` is the backend's conservative lower bound for when the lease's ttl started
+/// counting: the local [`Instant`] at which the request that granted (or last extended) it was
+/// **sent**, never when the reply arrived. The core derives the local deadline from it.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::{Duration, Instant};
+/// use dlock_core::{AcquireRequest, Lease, OwnerId};
+/// let req = AcquireRequest::new("k", OwnerId::random("doc"), Duration::from_secs(1));
+/// let lease = Lease::new(&req, Instant::now()).with_fencing_token(7);
+/// assert_eq!(lease.fencing_token, Some(7));
+/// ```
+#[derive(Clone)]
+#[non_exhaustive]
+pub struct Lease {
+    /// The full key.
+    pub key: String,
+    /// The identity of this grant.
+    pub owner: OwnerId,
+    /// The lease length.
+    pub ttl: Duration,
+    /// Strictly increasing per key across grants, when the backend has one.
+    pub fencing_token: Option<u64>,
+    /// Send time of the request that started the current lease period.
+    pub valid_from: Instant,
+    /// Backend-private data for this grant (an etcd lease id, a ZooKeeper node path, a
+    /// PostgreSQL connection). The core never looks inside.
+    pub extension: Option<Arc<dyn Any + Send + Sync>>,
+}
+
+impl Lease {
+    /// A lease for `req`, valid from `valid_from`, without fencing token or extension.
+    #[must_use]
+    pub fn new(req: &AcquireRequest, valid_from: Instant) -> Self {
+        Self {
+            key: req.key.clone(),
+            owner: req.owner.clone(),
+            ttl: req.ttl,
+            fencing_token: None,
+            valid_from,
+            extension: None,
+        }
+    }
+
+    /// Sets the fencing token.
+    #[must_use]
+    pub const fn with_fencing_token(mut self, token: u64) -> Self {
+        self.fencing_token = Some(token);
+        self
+    }
+
+    /// Attaches backend-private data.
+    #[must_use]
+    pub fn with_extension(mut self, extension: Arc<dyn Any + Send + Sync>) -> Self {
+        self.extension = Some(extension);
+        self
+    }
+
+    /// The backend-private data, if it is a `T`.
+    #[must_use]
+    pub fn extension<T: Any + Send + Sync>(&self) -> Option<&T> {
+        self.extension.as_deref()?.downcast_ref()
+    }
+}
+
+impl fmt::Debug for Lease {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Lease")
+            .field("key", &self.key)
+            .field("owner", &self.owner)
+            .field("ttl", &self.ttl)
+            .field("fencing_token", &self.fencing_token)
+            .field("valid_from", &self.valid_from)
+            .field("extension", &self.extension.is_some())
+            .finish()
+    }
+}
+
+/// The result of an acquire that ran until its deadline.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum AcquireOutcome {
+    /// The lock is ours.
+    Acquired(Lease),
+    /// Someone else held it until the deadline.
+    Busy {
+        /// The holder's remaining lease, if the backend knows it.
+        retry_after: Option<Duration>,
+    },
+}
+
+/// The result of renewing one lease.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum RenewOutcome {
+    /// Extended: the lease now runs `ttl` from the renewal's send time.
+    Renewed,
+    /// The key is gone or held by another owner: the lease is lost for good.
+    NotOwner,
+    /// This lease could not be renewed this time (the core retries until the local deadline).
+    Failed(crate::Error),
+}
+
+/// The result of an owner-checked release.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ReleaseOutcome {
+    /// The lock was held by this owner and is now free.
+    Released,
+    /// The lock was not held by this owner (already released, expired, or taken by another).
+    /// Nothing was changed.
+    NotHeld,
+}
+
+/// Why a lease is considered lost.
+///
+/// # Examples
+///
+/// ```
+/// use dlock_core::LostReason;
+/// assert_eq!(LostReason::NotOwner.to_string(), "the backend says another owner holds the key or it is gone");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LostReason {
+    /// A renewal found the key gone or owned by someone else.
+    NotOwner,
+    /// The local conservative deadline passed without a successful renewal.
+    Expired,
+    /// The backend reported the session or lease gone (etcd lease, ZooKeeper session,
+    /// PostgreSQL connection).
+    Backend(String),
+}
+
+impl fmt::Display for LostReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::NotOwner => f.write_str("the backend says another owner holds the key or it is gone"),
+            Self::Expired => f.write_str("the lease expired locally without a successful renewal"),
+            Self::Backend(why) => write!(f, "the backend reported it lost: {why}"),
+        }
+    }
+}
+
+/// A loss a backend learned by itself, pushed to the core.
+#[derive(Debug, Clone)]
+pub struct LostLease {
+    /// The grant that is lost.
+    pub owner: OwnerId,
+    /// Why.
+    pub reason: LostReason,
+}

@@ -1,0 +1,95 @@
+//! The live state of one granted lease, shared by its guards and the watchdog.
+
+use std::sync::{Mutex, OnceLock, PoisonError};
+use std::time::{Duration, Instant};
+
+use tokio_util::sync::CancellationToken;
+
+use crate::lease::LostReason;
+
+/// The safety margin subtracted from every lease: clocks on two machines may run at slightly
+/// different rates (RedLock's analysis uses 1 % of the ttl plus 2 ms).
+#[must_use]
+pub(crate) fn drift_margin(ttl: Duration) -> Duration {
+    ttl / 100 + Duration::from_millis(2)
+}
+
+/// Deadline bookkeeping and the lost signal of one lease.
+#[derive(Debug)]
+pub(crate) struct LeaseWatch {
+    user_key: String,
+    ttl: Duration,
+    deadline: Mutex<Instant>,
+    lost: CancellationToken,
+    reason: OnceLock<LostReason>,
+}
+
+impl LeaseWatch {
+    /// A watch whose local deadline is `valid_from + ttl - drift`.
+    pub(crate) fn new(user_key: String, ttl: Duration, valid_from: Instant) -> Self {
+        Self {
+            user_key,
+            ttl,
+            deadline: Mutex::new(Self::deadline_from(ttl, valid_from)),
+            lost: CancellationToken::new(),
+            reason: OnceLock::new(),
+        }
+    }
+
+    fn deadline_from(ttl: Duration, sent_at: Instant) -> Instant {
+        sent_at + ttl.saturating_sub(drift_margin(ttl))
+    }
+
+    pub(crate) fn user_key(&self) -> &str {
+        &self.user_key
+    }
+
+    /// The local conservative deadline.
+    pub(crate) fn deadline(&self) -> Instant {
+        *self.deadline.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Records a successful renewal whose request was sent at `sent_at`. A renewal that
+    /// answers after the deadline already passed does not revive the lease (fail closed).
+    pub(crate) fn renewed(&self, sent_at: Instant) {
+        if self.check_deadline() {
+            let mut deadline = self.deadline.lock().unwrap_or_else(PoisonError::into_inner);
+            *deadline = (*deadline).max(Self::deadline_from(self.ttl, sent_at));
+        }
+    }
+
+    /// `true` while the lease is not known lost and its deadline has not passed; marks it
+    /// lost (expired) when the deadline has passed.
+    pub(crate) fn check_deadline(&self) -> bool {
+        if self.lost.is_cancelled() {
+            return false;
+        }
+        if Instant::now() >= self.deadline() {
+            self.mark_lost(LostReason::Expired);
+            return false;
+        }
+        true
+    }
+
+    /// Marks the lease lost (the first reason wins) and wakes everyone waiting on it.
+    pub(crate) fn mark_lost(&self, reason: LostReason) {
+        if self.reason.set(reason).is_ok() {
+            tracing::warn!(
+                key = %self.user_key,
+                reason = %self.reason.get().map_or(String::new(), ToString::to_string),
+                "dlock: lease lost"
+            );
+        }
+        self.lost.cancel();
+    }
+
+    /// Why the lease was lost, once it is.
+    pub(crate) fn lost_reason(&self) -> Option<LostReason> {
+        self.reason.get().cloned()
+    }
+
+    /// The token cancelled when the lease is lost.
+    pub(crate) fn lost_token(&self) -> &CancellationToken {
+        &self.lost
+    }
+}

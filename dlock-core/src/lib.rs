@@ -1,0 +1,68 @@
+//! Distributed locks for async Rust services.
+//!
+//! A [`Locker`] takes locks on string keys from one backend — in-process memory by default;
+//! Redis, etcd, ZooKeeper, PostgreSQL as they land — and gives back a [`LockGuard`]. While the
+//! guard lives, the Locker's watchdog renews the lease; if the lease is lost anyway, the guard
+//! says so ([`LockGuard::lost`]) and [`LockGuard::run`] cancels the protected work. Every grant
+//! carries a fencing token for the protected resource to check. A task that holds a key can
+//! lock it again and re-enters at once.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> dlock_core::Result<()> {
+//! use std::time::Duration;
+//! use dlock_core::Locker;
+//!
+//! let locker = Locker::memory();
+//! let guard = locker.lock("order:42").ttl(Duration::from_secs(10)).await?;
+//! let token = guard.fencing_token();
+//! guard
+//!     .run(async {
+//!         // settle the order, passing `token` to the database
+//!         # let _ = token;
+//!     })
+//!     .await?;
+//! guard.release().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! # Feature flags
+//!
+//! | feature       | default | what it adds                                                       |
+//! |---------------|---------|--------------------------------------------------------------------|
+//! | `memory`      | yes     | [`MemoryBackend`], `memory://` URLs                                |
+//! | `conformance` | no      | `dlock_core::conformance`, the suite every backend must pass       |
+//! | `harness`     | no      | `dlock_core::harness`, real test servers started from system binaries |
+
+mod backend;
+mod backend_url;
+mod config;
+mod error;
+mod guard;
+mod hold;
+mod key;
+mod lease;
+mod lease_watch;
+mod locker;
+mod reentrancy;
+mod request;
+mod watchdog;
+
+#[cfg(feature = "conformance")]
+pub mod conformance;
+#[cfg(feature = "harness")]
+pub mod harness;
+
+#[cfg(feature = "memory")]
+pub use backend::memory::MemoryBackend;
+pub use backend::{Capabilities, Fencing, LockBackend};
+pub use backend_url::{BackendKind, BackendUrl};
+pub use config::DlockConfig;
+pub use error::{BoxError, Error, Result};
+pub use guard::{HandOff, LockGuard};
+pub use key::{MAX_KEY_LEN, validate_key};
+pub use lease::{
+    AcquireOutcome, AcquireRequest, Lease, LostLease, LostReason, OwnerId, ReleaseOutcome,
+    RenewOutcome,
+};
+pub use locker::Locker;
+pub use request::LockRequest;

@@ -1,0 +1,491 @@
+//! [`Locker`]: the handle applications lock through.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::future::Future;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
+use std::time::{Duration, Instant};
+
+use crate::backend::{Capabilities, LockBackend};
+use crate::backend_url::{BackendKind, BackendUrl};
+use crate::config::DlockConfig;
+use crate::guard::LockGuard;
+use crate::hold::Hold;
+use crate::lease::{AcquireOutcome, AcquireRequest, Lease, OwnerId, ReleaseOutcome};
+use crate::lease_watch::LeaseWatch;
+use crate::reentrancy::{HolderId, Reentrancy};
+use crate::request::LockRequest;
+use crate::watchdog::Watchdog;
+use crate::{Error, Result};
+
+/// A cheap-to-clone handle over one lock backend, with the defaults of every lock taken
+/// through it (key prefix, ttl, wait, watchdog cadence, operation timeout).
+///
+/// One watchdog task per Locker renews all leases held through it. Reentrancy is tracked per
+/// Locker and per tokio task: the task that holds a key may lock it again through the same
+/// Locker (or a clone) and gets a nested guard at once.
+///
+/// # Examples
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> dlock_core::Result<()> {
+/// use std::time::Duration;
+/// use dlock_core::Locker;
+///
+/// let locker = Locker::memory();
+/// let guard = locker.lock("order:42").ttl(Duration::from_secs(10)).await?;
+/// // ... work on order 42; the watchdog renews the lease every 10s/3 ...
+/// guard.release().await?;
+///
+/// let receipt = locker.with_lock("order:42", async { "paid" }).await?;
+/// assert_eq!(receipt, "paid");
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Locker {
+    shared: Arc<LockerShared>,
+}
+
+/// The state behind every clone of one Locker.
+pub(crate) struct LockerShared {
+    id: String,
+    backend: Arc<dyn LockBackend>,
+    capabilities: Capabilities,
+    config: DlockConfig,
+    reentrancy: Reentrancy,
+    watchdog: Watchdog,
+}
+
+impl Drop for LockerShared {
+    fn drop(&mut self) {
+        self.watchdog.shutdown();
+    }
+}
+
+impl fmt::Debug for LockerShared {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Locker")
+            .field("id", &self.id)
+            .field("backend", &self.capabilities.name)
+            .field("key_prefix", &self.config.key_prefix)
+            .field("ttl", &self.config.ttl)
+            .finish_non_exhaustive()
+    }
+}
+
+impl fmt::Debug for Locker {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.shared.fmt(f)
+    }
+}
+
+static GLOBAL: RwLock<Option<Locker>> = RwLock::new(None);
+
+fn memory_table(name: &str) -> crate::MemoryBackend {
+    static TABLES: OnceLock<Mutex<HashMap<String, crate::MemoryBackend>>> = OnceLock::new();
+    let tables = TABLES.get_or_init(Mutex::default);
+    let mut tables = tables.lock().unwrap_or_else(PoisonError::into_inner);
+    tables.entry(name.to_owned()).or_default().clone()
+}
+
+impl Locker {
+    /// A Locker over a fresh, private in-process lock table, with default settings.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let locker = dlock_core::Locker::memory();
+    /// assert_eq!(locker.capabilities().name, "memory");
+    /// ```
+    #[cfg(feature = "memory")]
+    #[must_use]
+    pub fn memory() -> Self {
+        Self::from_backend(crate::MemoryBackend::new())
+    }
+
+    /// A Locker over `backend` with default settings.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let locker = dlock_core::Locker::from_backend(dlock_core::MemoryBackend::new());
+    /// # drop(locker);
+    /// ```
+    #[must_use]
+    pub fn from_backend(backend: impl LockBackend) -> Self {
+        Self::from_shared_backend(Arc::new(backend))
+    }
+
+    /// A Locker over a backend shared with others, with default settings.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use dlock_core::{LockBackend, Locker, MemoryBackend};
+    /// let backend: Arc<dyn LockBackend> = Arc::new(MemoryBackend::new());
+    /// let locker = Locker::from_shared_backend(backend);
+    /// # drop(locker);
+    /// ```
+    #[must_use]
+    pub fn from_shared_backend(backend: Arc<dyn LockBackend>) -> Self {
+        Self::build(backend, DlockConfig::default())
+    }
+
+    /// A Locker over `backend` with the settings of `config` (its `url` is not used).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] if `config` is invalid.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::{sync::Arc, time::Duration};
+    /// use dlock_core::{DlockConfig, Locker, MemoryBackend};
+    /// let config = DlockConfig { ttl: Duration::from_secs(5), ..Default::default() };
+    /// let locker = Locker::with_config(Arc::new(MemoryBackend::new()), &config).unwrap();
+    /// assert_eq!(locker.config().ttl, Duration::from_secs(5));
+    /// ```
+    pub fn with_config(backend: Arc<dyn LockBackend>, config: &DlockConfig) -> Result<Self> {
+        config.validate()?;
+        Ok(Self::build(backend, config.clone()))
+    }
+
+    fn build(backend: Arc<dyn LockBackend>, config: DlockConfig) -> Self {
+        let capabilities = backend.capabilities();
+        let id = OwnerId::random("locker").as_str()["locker:".len()..][..12].to_owned();
+        let watchdog = Watchdog::new(Arc::clone(&backend), config.operation_timeout);
+        Self {
+            shared: Arc::new(LockerShared {
+                id,
+                backend,
+                capabilities,
+                config,
+                reentrancy: Reentrancy::default(),
+                watchdog,
+            }),
+        }
+    }
+
+    /// Connects to the backend `config.url` names, with `config`'s settings.
+    ///
+    /// `memory://name` selects a process-wide in-memory table: every Locker connected to the
+    /// same name shares it, like clients of one server.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] for invalid settings or a backend this build does not include (the
+    /// message names the cargo feature); [`Error::Backend`] / [`Error::Timeout`] when the
+    /// server cannot be reached within the operation timeout.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> dlock_core::Result<()> {
+    /// use dlock_core::{DlockConfig, Locker};
+    /// let config = DlockConfig::from_env()?; // DLOCK_URL=... or memory:// by default
+    /// let locker = Locker::connect(&config).await?;
+    /// # drop(locker); Ok(()) }
+    /// ```
+    #[allow(clippy::unused_async)] // network backends will await here
+    pub async fn connect(config: &DlockConfig) -> Result<Self> {
+        config.validate()?;
+        let url = BackendUrl::parse(&config.url)?;
+        let backend: Arc<dyn LockBackend> = match url.kind() {
+            #[cfg(feature = "memory")]
+            BackendKind::Memory => Arc::new(memory_table(url.memory_table_name())),
+            other => {
+                return Err(Error::config(
+                    "url",
+                    url.as_str(),
+                    format!("backend `{other}` is not available in this build"),
+                ));
+            }
+        };
+        Ok(Self::build(backend, config.clone()))
+    }
+
+    /// [`connect`](Self::connect) with the default settings and `url`.
+    ///
+    /// # Errors
+    ///
+    /// As [`connect`](Self::connect).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> dlock_core::Result<()> {
+    /// let a = dlock_core::Locker::connect_url("memory://shared-doc").await?;
+    /// let b = dlock_core::Locker::connect_url("memory://shared-doc").await?;
+    /// let _held = a.lock("k").await?;
+    /// assert!(b.try_lock("k").await.is_err(), "same table: b is another client");
+    /// # Ok(()) }
+    /// ```
+    pub async fn connect_url(url: &str) -> Result<Self> {
+        Self::connect(&DlockConfig {
+            url: url.to_owned(),
+            ..DlockConfig::default()
+        })
+        .await
+    }
+
+    /// Makes this Locker the process-wide default, used by `#[distributed_lock]` without a
+    /// `locker = ...` argument. Replaces any earlier one.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// dlock_core::Locker::memory().install_global();
+    /// assert!(dlock_core::Locker::global().is_ok());
+    /// ```
+    pub fn install_global(&self) {
+        *GLOBAL.write().unwrap_or_else(PoisonError::into_inner) = Some(self.clone());
+    }
+
+    /// The process-wide default Locker.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NoGlobalLocker`] before [`install_global`](Self::install_global).
+    ///
+    /// # Examples
+    ///
+    /// See [`install_global`](Self::install_global).
+    pub fn global() -> Result<Self> {
+        GLOBAL
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+            .ok_or(Error::NoGlobalLocker)
+    }
+
+    /// Starts building an acquire of `key`: set `.ttl(..)`, `.wait(..)`, `.watchdog(..)`,
+    /// then `.await` it for a [`LockGuard`].
+    ///
+    /// By default it waits as long as the Locker's configured `wait` (until acquired unless
+    /// configured otherwise), with the configured ttl and the watchdog on.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> dlock_core::Result<()> {
+    /// use std::time::Duration;
+    /// let locker = dlock_core::Locker::memory();
+    /// let guard = locker
+    ///     .lock("nightly-report")
+    ///     .ttl(Duration::from_secs(60))
+    ///     .wait(Duration::from_secs(5))
+    ///     .await?;
+    /// # drop(guard); Ok(()) }
+    /// ```
+    pub fn lock<'a>(&'a self, key: &'a str) -> LockRequest<'a> {
+        LockRequest::new(self, key)
+    }
+
+    /// Like [`lock`](Self::lock), but makes exactly one attempt: it never waits.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> dlock_core::Result<()> {
+    /// let locker = dlock_core::Locker::memory();
+    /// let first = locker.try_lock("k").await?;
+    /// let other_task = locker.clone();
+    /// let second = tokio::spawn(async move { other_task.try_lock("k").await.map(drop) });
+    /// assert!(matches!(second.await.unwrap(), Err(dlock_core::Error::Busy { .. })));
+    /// # drop(first); Ok(()) }
+    /// ```
+    pub fn try_lock<'a>(&'a self, key: &'a str) -> LockRequest<'a> {
+        LockRequest::new(self, key).wait(Duration::ZERO)
+    }
+
+    /// Acquires `key` with the defaults, runs `work` under the lock, cancels it if the lease
+    /// is lost, and releases.
+    ///
+    /// # Errors
+    ///
+    /// Any acquire error; [`Error::LeaseLost`] if the lease was lost before `work` finished.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> dlock_core::Result<()> {
+    /// let locker = dlock_core::Locker::memory();
+    /// let total = locker.with_lock("stock:sku-1", async { 40 + 2 }).await?;
+    /// assert_eq!(total, 42);
+    /// # Ok(()) }
+    /// ```
+    pub async fn with_lock<F: Future>(&self, key: &str, work: F) -> Result<F::Output> {
+        let guard = self.lock(key).await?;
+        let output = guard.run(work).await?;
+        guard.release().await?;
+        Ok(output)
+    }
+
+    /// The backend this Locker uses.
+    #[must_use]
+    pub fn backend(&self) -> &Arc<dyn LockBackend> {
+        &self.shared.backend
+    }
+
+    /// What the backend can do.
+    #[must_use]
+    pub fn capabilities(&self) -> Capabilities {
+        self.shared.capabilities
+    }
+
+    /// The settings this Locker was built with.
+    #[must_use]
+    pub fn config(&self) -> &DlockConfig {
+        &self.shared.config
+    }
+
+    /// How many leases the watchdog is keeping or watching now (one per held grant).
+    #[must_use]
+    pub fn watched_leases(&self) -> usize {
+        self.shared.watchdog.watched()
+    }
+
+    /// The key a backend stores for the user key `key` (the prefix added).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidKey`] for an empty, oversized or control-character key.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// assert_eq!(dlock_core::Locker::memory().backend_key("a").unwrap(), "dlock:a");
+    /// ```
+    pub fn backend_key(&self, key: &str) -> Result<String> {
+        crate::key::full_key(&self.shared.config.key_prefix, key)
+    }
+
+    pub(crate) async fn acquire(&self, options: AcquireOptions<'_>) -> Result<LockGuard> {
+        let shared = &self.shared;
+        let full_key = self.backend_key(options.key)?;
+        let ttl = options.ttl.unwrap_or(shared.config.ttl);
+        if ttl < Duration::from_millis(10) {
+            return Err(Error::config(
+                "ttl",
+                humantime::format_duration(ttl).to_string(),
+                "must be at least 10ms",
+            ));
+        }
+        let holder = HolderId::current();
+        if let Some(hold) = shared.reentrancy.find(holder, &full_key) {
+            if let Some(lost) = hold.lost_error() {
+                return Err(lost);
+            }
+            tracing::trace!(key = options.key, "dlock: re-entered");
+            return Ok(LockGuard::new(hold, true));
+        }
+
+        let request = AcquireRequest::new(full_key, OwnerId::random(&shared.id), ttl);
+        let started = Instant::now();
+        let wait = options.wait.unwrap_or(shared.config.wait);
+        let deadline = wait.map(|w| started + w);
+        let outcome = match deadline {
+            Some(deadline) => {
+                let hard_stop = deadline + shared.config.operation_timeout;
+                tokio::time::timeout_at(hard_stop.into(), shared.backend.acquire(&request, Some(deadline)))
+                    .await
+                    .map_err(|_| self.timeout("acquire"))?
+            }
+            None => shared.backend.acquire(&request, None).await,
+        }?;
+        let lease = match outcome {
+            AcquireOutcome::Acquired(lease) => lease,
+            AcquireOutcome::Busy { retry_after } => {
+                return Err(Error::Busy {
+                    key: options.key.to_owned(),
+                    waited: started.elapsed(),
+                    retry_after,
+                });
+            }
+        };
+        let watch = Arc::new(LeaseWatch::new(options.key.to_owned(), ttl, lease.valid_from));
+        let cadence = options.watchdog.then(|| self.cadence(ttl));
+        shared.watchdog.watch(lease.clone(), Arc::clone(&watch), cadence);
+        let hold = Arc::new(Hold::new(Arc::clone(shared), lease, watch));
+        hold.add_holder(holder);
+        tracing::debug!(
+            key = options.key,
+            fencing_token = hold.lease().fencing_token,
+            waited_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
+            "dlock: acquired"
+        );
+        if let Some(lost) = hold.lost_error() {
+            // Granted, but the reply came too late to use it safely.
+            drop(hold);
+            return Err(lost);
+        }
+        Ok(LockGuard::new(hold, false))
+    }
+
+    fn cadence(&self, ttl: Duration) -> Duration {
+        match self.shared.config.watchdog_interval {
+            Some(interval) if interval < ttl => interval,
+            _ => ttl / 3,
+        }
+    }
+
+    fn timeout(&self, operation: &'static str) -> Error {
+        Error::Timeout {
+            backend: self.shared.capabilities.name,
+            operation,
+            after: self.shared.config.operation_timeout,
+        }
+    }
+}
+
+/// What [`LockRequest`] passes to [`Locker::acquire`].
+#[derive(Debug)]
+pub(crate) struct AcquireOptions<'a> {
+    pub(crate) key: &'a str,
+    pub(crate) ttl: Option<Duration>,
+    /// `None`: the Locker's default; `Some(None)`: until acquired.
+    pub(crate) wait: Option<Option<Duration>>,
+    pub(crate) watchdog: bool,
+}
+
+impl LockerShared {
+    pub(crate) const fn reentrancy(&self) -> &Reentrancy {
+        &self.reentrancy
+    }
+
+    pub(crate) const fn watchdog(&self) -> &Watchdog {
+        &self.watchdog
+    }
+
+    /// Owner-checked release, bounded by the operation timeout.
+    pub(crate) async fn release_lease(&self, lease: &Lease) -> Result<ReleaseOutcome> {
+        let timeout = self.config.operation_timeout;
+        tokio::time::timeout(timeout, self.backend.release(lease))
+            .await
+            .unwrap_or_else(|_| {
+                Err(Error::Timeout {
+                    backend: self.capabilities.name,
+                    operation: "release",
+                    after: timeout,
+                })
+            })
+    }
+
+    /// Releases `lease` from a spawned task (a guard was dropped). Without a runtime the
+    /// lease simply runs out at its ttl.
+    pub(crate) fn release_in_background(self: &Arc<Self>, lease: Lease) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            tracing::debug!(key = %lease.key, "dlock: guard dropped outside a runtime; the lease will expire at its ttl");
+            return;
+        };
+        let shared = Arc::clone(self);
+        runtime.spawn(async move {
+            match shared.release_lease(&lease).await {
+                Ok(outcome) => tracing::debug!(key = %lease.key, ?outcome, "dlock: released on drop"),
+                Err(error) => tracing::warn!(key = %lease.key, %error, "dlock: release on drop failed; the lease will expire at its ttl"),
+            }
+        });
+    }
+}

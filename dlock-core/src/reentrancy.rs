@@ -1,0 +1,55 @@
+//! Per-task reentrancy: which task (or, outside tasks, which thread) holds which key.
+//!
+//! Redisson keys reentrancy on `client-id:thread-id`; in async Rust the unit of execution is
+//! the tokio task, so dlock keys it on [`tokio::task::Id`]. Code running outside any task
+//! (the body of `#[tokio::main]`, `block_on`) is identified by its thread.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::thread::ThreadId;
+
+use crate::hold::Hold;
+
+/// Who is acquiring: a tokio task, or a thread outside any task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum HolderId {
+    Task(tokio::task::Id),
+    Thread(ThreadId),
+}
+
+impl HolderId {
+    pub(crate) fn current() -> Self {
+        tokio::task::try_id().map_or_else(|| Self::Thread(std::thread::current().id()), Self::Task)
+    }
+}
+
+/// The holds of one Locker, by holder and full key.
+#[derive(Debug, Default)]
+pub(crate) struct Reentrancy {
+    holds: Mutex<HashMap<(HolderId, String), Weak<Hold>>>,
+}
+
+impl Reentrancy {
+    /// The live hold `holder` has on `key`, if any.
+    pub(crate) fn find(&self, holder: HolderId, key: &str) -> Option<Arc<Hold>> {
+        let holds = self.holds.lock().unwrap_or_else(PoisonError::into_inner);
+        holds.get(&(holder, key.to_owned()))?.upgrade()
+    }
+
+    /// Records that `holder` holds `hold`, so its nested acquires re-enter.
+    pub(crate) fn register(&self, holder: HolderId, hold: &Arc<Hold>) {
+        let mut holds = self.holds.lock().unwrap_or_else(PoisonError::into_inner);
+        holds.insert((holder, hold.full_key().to_owned()), Arc::downgrade(hold));
+    }
+
+    /// Forgets `holders`' entries for `key` whose hold has ended.
+    pub(crate) fn forget_ended(&self, holders: &[HolderId], key: &str) {
+        let mut holds = self.holds.lock().unwrap_or_else(PoisonError::into_inner);
+        for holder in holders {
+            let entry = (*holder, key.to_owned());
+            if holds.get(&entry).is_some_and(|w| w.strong_count() == 0) {
+                holds.remove(&entry);
+            }
+        }
+    }
+}

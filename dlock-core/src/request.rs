@@ -1,0 +1,83 @@
+//! [`LockRequest`]: the builder `Locker::lock` returns.
+
+use std::future::{Future, IntoFuture};
+use std::pin::Pin;
+use std::time::Duration;
+
+use crate::guard::LockGuard;
+use crate::locker::{AcquireOptions, Locker};
+use crate::Result;
+
+/// An acquire being configured; `.await` it to get a [`LockGuard`].
+///
+/// # Examples
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> dlock_core::Result<()> {
+/// use std::time::Duration;
+/// let locker = dlock_core::Locker::memory();
+/// let guard = locker
+///     .lock("cron:cleanup")
+///     .ttl(Duration::from_secs(300))
+///     .watchdog(false) // at most 5 minutes, even if the job hangs (ShedLock's lockAtMostFor)
+///     .wait(Duration::ZERO) // skip this run if another node has it
+///     .await?;
+/// # drop(guard); Ok(()) }
+/// ```
+#[must_use = "a lock request does nothing until it is `.await`ed"]
+#[derive(Debug)]
+pub struct LockRequest<'a> {
+    locker: &'a Locker,
+    options: AcquireOptions<'a>,
+}
+
+impl<'a> LockRequest<'a> {
+    pub(crate) const fn new(locker: &'a Locker, key: &'a str) -> Self {
+        Self {
+            locker,
+            options: AcquireOptions {
+                key,
+                ttl: None,
+                wait: None,
+                watchdog: true,
+            },
+        }
+    }
+
+    /// The lease length: how long the lock outlives a crashed holder, and the renewal
+    /// period's basis (the watchdog renews every ttl/3). Defaults to the Locker's `ttl`.
+    /// Ignored when re-entering a lock this task already holds.
+    pub const fn ttl(mut self, ttl: Duration) -> Self {
+        self.options.ttl = Some(ttl);
+        self
+    }
+
+    /// Gives up with [`Error::Busy`](crate::Error::Busy) after waiting `wait`;
+    /// `Duration::ZERO` makes exactly one attempt. Defaults to the Locker's `wait`.
+    pub const fn wait(mut self, wait: Duration) -> Self {
+        self.options.wait = Some(Some(wait));
+        self
+    }
+
+    /// Waits until the lock is acquired, however long that takes.
+    pub const fn wait_forever(mut self) -> Self {
+        self.options.wait = Some(None);
+        self
+    }
+
+    /// With `false`, nothing renews the lease: the lock expires at its ttl even if the guard
+    /// is still alive, and the guard then reports it lost. Defaults to `true`.
+    pub const fn watchdog(mut self, renew: bool) -> Self {
+        self.options.watchdog = renew;
+        self
+    }
+}
+
+impl<'a> IntoFuture for LockRequest<'a> {
+    type Output = Result<LockGuard>;
+    type IntoFuture = Pin<Box<dyn Future<Output = Result<LockGuard>> + Send + 'a>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(async move { self.locker.acquire(self.options).await })
+    }
+}

@@ -1,0 +1,239 @@
+//! One renewal task per Locker.
+//!
+//! It keeps every registered lease alive by renewing it every `cadence` (ttl/3 by default),
+//! batching all leases that are due together into as few backend calls as the backend allows,
+//! and marks a lease lost when a renewal answers "not the owner", when the backend pushes a
+//! loss, or when the lease's local deadline passes without a successful renewal. Renewals run
+//! in their own tasks so a hung server never delays the deadline checks of other leases.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use tokio::sync::{Notify, broadcast};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::backend::LockBackend;
+use crate::lease::{Lease, LostLease, LostReason, OwnerId, RenewOutcome};
+use crate::lease_watch::LeaseWatch;
+
+/// The watchdog of one Locker.
+#[derive(Debug)]
+pub(crate) struct Watchdog {
+    shared: Arc<Shared>,
+    backend: Arc<dyn LockBackend>,
+    operation_timeout: Duration,
+    task: Mutex<Option<JoinHandle<()>>>,
+}
+
+#[derive(Debug, Default)]
+struct Shared {
+    entries: Mutex<HashMap<OwnerId, Entry>>,
+    changed: Notify,
+    shutdown: CancellationToken,
+}
+
+#[derive(Debug)]
+struct Entry {
+    lease: Lease,
+    watch: Arc<LeaseWatch>,
+    /// `None`: never renewed (watchdog off, or the backend renews by itself).
+    cadence: Option<Duration>,
+    next_renewal: Instant,
+    renewing: bool,
+}
+
+impl Shared {
+    fn entries(&self) -> MutexGuard<'_, HashMap<OwnerId, Entry>> {
+        self.entries.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl Watchdog {
+    pub(crate) fn new(backend: Arc<dyn LockBackend>, operation_timeout: Duration) -> Self {
+        Self {
+            shared: Arc::default(),
+            backend,
+            operation_timeout,
+            task: Mutex::new(None),
+        }
+    }
+
+    /// Starts watching `lease`: renewing it every `cadence` (if `Some`) and enforcing its
+    /// local deadline. Must be called from within a tokio runtime.
+    pub(crate) fn watch(&self, lease: Lease, watch: Arc<LeaseWatch>, cadence: Option<Duration>) {
+        let next_renewal = lease.valid_from + cadence.unwrap_or(Duration::ZERO);
+        self.shared.entries().insert(
+            lease.owner.clone(),
+            Entry {
+                lease,
+                watch,
+                cadence,
+                next_renewal,
+                renewing: false,
+            },
+        );
+        self.ensure_running();
+        self.shared.changed.notify_one();
+    }
+
+    /// Stops watching the lease of `owner` (it was released or dropped).
+    pub(crate) fn forget(&self, owner: &OwnerId) {
+        if self.shared.entries().remove(owner).is_some() {
+            self.shared.changed.notify_one();
+        }
+    }
+
+    /// How many leases are being watched.
+    pub(crate) fn watched(&self) -> usize {
+        self.shared.entries().len()
+    }
+
+    /// (Re)starts the task if it is not running: a runtime that ended (e.g. one test's) takes
+    /// its tasks with it, and the next acquire in another runtime must not go unwatched.
+    fn ensure_running(&self) {
+        let mut task = self.task.lock().unwrap_or_else(PoisonError::into_inner);
+        if task.as_ref().is_some_and(|t| !t.is_finished()) {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let shared = Arc::clone(&self.shared);
+        let backend = Arc::clone(&self.backend);
+        *task = Some(runtime.spawn(run(shared, backend, self.operation_timeout)));
+    }
+
+    pub(crate) fn shutdown(&self) {
+        self.shared.shutdown.cancel();
+    }
+}
+
+async fn run(shared: Arc<Shared>, backend: Arc<dyn LockBackend>, operation_timeout: Duration) {
+    let mut pushed_losses = backend.lost_leases();
+    let max_batch = backend.capabilities().max_renew_batch;
+    loop {
+        let next_wake = tick(&shared, &backend, max_batch, operation_timeout);
+        let sleep = async {
+            match next_wake {
+                Some(at) => tokio::time::sleep_until(at.into()).await,
+                None => std::future::pending().await,
+            }
+        };
+        let pushed = async {
+            match pushed_losses.as_mut() {
+                Some(rx) => rx.recv().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            () = shared.shutdown.cancelled() => return,
+            () = shared.changed.notified() => {}
+            () = sleep => {}
+            loss = pushed => match loss {
+                Ok(loss) => apply_pushed_loss(&shared, &loss),
+                Err(broadcast::error::RecvError::Lagged(missed)) => {
+                    tracing::warn!(missed, "dlock: watchdog missed backend loss reports; relying on deadlines");
+                }
+                Err(broadcast::error::RecvError::Closed) => pushed_losses = None,
+            },
+        }
+    }
+}
+
+fn apply_pushed_loss(shared: &Shared, loss: &LostLease) {
+    if let Some(entry) = shared.entries().remove(&loss.owner) {
+        entry.watch.mark_lost(loss.reason.clone());
+    }
+}
+
+/// Expires overdue leases, starts due renewals, and returns when to look again.
+fn tick(
+    shared: &Arc<Shared>,
+    backend: &Arc<dyn LockBackend>,
+    max_batch: usize,
+    operation_timeout: Duration,
+) -> Option<Instant> {
+    let now = Instant::now();
+    let mut due = Vec::new();
+    let mut next_wake: Option<Instant> = None;
+    let mut entries = shared.entries();
+    entries.retain(|_, entry| {
+        if !entry.watch.check_deadline() {
+            return false;
+        }
+        if let Some(_cadence) = entry.cadence {
+            if !entry.renewing && entry.next_renewal <= now {
+                entry.renewing = true;
+                due.push(entry.lease.clone());
+            } else if !entry.renewing {
+                next_wake = earliest(next_wake, entry.next_renewal);
+            }
+        }
+        next_wake = earliest(next_wake, entry.watch.deadline());
+        true
+    });
+    drop(entries);
+    for batch in due.chunks(max_batch) {
+        let renewal = renew_batch(Arc::clone(shared), Arc::clone(backend), batch.to_vec(), operation_timeout);
+        tokio::spawn(renewal);
+    }
+    next_wake
+}
+
+fn earliest(current: Option<Instant>, candidate: Instant) -> Option<Instant> {
+    Some(current.map_or(candidate, |c| c.min(candidate)))
+}
+
+async fn renew_batch(
+    shared: Arc<Shared>,
+    backend: Arc<dyn LockBackend>,
+    batch: Vec<Lease>,
+    operation_timeout: Duration,
+) {
+    let sent_at = Instant::now();
+    let outcomes = tokio::time::timeout(operation_timeout, backend.renew(&batch))
+        .await
+        .unwrap_or_else(|_| {
+            Err(crate::Error::Timeout {
+                backend: backend.capabilities().name,
+                operation: "renew",
+                after: operation_timeout,
+            })
+        });
+    let mut entries = shared.entries();
+    for (i, lease) in batch.iter().enumerate() {
+        let Some(entry) = entries.get_mut(&lease.owner) else {
+            continue; // released meanwhile
+        };
+        entry.renewing = false;
+        let cadence = entry.cadence.unwrap_or(Duration::ZERO);
+        let outcome = match &outcomes {
+            Ok(list) => list.get(i),
+            Err(_) => None,
+        };
+        match outcome {
+            Some(RenewOutcome::Renewed) => {
+                entry.watch.renewed(sent_at);
+                entry.next_renewal = sent_at + cadence;
+                tracing::trace!(key = %entry.watch.user_key(), "dlock: lease renewed");
+            }
+            Some(RenewOutcome::NotOwner) => {
+                entry.watch.mark_lost(LostReason::NotOwner);
+                entries.remove(&lease.owner);
+            }
+            failed => {
+                let error = match (failed, &outcomes) {
+                    (Some(RenewOutcome::Failed(e)), _) | (_, Err(e)) => e.to_string(),
+                    _ => "the backend returned too few outcomes".to_owned(),
+                };
+                // Retry soon, but never hammer: a third of the cadence, at least 10 ms.
+                entry.next_renewal = Instant::now() + (cadence / 3).max(Duration::from_millis(10));
+                tracing::warn!(key = %entry.watch.user_key(), %error, "dlock: lease renewal failed; retrying until the lease deadline");
+            }
+        }
+    }
+    drop(entries);
+    shared.changed.notify_one();
+}
