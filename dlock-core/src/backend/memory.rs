@@ -140,10 +140,14 @@ struct QueueTicket<'a> {
     key: &'a str,
     id: u64,
     owner: &'a OwnerId,
+    granted: bool,
 }
 
 impl Drop for QueueTicket<'_> {
     fn drop(&mut self) {
+        if self.granted {
+            return;
+        }
         let mut table = self.backend.table();
         let now = Instant::now();
         if let Some(state) = table.keys.get_mut(self.key) {
@@ -203,11 +207,12 @@ impl MemoryBackend {
         id: u64,
         wake: Arc<Notify>,
     ) -> AcquireOutcome {
-        let _ticket = QueueTicket {
+        let mut ticket = QueueTicket {
             backend: self,
             key: &req.key,
             id,
             owner: &req.owner,
+            granted: false,
         };
         loop {
             let holder_expiry = self.table().holder_of(&req.key).map(|h| h.expires_at);
@@ -228,6 +233,7 @@ impl MemoryBackend {
             let mut table = self.table();
             table.settle(&req.key, now);
             if let Some(lease) = table.lease_if_owner(req) {
+                ticket.granted = true;
                 return AcquireOutcome::Acquired(lease);
             }
             if deadline.is_some_and(|d| d <= now) {

@@ -1,0 +1,205 @@
+//! The conformance suite: the behaviour every backend must show, as one function per
+//! scenario, run by each backend's tests. **Not API-stable.**
+//!
+//! A [`Target`] says how to open a new client ("process") of the lock service under test and
+//! what to expect of it ([`Expectations`]: fencing, fairness, the short lease the timing
+//! scenarios use). [`conformance_tests!`](crate::conformance_tests) turns the whole suite into
+//! one `#[tokio::test]` per scenario:
+//!
+//! ```ignore
+//! dlock_core::conformance_tests!(memory, async {
+//!     let table = dlock_core::MemoryBackend::new();
+//!     dlock_core::conformance::Target::new(
+//!         move || { let t = table.clone(); async move { std::sync::Arc::new(t) } },
+//!         dlock_core::conformance::Expectations::of(&dlock_core::MemoryBackend::new()),
+//!     )
+//! });
+//! ```
+//!
+//! Scenarios panic with a message saying what went wrong.
+
+mod contract;
+mod exclusion;
+mod leases;
+mod reentrancy;
+mod support;
+mod waiting;
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use contract::{
+    fencing_tokens_strictly_increase, invalid_keys_are_rejected, non_owner_release_and_renew_refused,
+    release_is_idempotent,
+};
+pub use exclusion::{mutual_exclusion_read_sleep_write, try_lock_race_has_one_winner};
+pub use leases::{
+    dropped_guard_releases, lease_expires_without_watchdog, lost_lease_cancels_work,
+    ttl_expiry_after_holder_vanishes, watchdog_keeps_lock_past_three_ttls,
+};
+pub use reentrancy::{hand_off_shares_the_hold, reentrancy_is_per_task};
+pub use support::CountingBackend;
+pub use waiting::{
+    cancelled_wait_leaves_nothing_behind, try_lock_does_not_wait, wait_deadline_is_honoured,
+    waiter_woken_promptly_on_release, waiters_are_served_in_order,
+};
+
+use crate::backend::{Fencing, LockBackend};
+use crate::config::DlockConfig;
+use crate::locker::Locker;
+
+type Connect<B> = dyn Fn() -> Pin<Box<dyn Future<Output = Arc<B>> + Send>> + Send + Sync;
+
+/// A lock service under test: how to open another client of it, and what to expect.
+pub struct Target<B: LockBackend + ?Sized> {
+    connect: Arc<Connect<B>>,
+    /// What the scenarios may rely on.
+    pub expect: Expectations,
+}
+
+impl<B: LockBackend + ?Sized> fmt::Debug for Target<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Target").field("expect", &self.expect).finish_non_exhaustive()
+    }
+}
+
+impl<B: LockBackend + ?Sized> Target<B> {
+    /// A target whose clients come from `connect`. Each call must return a new client of the
+    /// **same** lock service (for memory: a clone of one table).
+    pub fn new<F, Fut>(connect: F, expect: Expectations) -> Self
+    where
+        F: Fn() -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Arc<B>> + Send + 'static,
+    {
+        Self {
+            connect: Arc::new(move || Box::pin(connect())),
+            expect,
+        }
+    }
+
+    /// A new client of the service, used directly through the backend contract.
+    pub async fn client(&self) -> Arc<B> {
+        (self.connect)().await
+    }
+
+    /// A new client wrapped in a [`Locker`] with the suite's settings (the short lease,
+    /// a prefix unique to this call so scenarios never see each other's keys).
+    pub async fn locker(&self) -> Locker {
+        self.locker_with_prefix(&self.expect.prefix).await
+    }
+
+    /// Like [`locker`](Self::locker) with an explicit key prefix; two Lockers with the same
+    /// prefix contend for the same keys.
+    pub async fn locker_with_prefix(&self, prefix: &str) -> Locker {
+        let client = self.client().await;
+        let config = DlockConfig {
+            key_prefix: prefix.to_owned(),
+            ttl: self.expect.ttl,
+            operation_timeout: self.expect.operation_timeout,
+            ..DlockConfig::default()
+        };
+        Locker::with_config(Arc::new(client), &config).expect("suite settings are valid")
+    }
+}
+
+/// What a backend promises, as explicit parameters of the suite.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Expectations {
+    /// Grants carry strictly increasing tokens.
+    pub fencing: bool,
+    /// Waiters are served in arrival order.
+    pub fair: bool,
+    /// `force_release` is supported (used to delete a key behind its holder's back).
+    pub force_release: bool,
+    /// The short lease the timing scenarios use. It must be long enough for a few round trips.
+    pub ttl: Duration,
+    /// Scheduling and network slack allowed on top of every expected time.
+    pub slack: Duration,
+    /// The operation timeout the suite's Lockers use.
+    pub operation_timeout: Duration,
+    /// Key prefix for this run's Lockers.
+    pub prefix: String,
+}
+
+impl Expectations {
+    /// Expectations read off `backend`'s capabilities, with a 300 ms lease and 250 ms slack.
+    pub fn of(backend: &(impl LockBackend + ?Sized)) -> Self {
+        let caps = backend.capabilities();
+        Self {
+            fencing: caps.fencing != Fencing::None,
+            fair: caps.fair,
+            force_release: true,
+            ttl: Duration::from_millis(300),
+            slack: Duration::from_millis(250),
+            operation_timeout: Duration::from_secs(2),
+            prefix: format!("conformance:{:08x}:", rand::random::<u32>()),
+        }
+    }
+
+    /// Sets [`Expectations::ttl`].
+    #[must_use]
+    pub const fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+
+    /// Sets [`Expectations::slack`].
+    #[must_use]
+    pub const fn slack(mut self, slack: Duration) -> Self {
+        self.slack = slack;
+        self
+    }
+
+    /// Sets [`Expectations::force_release`].
+    #[must_use]
+    pub const fn force_release(mut self, supported: bool) -> Self {
+        self.force_release = supported;
+        self
+    }
+}
+
+/// Generates one `#[tokio::test]` per conformance scenario, in a module named `$name`.
+///
+/// `$target` is an async expression evaluating to a [`Target`]; it runs once per test.
+#[macro_export]
+macro_rules! conformance_tests {
+    ($name:ident, $target:expr) => {
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+            $crate::conformance_tests!(@tests $target;
+                mutual_exclusion_read_sleep_write,
+                try_lock_race_has_one_winner,
+                ttl_expiry_after_holder_vanishes,
+                watchdog_keeps_lock_past_three_ttls,
+                lease_expires_without_watchdog,
+                lost_lease_cancels_work,
+                dropped_guard_releases,
+                non_owner_release_and_renew_refused,
+                release_is_idempotent,
+                fencing_tokens_strictly_increase,
+                invalid_keys_are_rejected,
+                wait_deadline_is_honoured,
+                try_lock_does_not_wait,
+                waiter_woken_promptly_on_release,
+                waiters_are_served_in_order,
+                cancelled_wait_leaves_nothing_behind,
+                reentrancy_is_per_task,
+                hand_off_shares_the_hold,
+            );
+        }
+    };
+    (@tests $target:expr; $($scenario:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $scenario() {
+                let target = $target.await;
+                $crate::conformance::$scenario(&target).await;
+            }
+        )*
+    };
+}

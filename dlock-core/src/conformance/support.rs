@@ -1,0 +1,165 @@
+//! Instruments the scenarios share.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use tokio::sync::broadcast;
+
+use crate::Result;
+use crate::backend::{Capabilities, LockBackend};
+use crate::lease::{AcquireOutcome, AcquireRequest, Lease, LostLease, ReleaseOutcome, RenewOutcome};
+
+/// A pass-through decorator that counts the calls made to the backend it wraps, to show
+/// what the core does *not* send (a re-entrant acquire makes no round trip).
+#[derive(Debug)]
+pub struct CountingBackend<B: ?Sized> {
+    acquires: AtomicUsize,
+    renewals: AtomicUsize,
+    releases: AtomicUsize,
+    inner: Arc<B>,
+}
+
+impl<B: LockBackend + ?Sized> CountingBackend<B> {
+    /// Wraps `inner`.
+    pub const fn new(inner: Arc<B>) -> Self {
+        Self {
+            acquires: AtomicUsize::new(0),
+            renewals: AtomicUsize::new(0),
+            releases: AtomicUsize::new(0),
+            inner,
+        }
+    }
+
+    /// Calls to `acquire` so far.
+    pub fn acquires(&self) -> usize {
+        self.acquires.load(Ordering::SeqCst)
+    }
+
+    /// Calls to `renew` so far.
+    pub fn renewals(&self) -> usize {
+        self.renewals.load(Ordering::SeqCst)
+    }
+
+    /// Calls to `release` so far.
+    pub fn releases(&self) -> usize {
+        self.releases.load(Ordering::SeqCst)
+    }
+}
+
+#[async_trait]
+impl<B: LockBackend + ?Sized> LockBackend for CountingBackend<B> {
+    async fn acquire(&self, req: &AcquireRequest, deadline: Option<Instant>) -> Result<AcquireOutcome> {
+        self.acquires.fetch_add(1, Ordering::SeqCst);
+        self.inner.acquire(req, deadline).await
+    }
+    async fn renew(&self, leases: &[Lease]) -> Result<Vec<RenewOutcome>> {
+        self.renewals.fetch_add(1, Ordering::SeqCst);
+        self.inner.renew(leases).await
+    }
+    async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
+        self.releases.fetch_add(1, Ordering::SeqCst);
+        self.inner.release(lease).await
+    }
+    async fn force_release(&self, key: &str) -> Result<bool> {
+        self.inner.force_release(key).await
+    }
+    fn lost_leases(&self) -> Option<broadcast::Receiver<LostLease>> {
+        self.inner.lost_leases()
+    }
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+}
+
+/// A resource that is deliberately **not** safe for concurrent use: an increment is a read,
+/// a pause, and a write. Two holders inside at once lose an update, and the entry check sees
+/// the other holder. It also plays the fenced resource: writes must carry non-decreasing
+/// tokens.
+#[derive(Debug, Default)]
+pub(crate) struct UnsafeCounter {
+    value: Mutex<u64>,
+    inside: Mutex<Option<usize>>,
+    overlaps: Mutex<Vec<(usize, usize)>>,
+    highest_token: Mutex<Option<u64>>,
+    stale_tokens: Mutex<Vec<(u64, u64)>>,
+}
+
+impl UnsafeCounter {
+    /// One protected increment by `worker`, holding the lock with `token`.
+    pub(crate) async fn increment(&self, worker: usize, token: Option<u64>, pause: Duration) {
+        {
+            let mut inside = self.inside.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some(other) = *inside {
+                self.overlaps.lock().unwrap_or_else(PoisonError::into_inner).push((other, worker));
+            }
+            *inside = Some(worker);
+        }
+        if let Some(token) = token {
+            let mut highest = self.highest_token.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some(h) = *highest
+                && token <= h
+            {
+                self.stale_tokens.lock().unwrap_or_else(PoisonError::into_inner).push((token, h));
+            }
+            *highest = Some(token);
+        }
+        let read = *self.value.lock().unwrap_or_else(PoisonError::into_inner);
+        tokio::time::sleep(pause).await;
+        *self.value.lock().unwrap_or_else(PoisonError::into_inner) = read + 1;
+        let mut inside = self.inside.lock().unwrap_or_else(PoisonError::into_inner);
+        if *inside == Some(worker) {
+            *inside = None;
+        }
+    }
+
+    pub(crate) fn value(&self) -> u64 {
+        *self.value.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub(crate) fn overlaps(&self) -> Vec<(usize, usize)> {
+        self.overlaps.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    pub(crate) fn stale_tokens(&self) -> Vec<(u64, u64)> {
+        self.stale_tokens.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+}
+
+/// Asserts `elapsed` is within `[low, high]`, with a message naming `what`.
+pub(crate) fn assert_between(what: &str, elapsed: Duration, low: Duration, high: Duration) {
+    assert!(
+        elapsed >= low && elapsed <= high,
+        "{what}: took {elapsed:?}, expected between {low:?} and {high:?}"
+    );
+}
+
+/// A unique key for one scenario run.
+pub(crate) fn key(name: &str) -> String {
+    format!("{name}:{:08x}", rand::random::<u32>())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The detector itself must catch a violation, or every exclusion test passes vacuously.
+    #[tokio::test]
+    async fn unsafe_counter_detects_unprotected_overlap() {
+        let counter = Arc::new(UnsafeCounter::default());
+        let a = tokio::spawn({
+            let c = Arc::clone(&counter);
+            async move { c.increment(1, Some(5), Duration::from_millis(30)).await }
+        });
+        let b = tokio::spawn({
+            let c = Arc::clone(&counter);
+            async move { c.increment(2, Some(4), Duration::from_millis(30)).await }
+        });
+        a.await.unwrap();
+        b.await.unwrap();
+        assert_eq!(counter.value(), 1, "one update lost");
+        assert_eq!(counter.overlaps().len(), 1);
+        assert_eq!(counter.stale_tokens().len(), 1);
+    }
+}
