@@ -10,7 +10,9 @@ use async_trait::async_trait;
 use tokio::sync::broadcast;
 
 use crate::Result;
-use crate::lease::{AcquireOutcome, AcquireRequest, Lease, LostLease, ReleaseOutcome, RenewOutcome};
+use crate::lease::{
+    AcquireOutcome, AcquireRequest, Lease, LostLease, ReleaseOutcome, RenewOutcome,
+};
 
 #[cfg(feature = "memory")]
 pub(crate) mod memory;
@@ -71,8 +73,11 @@ pub trait LockBackend: Send + Sync + std::fmt::Debug + 'static {
     /// [`Error::Backend`](crate::Error::Backend) or [`Error::Timeout`](crate::Error::Timeout) when
     /// the service cannot be reached or answers with an error (e.g. the key holds a value of
     /// the wrong type). Busy is not an error here: it is [`AcquireOutcome::Busy`].
-    async fn acquire(&self, req: &AcquireRequest, deadline: Option<Instant>)
-    -> Result<AcquireOutcome>;
+    async fn acquire(
+        &self,
+        req: &AcquireRequest,
+        deadline: Option<Instant>,
+    ) -> Result<AcquireOutcome>;
 
     /// Owner-checked renewal of many leases, in as few round trips as the service allows
     /// (at most [`Capabilities::max_renew_batch`] are passed at once). Returns one outcome per

@@ -105,9 +105,9 @@ impl BackendUrl {
     /// feature is off (the message names the feature).
     pub fn parse(url: &str) -> Result<Self> {
         let bad = |reason: String| Error::config("url", url, reason);
-        let (scheme, _) = url
-            .split_once("://")
-            .ok_or_else(|| bad("expected a URL such as `memory://` or `redis://127.0.0.1:6379`".into()))?;
+        let (scheme, _) = url.split_once("://").ok_or_else(|| {
+            bad("expected a URL such as `memory://` or `redis://127.0.0.1:6379`".into())
+        })?;
         let kind = BackendKind::from_scheme(&scheme.to_ascii_lowercase()).ok_or_else(|| {
             bad(format!(
                 "unknown backend `{scheme}`; known: memory, redis, redis+cluster, redlock, etcd, zk, postgres"
@@ -143,7 +143,9 @@ impl BackendUrl {
     /// For `memory://name`, the table name (`""` for `memory://`).
     #[must_use]
     pub fn memory_table_name(&self) -> &str {
-        self.url.split_once("://").map_or("", |(_, rest)| rest.trim_end_matches('/'))
+        self.url
+            .split_once("://")
+            .map_or("", |(_, rest)| rest.trim_end_matches('/'))
     }
 }
 
@@ -162,14 +164,27 @@ mod tests {
             ("postgres://u@h/db", "postgres"),
         ] {
             let err = BackendUrl::parse(url).unwrap_err().to_string();
-            assert!(err.contains(&format!("needs the `{feature}` feature")), "{url}: {err}");
+            assert!(
+                err.contains(&format!("needs the `{feature}` feature")),
+                "{url}: {err}"
+            );
             assert!(err.contains(url), "{url}: {err}");
         }
     }
 
     #[test]
     fn rejects_unknown_and_malformed_urls() {
-        assert!(BackendUrl::parse("mongodb://h").unwrap_err().to_string().contains("unknown backend `mongodb`"));
-        assert!(BackendUrl::parse("localhost:6379").unwrap_err().to_string().contains("expected a URL"));
+        assert!(
+            BackendUrl::parse("mongodb://h")
+                .unwrap_err()
+                .to_string()
+                .contains("unknown backend `mongodb`")
+        );
+        assert!(
+            BackendUrl::parse("localhost:6379")
+                .unwrap_err()
+                .to_string()
+                .contains("expected a URL")
+        );
     }
 }

@@ -183,7 +183,11 @@ impl DlockConfig {
     fn validate_as(&self, name: impl Fn(&str) -> String) -> Result<()> {
         let shown = |d: Duration| humantime::format_duration(d).to_string();
         if self.ttl < Duration::from_millis(10) {
-            return Err(Error::config(name("ttl"), shown(self.ttl), "must be at least 10ms"));
+            return Err(Error::config(
+                name("ttl"),
+                shown(self.ttl),
+                "must be at least 10ms",
+            ));
         }
         if let Some(interval) = self.watchdog_interval
             && (interval.is_zero() || interval >= self.ttl)
@@ -191,11 +195,18 @@ impl DlockConfig {
             return Err(Error::config(
                 name("watchdog_interval"),
                 shown(interval),
-                format!("must be positive and shorter than the ttl ({})", shown(self.ttl)),
+                format!(
+                    "must be positive and shorter than the ttl ({})",
+                    shown(self.ttl)
+                ),
             ));
         }
         if self.operation_timeout.is_zero() {
-            return Err(Error::config(name("operation_timeout"), "0s", "must be positive"));
+            return Err(Error::config(
+                name("operation_timeout"),
+                "0s",
+                "must be positive",
+            ));
         }
         crate::key::validate_prefix(&self.key_prefix)
             .map_err(|reason| Error::config(name("key_prefix"), &self.key_prefix, reason))?;
@@ -225,7 +236,11 @@ fn env_name(field: &str) -> &'static str {
 /// [`Error::Config`] with the field, the value and humantime's explanation.
 pub(crate) fn parse_duration(field: &str, value: &str) -> Result<Duration> {
     humantime::parse_duration(value).map_err(|e| {
-        Error::config(field, value, format!("{e} (expected a duration such as \"10s\" or \"250ms\")"))
+        Error::config(
+            field,
+            value,
+            format!("{e} (expected a duration such as \"10s\" or \"250ms\")"),
+        )
     })
 }
 
@@ -235,9 +250,17 @@ fn toml_error(text: &str, error: &toml::de::Error) -> Error {
     let Some(span) = error.span() else {
         return Error::config("<document>", "", message);
     };
-    let value = text.get(span.clone()).unwrap_or_default().trim().to_owned();
+    let value = text
+        .get(span.clone())
+        .unwrap_or_default()
+        .trim()
+        .trim_matches(['"', '\''])
+        .to_owned();
     let line_start = text[..span.start].rfind('\n').map_or(0, |i| i + 1);
-    let line = &text[line_start..text[line_start..].find('\n').map_or(text.len(), |i| line_start + i)];
+    let line = &text[line_start
+        ..text[line_start..]
+            .find('\n')
+            .map_or(text.len(), |i| line_start + i)];
     let field = line
         .split_once('=')
         .map_or(value.as_str(), |(key, _)| key)
@@ -296,7 +319,8 @@ mod tests {
 
     #[test]
     fn env_errors_name_the_variable_and_value() {
-        let cases: [(&[(&str, &str)], &str, &str); 4] = [
+        type Vars = &'static [(&'static str, &'static str)];
+        let cases: [(Vars, &str, &str); 4] = [
             (&[("DLOCK_TTL", "10x")], "DLOCK_TTL", "10x"),
             (&[("DLOCK_TTL", "0s")], "DLOCK_TTL", "0s"),
             (
@@ -314,7 +338,9 @@ mod tests {
                     .map(|(_, v)| (*v).to_owned())
             };
             match DlockConfig::from_vars(lookup) {
-                Err(Error::Config { field: f, value: v, .. }) => {
+                Err(Error::Config {
+                    field: f, value: v, ..
+                }) => {
                     assert_eq!((f.as_str(), v.as_str()), (field, value));
                 }
                 other => panic!("{pairs:?}: expected a config error, got {other:?}"),
@@ -325,19 +351,29 @@ mod tests {
     #[test]
     fn toml_errors_name_the_field_and_value() {
         for (text, field, value) in [
-            ("ttl = \"10x\"", "ttl", "\"10x\""),
+            ("ttl = \"10x\"", "ttl", "10x"),
             ("wait = 5", "wait", "5"),
-            ("url = \"etcd://127.0.0.1:2379\"", "url", "etcd://127.0.0.1:2379"),
+            (
+                "url = \"etcd://127.0.0.1:2379\"",
+                "url",
+                "etcd://127.0.0.1:2379",
+            ),
             ("operation_timeout = \"0s\"", "operation_timeout", "0s"),
         ] {
             match DlockConfig::from_toml_str(text) {
-                Err(Error::Config { field: f, value: v, reason }) => {
+                Err(Error::Config {
+                    field: f,
+                    value: v,
+                    reason,
+                }) => {
                     assert_eq!((f.as_str(), v.as_str()), (field, value), "{text}: {reason}");
                 }
                 other => panic!("{text}: expected a config error, got {other:?}"),
             }
         }
-        let unknown = DlockConfig::from_toml_str("tll = \"10s\"").unwrap_err().to_string();
+        let unknown = DlockConfig::from_toml_str("tll = \"10s\"")
+            .unwrap_err()
+            .to_string();
         assert!(unknown.contains("tll"), "{unknown}");
     }
 

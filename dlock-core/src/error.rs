@@ -24,7 +24,12 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 ///
 /// let locker = Locker::memory();
 /// let _held = locker.lock("order:42").await.unwrap();
-/// match locker.lock("order:42").wait(Duration::from_millis(10)).await {
+/// // Another task (the holding task itself would re-enter):
+/// let rival = locker.clone();
+/// let attempt = tokio::spawn(async move {
+///     rival.lock("order:42").wait(Duration::from_millis(10)).await.map(drop)
+/// });
+/// match attempt.await.unwrap() {
 ///     Err(Error::Busy { key, .. }) => assert_eq!(key, "order:42"),
 ///     other => panic!("expected Busy, got {other:?}"),
 /// }

@@ -60,7 +60,10 @@ impl Hold {
         }
         Some(Error::LeaseLost {
             key: self.watch.user_key().to_owned(),
-            reason: self.watch.lost_reason().unwrap_or(crate::LostReason::Expired),
+            reason: self
+                .watch
+                .lost_reason()
+                .unwrap_or(crate::LostReason::Expired),
         })
     }
 
@@ -85,8 +88,11 @@ impl Hold {
 
 impl Drop for Hold {
     fn drop(&mut self) {
-        let holders = std::mem::take(&mut *self.holders.lock().unwrap_or_else(PoisonError::into_inner));
-        self.locker.reentrancy().forget_ended(&holders, &self.lease.key);
+        let holders =
+            std::mem::take(&mut *self.holders.lock().unwrap_or_else(PoisonError::into_inner));
+        self.locker
+            .reentrancy()
+            .forget_ended(&holders, &self.lease.key);
         if self.released.swap(true, Ordering::SeqCst) {
             return;
         }

@@ -74,7 +74,10 @@ mod tests {
         let err = validate_key(&long).unwrap_err();
         let text = err.to_string();
         assert!(text.contains("at most 512 bytes"), "{text}");
-        assert!(text.len() < 200, "message should not echo the whole key: {text}");
+        assert!(
+            text.len() < 200,
+            "message should not echo the whole key: {text}"
+        );
     }
 
     #[test]

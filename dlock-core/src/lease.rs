@@ -228,7 +228,9 @@ pub enum LostReason {
 impl fmt::Display for LostReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::NotOwner => f.write_str("the backend says another owner holds the key or it is gone"),
+            Self::NotOwner => {
+                f.write_str("the backend says another owner holds the key or it is gone")
+            }
             Self::Expired => f.write_str("the lease expired locally without a successful renewal"),
             Self::Backend(why) => write!(f, "the backend reported it lost: {why}"),
         }

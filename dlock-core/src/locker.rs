@@ -389,9 +389,12 @@ impl Locker {
         let outcome = match deadline {
             Some(deadline) => {
                 let hard_stop = deadline + shared.config.operation_timeout;
-                tokio::time::timeout_at(hard_stop.into(), shared.backend.acquire(&request, Some(deadline)))
-                    .await
-                    .map_err(|_| self.timeout("acquire"))?
+                tokio::time::timeout_at(
+                    hard_stop.into(),
+                    shared.backend.acquire(&request, Some(deadline)),
+                )
+                .await
+                .map_err(|_| self.timeout("acquire"))?
             }
             None => shared.backend.acquire(&request, None).await,
         }?;
@@ -405,9 +408,15 @@ impl Locker {
                 });
             }
         };
-        let watch = Arc::new(LeaseWatch::new(options.key.to_owned(), ttl, lease.valid_from));
+        let watch = Arc::new(LeaseWatch::new(
+            options.key.to_owned(),
+            ttl,
+            lease.valid_from,
+        ));
         let cadence = options.watchdog.then(|| self.cadence(ttl));
-        shared.watchdog.watch(lease.clone(), Arc::clone(&watch), cadence);
+        shared
+            .watchdog
+            .watch(lease.clone(), Arc::clone(&watch), cadence);
         let hold = Arc::new(Hold::new(Arc::clone(shared), lease, watch));
         hold.add_holder(holder);
         tracing::debug!(

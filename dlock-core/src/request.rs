@@ -4,9 +4,9 @@ use std::future::{Future, IntoFuture};
 use std::pin::Pin;
 use std::time::Duration;
 
+use crate::Result;
 use crate::guard::LockGuard;
 use crate::locker::{AcquireOptions, Locker};
-use crate::Result;
 
 /// An acquire being configured; `.await` it to get a [`LockGuard`].
 ///

@@ -178,7 +178,12 @@ fn tick(
     });
     drop(entries);
     for batch in due.chunks(max_batch) {
-        let renewal = renew_batch(Arc::clone(shared), Arc::clone(backend), batch.to_vec(), operation_timeout);
+        let renewal = renew_batch(
+            Arc::clone(shared),
+            Arc::clone(backend),
+            batch.to_vec(),
+            operation_timeout,
+        );
         tokio::spawn(renewal);
     }
     next_wake

@@ -24,7 +24,10 @@ fn guard_locker_and_futures_are_send_and_sync() {
 
 fn faulty_locker(ttl: Duration) -> (Arc<Faulty>, Locker) {
     let backend = Arc::new(Faulty::new(MemoryBackend::new()));
-    let config = DlockConfig { ttl, ..DlockConfig::default() };
+    let config = DlockConfig {
+        ttl,
+        ..DlockConfig::default()
+    };
     let locker = Locker::with_config(backend.clone(), &config).unwrap();
     (backend, locker)
 }
@@ -47,9 +50,18 @@ async fn failed_renewals_lose_the_lease_at_the_local_deadline_and_cancel_work() 
     }
     // Lost no later than the ttl (+ scheduling), and not before the lease really could expire
     // minus the drift margin (1% + 2 ms).
-    assert!(elapsed >= ttl - ttl / 100 - Duration::from_millis(2), "lost early: {elapsed:?}");
-    assert!(elapsed < ttl + Duration::from_millis(200), "lost late: {elapsed:?}");
-    assert!(backend.renew_batches.lock().unwrap().len() >= 2, "the watchdog retried the renewal");
+    assert!(
+        elapsed >= ttl - ttl / 100 - Duration::from_millis(2),
+        "lost early: {elapsed:?}"
+    );
+    assert!(
+        elapsed < ttl + Duration::from_millis(200),
+        "lost late: {elapsed:?}"
+    );
+    assert!(
+        backend.renew_batches.lock().unwrap().len() >= 2,
+        "the watchdog retried the renewal"
+    );
     assert!(!guard.is_held());
     assert_eq!(guard.lost_reason(), Some(LostReason::Expired));
 }
@@ -63,7 +75,10 @@ async fn a_renewal_that_recovers_in_time_keeps_the_lease() {
     tokio::time::sleep(ttl / 2).await;
     backend.fail_renewals.store(false, Ordering::SeqCst);
     tokio::time::sleep(ttl * 2).await;
-    assert!(guard.is_held(), "a retried renewal should have saved the lease");
+    assert!(
+        guard.is_held(),
+        "a retried renewal should have saved the lease"
+    );
     guard.release().await.unwrap();
 }
 
@@ -100,7 +115,10 @@ async fn a_reply_later_than_the_ttl_is_not_a_grant() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_lock_cancels_the_body_when_the_lease_is_broken() {
     let table = MemoryBackend::new();
-    let config = DlockConfig { ttl: Duration::from_millis(300), ..DlockConfig::default() };
+    let config = DlockConfig {
+        ttl: Duration::from_millis(300),
+        ..DlockConfig::default()
+    };
     let locker = Locker::with_config(Arc::new(table.clone()), &config).unwrap();
     let progress = Arc::new(std::sync::atomic::AtomicU32::new(0));
     let body = {
@@ -114,14 +132,29 @@ async fn with_lock_cancels_the_body_when_the_lease_is_broken() {
     };
     let breaker = async {
         tokio::time::sleep(Duration::from_millis(150)).await;
-        dlock_core::LockBackend::force_release(&table, "dlock:settle").await.unwrap()
+        dlock_core::LockBackend::force_release(&table, "dlock:settle")
+            .await
+            .unwrap()
     };
     let (outcome, broke) = tokio::join!(locker.with_lock("settle", body), breaker);
     assert!(broke);
-    assert!(matches!(outcome, Err(Error::LeaseLost { reason: LostReason::NotOwner, .. })), "{outcome:?}");
+    assert!(
+        matches!(
+            outcome,
+            Err(Error::LeaseLost {
+                reason: LostReason::NotOwner,
+                ..
+            })
+        ),
+        "{outcome:?}"
+    );
     let seen = progress.load(Ordering::SeqCst);
     tokio::time::sleep(Duration::from_millis(50)).await;
-    assert_eq!(progress.load(Ordering::SeqCst), seen, "the body kept running after cancellation");
+    assert_eq!(
+        progress.load(Ordering::SeqCst),
+        seen,
+        "the body kept running after cancellation"
+    );
 }
 
 #[tokio::test]
@@ -149,5 +182,5 @@ async fn guards_release_on_drop_even_outside_explicit_release() {
         tokio::task::yield_now().await;
     }
     assert_eq!(backend.releases.load(Ordering::SeqCst), 1);
-    locker.try_lock("scoped").await.expect("released by drop");
+    let _again = locker.try_lock("scoped").await.expect("released by drop");
 }

@@ -18,7 +18,10 @@ async fn nested_acquire_in_one_task_reenters_and_outermost_release_releases() {
     outer.release().await.unwrap();
     let other = locker.clone();
     let contender = tokio::spawn(async move { other.try_lock("order:1").await.map(drop) });
-    contender.await.unwrap().expect("free after the outermost release");
+    contender
+        .await
+        .unwrap()
+        .expect("free after the outermost release");
 }
 
 /// The documented sharp edge: both branches of one `join!` run in the same task, so the
@@ -28,18 +31,28 @@ async fn branches_of_one_join_share_the_task_and_therefore_the_hold() {
     let locker = Locker::memory();
     let (a, b) = tokio::join!(locker.lock("shared"), locker.lock("shared"));
     let (a, b) = (a.unwrap(), b.unwrap());
-    assert_eq!(a.is_nested() as u8 + b.is_nested() as u8, 1, "exactly one of them re-entered");
+    assert_eq!(
+        a.is_nested() as u8 + b.is_nested() as u8,
+        1,
+        "exactly one of them re-entered"
+    );
     assert_eq!(a.fencing_token(), b.fencing_token());
 }
 
 /// Outside any task (the body of `block_on`) the thread is the holder.
 #[test]
 fn code_outside_a_task_reenters_per_thread() {
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     runtime.block_on(async {
         let locker = Locker::memory();
         let outer = locker.lock("main").await.unwrap();
-        let inner = locker.try_lock("main").await.expect("re-enters on the same thread");
+        let inner = locker
+            .try_lock("main")
+            .await
+            .expect("re-enters on the same thread");
         assert!(inner.is_nested());
         let other = locker.clone();
         let spawned = tokio::spawn(async move { other.try_lock("main").await.map(drop) });
@@ -52,7 +65,10 @@ fn code_outside_a_task_reenters_per_thread() {
 #[tokio::test]
 async fn separate_lockers_do_not_share_holds() {
     let table = MemoryBackend::new();
-    let (a, b) = (Locker::from_backend(table.clone()), Locker::from_backend(table));
+    let (a, b) = (
+        Locker::from_backend(table.clone()),
+        Locker::from_backend(table),
+    );
     let _held = a.lock("k").await.unwrap();
     assert!(matches!(b.try_lock("k").await, Err(Error::Busy { .. })));
 }
@@ -73,7 +89,11 @@ async fn re_entering_a_lost_hold_reports_the_loss() {
     }
     drop(outer);
     // The local deadline runs a drift margin ahead of the server's expiry: wait that out.
-    let fresh = locker.lock("short").wait(Duration::from_millis(100)).await.expect("acquire anew");
+    let fresh = locker
+        .lock("short")
+        .wait(Duration::from_millis(100))
+        .await
+        .expect("acquire anew");
     assert!(!fresh.is_nested());
 }
 
@@ -83,6 +103,9 @@ async fn the_global_locker_is_installed_once_and_shared() {
     locker.install_global();
     let global = Locker::global().unwrap();
     let _held = global.lock("global").await.unwrap();
-    let nested = locker.try_lock("global").await.expect("the global is the same Locker");
+    let nested = locker
+        .try_lock("global")
+        .await
+        .expect("the global is the same Locker");
     assert!(nested.is_nested());
 }

@@ -12,7 +12,10 @@ use support::Faulty;
 async fn renewals_of_many_locks_are_batched_and_stop_when_guards_drop() {
     let ttl = Duration::from_millis(300);
     let backend = Arc::new(Faulty::new(MemoryBackend::new()));
-    let config = DlockConfig { ttl, ..DlockConfig::default() };
+    let config = DlockConfig {
+        ttl,
+        ..DlockConfig::default()
+    };
     let locker = Locker::with_config(backend.clone(), &config).unwrap();
     let mut guards = Vec::new();
     for i in 0..20 {
@@ -23,7 +26,10 @@ async fn renewals_of_many_locks_are_batched_and_stop_when_guards_drop() {
     assert!(guards.iter().all(|g| g.is_held()));
     let batches = backend.renew_batches.lock().unwrap().clone();
     let renewed: usize = batches.iter().sum();
-    assert!(renewed >= 20 * 4, "every lease renewed about every ttl/3: {batches:?}");
+    assert!(
+        renewed >= 20 * 4,
+        "every lease renewed about every ttl/3: {batches:?}"
+    );
     assert!(
         batches.len() * 4 <= renewed,
         "renewals were not batched (calls: {}, leases renewed: {renewed})",
@@ -35,7 +41,11 @@ async fn renewals_of_many_locks_are_batched_and_stop_when_guards_drop() {
     assert_eq!(locker.watched_leases(), 0);
     let calls = backend.renew_batches.lock().unwrap().len();
     tokio::time::sleep(ttl).await;
-    assert_eq!(backend.renew_batches.lock().unwrap().len(), calls, "renewal continued after drop");
+    assert_eq!(
+        backend.renew_batches.lock().unwrap().len(),
+        calls,
+        "renewal continued after drop"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -61,7 +71,10 @@ async fn the_watchdog_cadence_follows_the_config() {
 #[test]
 fn the_watchdog_survives_its_runtime() {
     let ttl = Duration::from_millis(200);
-    let config = DlockConfig { ttl, ..DlockConfig::default() };
+    let config = DlockConfig {
+        ttl,
+        ..DlockConfig::default()
+    };
     let locker = Locker::with_config(Arc::new(MemoryBackend::new()), &config).unwrap();
     for _ in 0..2 {
         let runtime = tokio::runtime::Builder::new_multi_thread()

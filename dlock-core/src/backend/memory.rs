@@ -15,9 +15,7 @@ use tokio::sync::Notify;
 
 use crate::Result;
 use crate::backend::{Capabilities, Fencing, LockBackend};
-use crate::lease::{
-    AcquireOutcome, AcquireRequest, Lease, OwnerId, ReleaseOutcome, RenewOutcome,
-};
+use crate::lease::{AcquireOutcome, AcquireRequest, Lease, OwnerId, ReleaseOutcome, RenewOutcome};
 
 /// In-process locks with real leases, FIFO hand-off and fencing tokens.
 ///
@@ -116,10 +114,8 @@ impl Table {
 
     fn lease_if_owner(&self, req: &AcquireRequest) -> Option<Lease> {
         let holder = self.holder_of(&req.key)?;
-        (holder.owner == req.owner).then(|| {
-            Lease::new(req, holder.granted_at)
-                .with_fencing_token(holder.token)
-        })
+        (holder.owner == req.owner)
+            .then(|| Lease::new(req, holder.granted_at).with_fencing_token(holder.token))
     }
 
     fn remaining(&self, key: &str, now: Instant) -> Option<Duration> {
@@ -152,7 +148,11 @@ impl Drop for QueueTicket<'_> {
         let now = Instant::now();
         if let Some(state) = table.keys.get_mut(self.key) {
             state.waiters.retain(|w| w.id != self.id);
-            if state.holder.as_ref().is_some_and(|h| &h.owner == self.owner) {
+            if state
+                .holder
+                .as_ref()
+                .is_some_and(|h| &h.owner == self.owner)
+            {
                 // Granted by hand-off while we were being cancelled: pass it on.
                 state.holder = None;
             }

@@ -3,8 +3,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::support::{CountingBackend, key};
 use super::Target;
+use super::support::{CountingBackend, key};
 use crate::backend::LockBackend;
 use crate::lease::{AcquireOutcome, AcquireRequest, Lease, OwnerId, ReleaseOutcome, RenewOutcome};
 use crate::locker::Locker;
@@ -12,7 +12,11 @@ use crate::{Error, MAX_KEY_LEN};
 
 async fn grant<B: LockBackend + ?Sized>(client: &B, key: &str, ttl: Duration) -> Lease {
     let request = AcquireRequest::new(key, OwnerId::random("conformance"), ttl);
-    match client.acquire(&request, Some(Instant::now())).await.expect("raw acquire") {
+    match client
+        .acquire(&request, Some(Instant::now()))
+        .await
+        .expect("raw acquire")
+    {
         AcquireOutcome::Acquired(lease) => lease,
         busy => panic!("free key `{key}` not granted: {busy:?}"),
     }
@@ -29,14 +33,35 @@ pub async fn non_owner_release_and_renew_refused<B: LockBackend + ?Sized>(target
     let mut forged = lease.clone();
     forged.owner = OwnerId::random("forger");
 
-    assert_eq!(forger.release(&forged).await.expect("release"), ReleaseOutcome::NotHeld);
-    let renewed = forger.renew(std::slice::from_ref(&forged)).await.expect("renew");
-    assert!(matches!(renewed.as_slice(), [RenewOutcome::NotOwner]), "forged renewal: {renewed:?}");
-    assert!(matches!(locker.try_lock(&user_key).await, Err(Error::Busy { .. })), "the holder lost the lock to a forged release");
+    assert_eq!(
+        forger.release(&forged).await.expect("release"),
+        ReleaseOutcome::NotHeld
+    );
+    let renewed = forger
+        .renew(std::slice::from_ref(&forged))
+        .await
+        .expect("renew");
+    assert!(
+        matches!(renewed.as_slice(), [RenewOutcome::NotOwner]),
+        "forged renewal: {renewed:?}"
+    );
+    assert!(
+        matches!(locker.try_lock(&user_key).await, Err(Error::Busy { .. })),
+        "the holder lost the lock to a forged release"
+    );
 
-    let renewed = holder.renew(std::slice::from_ref(&lease)).await.expect("renew");
-    assert!(matches!(renewed.as_slice(), [RenewOutcome::Renewed]), "owner's renewal: {renewed:?}");
-    assert_eq!(holder.release(&lease).await.expect("release"), ReleaseOutcome::Released);
+    let renewed = holder
+        .renew(std::slice::from_ref(&lease))
+        .await
+        .expect("renew");
+    assert!(
+        matches!(renewed.as_slice(), [RenewOutcome::Renewed]),
+        "owner's renewal: {renewed:?}"
+    );
+    assert_eq!(
+        holder.release(&lease).await.expect("release"),
+        ReleaseOutcome::Released
+    );
 }
 
 /// Releasing twice is harmless, and a stale lease's release never frees the next holder.
@@ -46,21 +71,44 @@ pub async fn release_is_idempotent<B: LockBackend + ?Sized>(target: &Target<B>) 
     let user_key = key("idempotent");
     let full_key = locker.backend_key(&user_key).unwrap();
     let first = grant(&*client, &full_key, Duration::from_secs(10)).await;
-    assert_eq!(client.release(&first).await.expect("release"), ReleaseOutcome::Released);
-    assert_eq!(client.release(&first).await.expect("second release"), ReleaseOutcome::NotHeld);
+    assert_eq!(
+        client.release(&first).await.expect("release"),
+        ReleaseOutcome::Released
+    );
+    assert_eq!(
+        client.release(&first).await.expect("second release"),
+        ReleaseOutcome::NotHeld
+    );
 
     let second = grant(&*client, &full_key, Duration::from_secs(10)).await;
-    assert_eq!(client.release(&first).await.expect("stale release"), ReleaseOutcome::NotHeld);
-    assert!(matches!(locker.try_lock(&user_key).await, Err(Error::Busy { .. })), "a stale release freed the next holder");
-    assert_eq!(client.release(&second).await.expect("release"), ReleaseOutcome::Released);
+    assert_eq!(
+        client.release(&first).await.expect("stale release"),
+        ReleaseOutcome::NotHeld
+    );
+    assert!(
+        matches!(locker.try_lock(&user_key).await, Err(Error::Busy { .. })),
+        "a stale release freed the next holder"
+    );
+    assert_eq!(
+        client.release(&second).await.expect("release"),
+        ReleaseOutcome::Released
+    );
 
     // The same through guards: a guard whose lock was broken behind its back says so.
     if target.expect.force_release {
         let guard = locker.lock(&user_key).await.expect("acquire");
-        assert!(client.force_release(&full_key).await.expect("force_release"), "a holder was removed");
+        assert!(
+            client
+                .force_release(&full_key)
+                .await
+                .expect("force_release"),
+            "a holder was removed"
+        );
         match guard.release().await {
             Err(Error::NotHolder { .. } | Error::LeaseLost { .. }) => {}
-            other => panic!("release of a broken lock: expected NotHolder or LeaseLost, got {other:?}"),
+            other => {
+                panic!("release of a broken lock: expected NotHolder or LeaseLost, got {other:?}")
+            }
         }
     }
 }
@@ -81,25 +129,49 @@ pub async fn fencing_tokens_strictly_increase<B: LockBackend + ?Sized>(target: &
     tokens.push(guard.fencing_token());
     drop(guard);
 
-    let guard = a.lock(&key).ttl(ttl).watchdog(false).wait(ttl).await.expect("lock after drop");
+    let guard = a
+        .lock(&key)
+        .ttl(ttl)
+        .watchdog(false)
+        .wait(ttl)
+        .await
+        .expect("lock after drop");
     tokens.push(guard.fencing_token());
     std::mem::forget(guard); // vanish: b gets it after the ttl
-    let guard = b.lock(&key).wait(ttl * 4 + target.expect.slack).await.expect("lock after expiry");
+    let guard = b
+        .lock(&key)
+        .wait(ttl * 4 + target.expect.slack)
+        .await
+        .expect("lock after expiry");
     tokens.push(guard.fencing_token());
 
     let waiter = tokio::spawn({
         let (a, key) = (a.clone(), key.clone());
-        async move { a.lock(&key).wait(Duration::from_secs(10)).await.map(|g| g.fencing_token()) }
+        async move {
+            a.lock(&key)
+                .wait(Duration::from_secs(10))
+                .await
+                .map(|g| g.fencing_token())
+        }
     });
     tokio::time::sleep(Duration::from_millis(30)).await;
     guard.release().await.expect("release");
     tokens.push(waiter.await.expect("waiter panicked").expect("hand-off"));
 
     if target.expect.fencing {
-        let tokens: Vec<u64> = tokens.into_iter().map(|t| t.expect("a fencing backend gave no token")).collect();
-        assert!(tokens.windows(2).all(|w| w[0] < w[1]), "tokens not strictly increasing: {tokens:?}");
+        let tokens: Vec<u64> = tokens
+            .into_iter()
+            .map(|t| t.expect("a fencing backend gave no token"))
+            .collect();
+        assert!(
+            tokens.windows(2).all(|w| w[0] < w[1]),
+            "tokens not strictly increasing: {tokens:?}"
+        );
     } else {
-        assert!(tokens.iter().all(Option::is_none), "a backend without fencing gave tokens: {tokens:?}");
+        assert!(
+            tokens.iter().all(Option::is_none),
+            "a backend without fencing gave tokens: {tokens:?}"
+        );
     }
 }
 
@@ -117,5 +189,11 @@ pub async fn invalid_keys_are_rejected<B: LockBackend + ?Sized>(target: &Target<
     }
     assert_eq!(counting.acquires(), 0, "an invalid key reached the backend");
     let longest = "k".repeat(MAX_KEY_LEN);
-    locker.try_lock(&longest).await.expect("the longest valid key").release().await.expect("release");
+    locker
+        .try_lock(&longest)
+        .await
+        .expect("the longest valid key")
+        .release()
+        .await
+        .expect("release");
 }

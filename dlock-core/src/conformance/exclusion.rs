@@ -3,10 +3,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::support::{UnsafeCounter, key};
 use super::Target;
-use crate::backend::LockBackend;
+use super::support::{UnsafeCounter, key};
 use crate::Error;
+use crate::backend::LockBackend;
 
 /// 8 tasks on 2 Lockers (two clients of the service) each take one key 25 times and do a
 /// non-atomic read-sleep-write under it. Any overlap loses an update or is seen on entry;
@@ -40,8 +40,16 @@ pub async fn mutual_exclusion_read_sleep_write<B: LockBackend + ?Sized>(target: 
         task.await.expect("worker panicked");
     }
     assert_eq!(counter.overlaps(), [], "two holders were inside at once");
-    assert_eq!(counter.stale_tokens(), [], "a holder's token was not above its predecessor's");
-    assert_eq!(counter.value(), (TASKS * ROUNDS) as u64, "updates were lost");
+    assert_eq!(
+        counter.stale_tokens(),
+        [],
+        "a holder's token was not above its predecessor's"
+    );
+    assert_eq!(
+        counter.value(),
+        (TASKS * ROUNDS) as u64,
+        "updates were lost"
+    );
 }
 
 /// Five clients race with `try_lock` on one free key: exactly one wins.

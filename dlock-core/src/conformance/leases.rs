@@ -2,12 +2,12 @@
 
 use std::time::{Duration, Instant};
 
-use super::support::{assert_between, key};
 use super::Target;
+use super::support::{assert_between, key};
+use crate::Error;
 use crate::backend::LockBackend;
 use crate::lease::{AcquireOutcome, AcquireRequest, LostReason, OwnerId};
 use crate::lease_watch::drift_margin;
-use crate::Error;
 
 /// A holder that vanishes without releasing (a crashed process: granted through the raw
 /// contract and never touched again; and a guard leaked with `mem::forget` with the watchdog
@@ -19,11 +19,30 @@ pub async fn ttl_expiry_after_holder_vanishes<B: LockBackend + ?Sized>(target: &
     let crashed = target.client().await;
     let vanished_key = key("vanished");
     let sent = Instant::now();
-    let request = AcquireRequest::new(locker.backend_key(&vanished_key).unwrap(), OwnerId::random("crashed"), ttl);
-    let outcome = crashed.acquire(&request, Some(Instant::now())).await.expect("raw acquire");
-    assert!(matches!(outcome, AcquireOutcome::Acquired(_)), "free key not granted: {outcome:?}");
-    let guard = locker.lock(&vanished_key).wait(ttl * 4 + target.expect.slack).await.expect("acquire after expiry");
-    assert_between("waiting out a crashed holder's ttl", sent.elapsed(), ttl, ttl + target.expect.slack);
+    let request = AcquireRequest::new(
+        locker.backend_key(&vanished_key).unwrap(),
+        OwnerId::random("crashed"),
+        ttl,
+    );
+    let outcome = crashed
+        .acquire(&request, Some(Instant::now()))
+        .await
+        .expect("raw acquire");
+    assert!(
+        matches!(outcome, AcquireOutcome::Acquired(_)),
+        "free key not granted: {outcome:?}"
+    );
+    let guard = locker
+        .lock(&vanished_key)
+        .wait(ttl * 4 + target.expect.slack)
+        .await
+        .expect("acquire after expiry");
+    assert_between(
+        "waiting out a crashed holder's ttl",
+        sent.elapsed(),
+        ttl,
+        ttl + target.expect.slack,
+    );
     drop(guard);
 
     let leaker = target.locker().await;
@@ -31,8 +50,17 @@ pub async fn ttl_expiry_after_holder_vanishes<B: LockBackend + ?Sized>(target: &
     let sent = Instant::now();
     let leaked = leaker.lock(&key).watchdog(false).await.expect("acquire");
     std::mem::forget(leaked);
-    let _guard = locker.lock(&key).wait(ttl * 4 + target.expect.slack).await.expect("acquire after expiry");
-    assert_between("waiting out a forgotten guard's ttl", sent.elapsed(), ttl, ttl + target.expect.slack);
+    let _guard = locker
+        .lock(&key)
+        .wait(ttl * 4 + target.expect.slack)
+        .await
+        .expect("acquire after expiry");
+    assert_between(
+        "waiting out a forgotten guard's ttl",
+        sent.elapsed(),
+        ttl,
+        ttl + target.expect.slack,
+    );
 }
 
 /// With the watchdog on, a holder keeps the lock for 3.5 ttls and another client is refused
@@ -52,7 +80,13 @@ pub async fn watchdog_keeps_lock_past_three_ttls<B: LockBackend + ?Sized>(target
         }
     }
     guard.release().await.expect("release after 3.5 ttls");
-    other.try_lock(&key).await.expect("free after release").release().await.expect("release");
+    other
+        .try_lock(&key)
+        .await
+        .expect("free after release")
+        .release()
+        .await
+        .expect("release");
 }
 
 /// With `.watchdog(false)` the lease runs out at its ttl: `lost()` resolves with
@@ -66,10 +100,22 @@ pub async fn lease_expires_without_watchdog<B: LockBackend + ?Sized>(target: &Ta
     let guard = holder.lock(&key).watchdog(false).await.expect("acquire");
     let reason = guard.lost().await;
     assert_eq!(reason, LostReason::Expired);
-    assert_between("local expiry", sent.elapsed(), ttl - drift_margin(ttl), ttl + target.expect.slack);
+    assert_between(
+        "local expiry",
+        sent.elapsed(),
+        ttl - drift_margin(ttl),
+        ttl + target.expect.slack,
+    );
     assert!(!guard.is_held());
-    let _next = other.lock(&key).wait(ttl + target.expect.slack).await.expect("free after expiry");
-    assert!(matches!(guard.release().await, Err(Error::LeaseLost { .. })), "release of a lost lease must say so");
+    let _next = other
+        .lock(&key)
+        .wait(ttl + target.expect.slack)
+        .await
+        .expect("free after expiry");
+    assert!(
+        matches!(guard.release().await, Err(Error::LeaseLost { .. })),
+        "release of a lost lease must say so"
+    );
 }
 
 /// The key is deleted behind the holder's back (an admin `force_release` from another
@@ -92,7 +138,10 @@ pub async fn lost_lease_cancels_work<B: LockBackend + ?Sized>(target: &Target<B>
     };
     let delete = async {
         tokio::time::sleep(ttl / 2).await;
-        assert!(admin.force_release(&full_key).await.expect("force_release"), "a holder was removed");
+        assert!(
+            admin.force_release(&full_key).await.expect("force_release"),
+            "a holder was removed"
+        );
         Instant::now()
     };
     let (outcome, deleted_at) = tokio::join!(guard.run(work), delete);
@@ -101,9 +150,17 @@ pub async fn lost_lease_cancels_work<B: LockBackend + ?Sized>(target: &Target<B>
         other => panic!("work was not cancelled on loss: {other:?}"),
     }
     assert!(!work_done.load(std::sync::atomic::Ordering::SeqCst));
-    assert_between("loss detection after deletion", deleted_at.elapsed(), Duration::ZERO, ttl / 3 + target.expect.slack);
+    assert_between(
+        "loss detection after deletion",
+        deleted_at.elapsed(),
+        Duration::ZERO,
+        ttl / 3 + target.expect.slack,
+    );
     assert!(!guard.is_held());
-    assert!(matches!(guard.release().await, Err(Error::LeaseLost { .. })));
+    assert!(matches!(
+        guard.release().await,
+        Err(Error::LeaseLost { .. })
+    ));
 }
 
 /// Dropping a guard releases in the background: a waiting client gets the lock promptly, and
@@ -111,7 +168,11 @@ pub async fn lost_lease_cancels_work<B: LockBackend + ?Sized>(target: &Target<B>
 pub async fn dropped_guard_releases<B: LockBackend + ?Sized>(target: &Target<B>) {
     let (holder, waiter) = (target.locker().await, target.locker().await);
     let key = key("drop");
-    let guard = holder.lock(&key).ttl(Duration::from_secs(30)).await.expect("acquire");
+    let guard = holder
+        .lock(&key)
+        .ttl(Duration::from_secs(30))
+        .await
+        .expect("acquire");
     assert_eq!(holder.watched_leases(), 1);
     let waiting = tokio::spawn({
         let key = key.clone();
@@ -125,6 +186,15 @@ pub async fn dropped_guard_releases<B: LockBackend + ?Sized>(target: &Target<B>)
     drop(guard);
     let (acquired, at) = waiting.await.expect("waiter panicked");
     acquired.expect("the waiter gets the dropped lock");
-    assert_between("hand-over after drop", at - dropped_at, Duration::ZERO, target.expect.slack);
-    assert_eq!(holder.watched_leases(), 0, "the watchdog still tracks a dropped lease");
+    assert_between(
+        "hand-over after drop",
+        at - dropped_at,
+        Duration::ZERO,
+        target.expect.slack,
+    );
+    assert_eq!(
+        holder.watched_leases(),
+        0,
+        "the watchdog still tracks a dropped lease"
+    );
 }

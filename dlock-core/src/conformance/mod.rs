@@ -32,8 +32,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use contract::{
-    fencing_tokens_strictly_increase, invalid_keys_are_rejected, non_owner_release_and_renew_refused,
-    release_is_idempotent,
+    fencing_tokens_strictly_increase, invalid_keys_are_rejected,
+    non_owner_release_and_renew_refused, release_is_idempotent,
 };
 pub use exclusion::{mutual_exclusion_read_sleep_write, try_lock_race_has_one_winner};
 pub use leases::{
@@ -62,7 +62,9 @@ pub struct Target<B: LockBackend + ?Sized> {
 
 impl<B: LockBackend + ?Sized> fmt::Debug for Target<B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Target").field("expect", &self.expect).finish_non_exhaustive()
+        f.debug_struct("Target")
+            .field("expect", &self.expect)
+            .finish_non_exhaustive()
     }
 }
 

@@ -3,12 +3,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::support::{CountingBackend, key};
 use super::Target;
+use super::support::{CountingBackend, key};
+use crate::Error;
 use crate::backend::LockBackend;
 use crate::config::DlockConfig;
 use crate::locker::Locker;
-use crate::Error;
 
 /// The task that holds a key re-enters at once, without a round trip, with the same token;
 /// the inner release does not release; the outermost does. Another task of the same Locker,
@@ -20,7 +20,8 @@ pub async fn reentrancy_is_per_task<B: LockBackend + ?Sized>(target: &Target<B>)
         ttl: target.expect.ttl,
         ..DlockConfig::default()
     };
-    let locker = Locker::with_config(Arc::clone(&counting) as Arc<dyn LockBackend>, &config).expect("config");
+    let locker = Locker::with_config(Arc::clone(&counting) as Arc<dyn LockBackend>, &config)
+        .expect("config");
     let other_client = target.locker().await;
     let key = key("reentrant");
 
@@ -28,24 +29,47 @@ pub async fn reentrancy_is_per_task<B: LockBackend + ?Sized>(target: &Target<B>)
     assert!(!outer.is_nested());
     let before = counting.acquires();
     let inner = locker.try_lock(&key).await.expect("re-entry never waits");
-    let innermost = locker.lock(&key).ttl(Duration::from_secs(99)).await.expect("re-entry");
-    assert_eq!(counting.acquires(), before, "re-entry made a backend round trip");
+    let innermost = locker
+        .lock(&key)
+        .ttl(Duration::from_secs(99))
+        .await
+        .expect("re-entry");
+    assert_eq!(
+        counting.acquires(),
+        before,
+        "re-entry made a backend round trip"
+    );
     assert!(inner.is_nested() && innermost.is_nested());
     assert_eq!(inner.fencing_token(), outer.fencing_token());
 
     let same_locker = locker.clone();
     let spawned_key = key.clone();
     let spawned = tokio::spawn(async move { same_locker.try_lock(&spawned_key).await.map(drop) });
-    assert!(matches!(spawned.await.expect("task"), Err(Error::Busy { .. })), "a spawned task inherited the hold");
-    assert!(matches!(other_client.try_lock(&key).await, Err(Error::Busy { .. })));
+    assert!(
+        matches!(spawned.await.expect("task"), Err(Error::Busy { .. })),
+        "a spawned task inherited the hold"
+    );
+    assert!(matches!(
+        other_client.try_lock(&key).await,
+        Err(Error::Busy { .. })
+    ));
 
     innermost.release().await.expect("inner release");
     inner.release().await.expect("inner release");
     assert_eq!(counting.releases(), 0, "an inner release released");
-    assert!(matches!(other_client.try_lock(&key).await, Err(Error::Busy { .. })), "free before the outermost release");
+    assert!(
+        matches!(other_client.try_lock(&key).await, Err(Error::Busy { .. })),
+        "free before the outermost release"
+    );
     outer.release().await.expect("outer release");
     assert_eq!(counting.releases(), 1);
-    other_client.try_lock(&key).await.expect("free after the outermost release").release().await.expect("release");
+    other_client
+        .try_lock(&key)
+        .await
+        .expect("free after the outermost release")
+        .release()
+        .await
+        .expect("release");
 
     // After the outermost release, the same task acquires anew (a new grant, not re-entry).
     let before = counting.acquires();
@@ -67,7 +91,10 @@ pub async fn hand_off_shares_the_hold<B: LockBackend + ?Sized>(target: &Target<B
     let (finish_tx, finish_rx) = tokio::sync::oneshot::channel::<()>();
     let child = tokio::spawn(async move {
         let shared = hand_off.adopt();
-        let nested = child_locker.try_lock(&child_key).await.expect("the child re-enters the handed-off hold");
+        let nested = child_locker
+            .try_lock(&child_key)
+            .await
+            .expect("the child re-enters the handed-off hold");
         assert!(nested.is_nested());
         assert_eq!(nested.fencing_token(), shared.fencing_token());
         adopted_tx.send(()).expect("parent listening");
@@ -77,8 +104,20 @@ pub async fn hand_off_shares_the_hold<B: LockBackend + ?Sized>(target: &Target<B
     });
     adopted_rx.await.expect("child adopted");
     parent.release().await.expect("parent's share");
-    assert!(matches!(other_client.try_lock(&key).await, Err(Error::Busy { .. })), "released while the child still held it");
+    assert!(
+        matches!(other_client.try_lock(&key).await, Err(Error::Busy { .. })),
+        "released while the child still held it"
+    );
     finish_tx.send(()).expect("child waiting");
-    child.await.expect("child panicked").expect("child's release");
-    other_client.try_lock(&key).await.expect("free after both released").release().await.expect("release");
+    child
+        .await
+        .expect("child panicked")
+        .expect("child's release");
+    other_client
+        .try_lock(&key)
+        .await
+        .expect("free after both released")
+        .release()
+        .await
+        .expect("release");
 }

@@ -9,7 +9,9 @@ use tokio::sync::broadcast;
 
 use crate::Result;
 use crate::backend::{Capabilities, LockBackend};
-use crate::lease::{AcquireOutcome, AcquireRequest, Lease, LostLease, ReleaseOutcome, RenewOutcome};
+use crate::lease::{
+    AcquireOutcome, AcquireRequest, Lease, LostLease, ReleaseOutcome, RenewOutcome,
+};
 
 /// A pass-through decorator that counts the calls made to the backend it wraps, to show
 /// what the core does *not* send (a re-entrant acquire makes no round trip).
@@ -50,7 +52,11 @@ impl<B: LockBackend + ?Sized> CountingBackend<B> {
 
 #[async_trait]
 impl<B: LockBackend + ?Sized> LockBackend for CountingBackend<B> {
-    async fn acquire(&self, req: &AcquireRequest, deadline: Option<Instant>) -> Result<AcquireOutcome> {
+    async fn acquire(
+        &self,
+        req: &AcquireRequest,
+        deadline: Option<Instant>,
+    ) -> Result<AcquireOutcome> {
         self.acquires.fetch_add(1, Ordering::SeqCst);
         self.inner.acquire(req, deadline).await
     }
@@ -92,16 +98,25 @@ impl UnsafeCounter {
         {
             let mut inside = self.inside.lock().unwrap_or_else(PoisonError::into_inner);
             if let Some(other) = *inside {
-                self.overlaps.lock().unwrap_or_else(PoisonError::into_inner).push((other, worker));
+                self.overlaps
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .push((other, worker));
             }
             *inside = Some(worker);
         }
         if let Some(token) = token {
-            let mut highest = self.highest_token.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut highest = self
+                .highest_token
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
             if let Some(h) = *highest
                 && token <= h
             {
-                self.stale_tokens.lock().unwrap_or_else(PoisonError::into_inner).push((token, h));
+                self.stale_tokens
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .push((token, h));
             }
             *highest = Some(token);
         }
@@ -119,11 +134,17 @@ impl UnsafeCounter {
     }
 
     pub(crate) fn overlaps(&self) -> Vec<(usize, usize)> {
-        self.overlaps.lock().unwrap_or_else(PoisonError::into_inner).clone()
+        self.overlaps
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     pub(crate) fn stale_tokens(&self) -> Vec<(u64, u64)> {
-        self.stale_tokens.lock().unwrap_or_else(PoisonError::into_inner).clone()
+        self.stale_tokens
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 }
 

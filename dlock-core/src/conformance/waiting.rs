@@ -3,10 +3,10 @@
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use super::support::{assert_between, key};
 use super::Target;
-use crate::backend::LockBackend;
+use super::support::{assert_between, key};
 use crate::Error;
+use crate::backend::LockBackend;
 
 const LONG_TTL: Duration = Duration::from_secs(30);
 
@@ -18,16 +18,28 @@ pub async fn wait_deadline_is_honoured<B: LockBackend + ?Sized>(target: &Target<
     let wait = target.expect.ttl;
     let started = Instant::now();
     match waiter.lock(&key).wait(wait).await {
-        Err(Error::Busy { key: k, waited, retry_after }) => {
+        Err(Error::Busy {
+            key: k,
+            waited,
+            retry_after,
+        }) => {
             assert_eq!(k, key);
             assert!(waited >= wait, "reported waiting {waited:?} < {wait:?}");
             if let Some(retry_after) = retry_after {
-                assert!(retry_after <= LONG_TTL, "retry_after {retry_after:?} beyond the holder's ttl");
+                assert!(
+                    retry_after <= LONG_TTL,
+                    "retry_after {retry_after:?} beyond the holder's ttl"
+                );
             }
         }
         other => panic!("expected Busy, got {other:?}"),
     }
-    assert_between("waiting for a held lock", started.elapsed(), wait, wait + target.expect.slack);
+    assert_between(
+        "waiting for a held lock",
+        started.elapsed(),
+        wait,
+        wait + target.expect.slack,
+    );
 }
 
 /// `try_lock` on a held key answers Busy at once.
@@ -36,8 +48,16 @@ pub async fn try_lock_does_not_wait<B: LockBackend + ?Sized>(target: &Target<B>)
     let key = key("try");
     let _held = holder.lock(&key).ttl(LONG_TTL).await.expect("acquire");
     let started = Instant::now();
-    assert!(matches!(other.try_lock(&key).await, Err(Error::Busy { .. })));
-    assert_between("try_lock on a held key", started.elapsed(), Duration::ZERO, target.expect.slack);
+    assert!(matches!(
+        other.try_lock(&key).await,
+        Err(Error::Busy { .. })
+    ));
+    assert_between(
+        "try_lock on a held key",
+        started.elapsed(),
+        Duration::ZERO,
+        target.expect.slack,
+    );
 }
 
 /// A waiter acquires within the slack of the release although the holder's lease still had
@@ -60,7 +80,12 @@ pub async fn waiter_woken_promptly_on_release<B: LockBackend + ?Sized>(target: &
         held.release().await.expect("release");
         let (acquired, at) = waiting.await.expect("waiter panicked");
         acquired.expect("the waiter gets the lock");
-        assert_between("wake-up after release", at - released_at, Duration::ZERO, target.expect.slack);
+        assert_between(
+            "wake-up after release",
+            at - released_at,
+            Duration::ZERO,
+            target.expect.slack,
+        );
     }
 }
 
@@ -76,8 +101,15 @@ pub async fn waiters_are_served_in_order<B: LockBackend + ?Sized>(target: &Targe
         let locker = target.locker().await;
         let (key, order) = (key.clone(), Arc::clone(&order));
         waiters.push(tokio::spawn(async move {
-            let guard = locker.lock(&key).wait(LONG_TTL).await.expect("waiter acquires");
-            order.lock().unwrap_or_else(PoisonError::into_inner).push(index);
+            let guard = locker
+                .lock(&key)
+                .wait(LONG_TTL)
+                .await
+                .expect("waiter acquires");
+            order
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(index);
             tokio::time::sleep(Duration::from_millis(5)).await;
             guard.release().await.expect("release");
         }));
@@ -90,11 +122,19 @@ pub async fn waiters_are_served_in_order<B: LockBackend + ?Sized>(target: &Targe
     }
     let order = order.lock().unwrap_or_else(PoisonError::into_inner).clone();
     if target.expect.fair {
-        assert_eq!(order, [0, 1, 2, 3, 4], "a fair backend served waiters out of order");
+        assert_eq!(
+            order,
+            [0, 1, 2, 3, 4],
+            "a fair backend served waiters out of order"
+        );
     } else {
         let mut sorted = order.clone();
         sorted.sort_unstable();
-        assert_eq!(sorted, [0, 1, 2, 3, 4], "some waiter never got the lock: {order:?}");
+        assert_eq!(
+            sorted,
+            [0, 1, 2, 3, 4],
+            "some waiter never got the lock: {order:?}"
+        );
     }
 }
 
@@ -102,11 +142,19 @@ pub async fn waiters_are_served_in_order<B: LockBackend + ?Sized>(target: &Targe
 /// nothing behind: after the holder releases, a newcomer gets the lock at once, and the
 /// cancelled Lockers watch no lease.
 pub async fn cancelled_wait_leaves_nothing_behind<B: LockBackend + ?Sized>(target: &Target<B>) {
-    let (holder, cancelled, newcomer) = (target.locker().await, target.locker().await, target.locker().await);
+    let (holder, cancelled, newcomer) = (
+        target.locker().await,
+        target.locker().await,
+        target.locker().await,
+    );
     let key = key("cancel");
     let held = holder.lock(&key).ttl(LONG_TTL).await.expect("acquire");
 
-    let timed_out = tokio::time::timeout(Duration::from_millis(100), cancelled.lock(&key).wait_forever().into_future()).await;
+    let timed_out = tokio::time::timeout(
+        Duration::from_millis(100),
+        cancelled.lock(&key).wait_forever().into_future(),
+    )
+    .await;
     assert!(timed_out.is_err(), "the lock was granted while held");
     let aborted = tokio::spawn({
         let (cancelled, key) = (cancelled.clone(), key.clone());
@@ -114,13 +162,29 @@ pub async fn cancelled_wait_leaves_nothing_behind<B: LockBackend + ?Sized>(targe
     });
     tokio::time::sleep(Duration::from_millis(100)).await;
     aborted.abort();
-    assert!(aborted.await.is_err_and(|e| e.is_cancelled()), "the aborted acquire completed");
+    assert!(
+        aborted.await.is_err_and(|e| e.is_cancelled()),
+        "the aborted acquire completed"
+    );
 
     held.release().await.expect("release");
     let started = Instant::now();
-    let guard = newcomer.lock(&key).wait(Duration::from_secs(5)).await.expect("nothing left queued ahead");
-    assert_between("acquire after cancelled waiters", started.elapsed(), Duration::ZERO, target.expect.slack);
-    assert_eq!(cancelled.watched_leases(), 0, "a cancelled acquire left a lease behind");
+    let guard = newcomer
+        .lock(&key)
+        .wait(Duration::from_secs(5))
+        .await
+        .expect("nothing left queued ahead");
+    assert_between(
+        "acquire after cancelled waiters",
+        started.elapsed(),
+        Duration::ZERO,
+        target.expect.slack,
+    );
+    assert_eq!(
+        cancelled.watched_leases(),
+        0,
+        "a cancelled acquire left a lease behind"
+    );
     guard.release().await.expect("release");
 }
 

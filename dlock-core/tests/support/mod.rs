@@ -24,13 +24,20 @@ pub struct Faulty {
 
 impl Faulty {
     pub fn new(inner: MemoryBackend) -> Self {
-        Self { inner, ..Self::default() }
+        Self {
+            inner,
+            ..Self::default()
+        }
     }
 }
 
 #[async_trait]
 impl LockBackend for Faulty {
-    async fn acquire(&self, req: &AcquireRequest, deadline: Option<Instant>) -> Result<AcquireOutcome> {
+    async fn acquire(
+        &self,
+        req: &AcquireRequest,
+        deadline: Option<Instant>,
+    ) -> Result<AcquireOutcome> {
         let outcome = self.inner.acquire(req, deadline).await;
         let delay = *self.acquire_reply_delay.lock().unwrap();
         tokio::time::sleep(delay).await;
@@ -39,7 +46,10 @@ impl LockBackend for Faulty {
     async fn renew(&self, leases: &[Lease]) -> Result<Vec<RenewOutcome>> {
         self.renew_batches.lock().unwrap().push(leases.len());
         if self.fail_renewals.load(Ordering::SeqCst) {
-            return Err(Error::backend("faulty", std::io::Error::other("injected renewal failure")));
+            return Err(Error::backend(
+                "faulty",
+                std::io::Error::other("injected renewal failure"),
+            ));
         }
         self.inner.renew(leases).await
     }
