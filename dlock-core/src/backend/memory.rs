@@ -339,3 +339,82 @@ impl LockBackend for MemoryBackend {
             .max_renew_batch(usize::MAX)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(key: &str, ttl: Duration) -> AcquireRequest {
+        AcquireRequest::new(key, OwnerId::random("test"), ttl)
+    }
+
+    async fn grant(backend: &MemoryBackend, req: &AcquireRequest) -> Lease {
+        match backend.acquire(req, Some(Instant::now())).await.unwrap() {
+            AcquireOutcome::Acquired(lease) => lease,
+            busy => panic!("not granted: {busy:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn cancelled_waiters_leave_the_table_empty() {
+        let backend = MemoryBackend::new();
+        let holder = grant(&backend, &request("k", Duration::from_secs(30))).await;
+        let waiter = request("k", Duration::from_secs(30));
+        let cancelled =
+            tokio::time::timeout(Duration::from_millis(20), backend.acquire(&waiter, None)).await;
+        assert!(cancelled.is_err());
+        assert_eq!(backend.waiters("k"), 0, "a cancelled waiter stayed queued");
+        backend.release(&holder).await.unwrap();
+        assert_eq!(
+            backend.held_keys(),
+            0,
+            "the released key or its queue leaked"
+        );
+    }
+
+    /// A releaser that re-requests at once queues behind the waiter it handed the lock to,
+    /// so it cannot starve it (rslock's releaser re-acquires while others sleep).
+    #[tokio::test]
+    async fn release_hands_off_to_the_oldest_waiter_without_barging() {
+        let backend = MemoryBackend::new();
+        let first = request("k", Duration::from_secs(30));
+        let lease = grant(&backend, &first).await;
+        let waiter_req = request("k", Duration::from_secs(30));
+        let waiter = tokio::spawn({
+            let (backend, req) = (backend.clone(), waiter_req.clone());
+            async move { backend.acquire(&req, None).await }
+        });
+        while backend.waiters("k") == 0 {
+            tokio::task::yield_now().await;
+        }
+        backend.release(&lease).await.unwrap();
+        let again = request("k", Duration::from_secs(30));
+        let barge = backend.acquire(&again, Some(Instant::now())).await.unwrap();
+        assert!(
+            matches!(barge, AcquireOutcome::Busy { .. }),
+            "the releaser barged ahead"
+        );
+        match waiter.await.unwrap().unwrap() {
+            AcquireOutcome::Acquired(lease) => assert_eq!(lease.owner, waiter_req.owner),
+            busy => panic!("waiter not served: {busy:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn expiry_hands_off_to_the_waiter_at_the_holders_ttl() {
+        let backend = MemoryBackend::new();
+        let ttl = Duration::from_millis(80);
+        let started = Instant::now();
+        let _vanished = grant(&backend, &request("k", ttl)).await;
+        let waiter = request("k", Duration::from_secs(30));
+        let outcome = backend
+            .acquire(&waiter, Some(Instant::now() + Duration::from_secs(5)))
+            .await
+            .unwrap();
+        assert!(matches!(outcome, AcquireOutcome::Acquired(_)));
+        assert!(
+            started.elapsed() >= ttl,
+            "granted before the holder's ttl ran out"
+        );
+    }
+}
