@@ -149,6 +149,13 @@ impl<T: LockBackend + ?Sized> LockBackend for Arc<T> {
 }
 
 /// What kind of fencing token a backend issues.
+///
+/// # Examples
+///
+/// ```
+/// use dlock_core::{Fencing, Locker};
+/// assert_eq!(Locker::memory().capabilities().fencing, Fencing::Volatile);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Fencing {

@@ -5,6 +5,15 @@ use std::fmt;
 use crate::{Error, Result};
 
 /// The backends dlock knows, whether or not this build includes them.
+///
+/// # Examples
+///
+/// ```
+/// use dlock_core::{BackendKind, BackendUrl};
+/// let kind = BackendUrl::parse("memory://").unwrap().kind();
+/// assert_eq!((kind, kind.feature()), (BackendKind::Memory, "memory"));
+/// assert!(kind.is_built_in());
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum BackendKind {

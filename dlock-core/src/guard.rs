@@ -44,6 +44,15 @@ impl LockGuard {
     }
 
     /// The key as the caller gave it (without the Locker's prefix).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> dlock_core::Result<()> {
+    /// let guard = dlock_core::Locker::memory().lock("order:42").await?;
+    /// assert_eq!(guard.key(), "order:42");
+    /// # Ok(()) }
+    /// ```
     #[must_use]
     pub fn key(&self) -> &str {
         self.hold.watch().user_key()
@@ -81,18 +90,55 @@ impl LockGuard {
 
     /// `true` while the lease is valid: not reported lost, and its local conservative deadline
     /// (counted from the send time of the last successful acquire or renewal) not passed.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> dlock_core::Result<()> {
+    /// use std::time::Duration;
+    /// let locker = dlock_core::Locker::memory();
+    /// let guard = locker.lock("k").ttl(Duration::from_millis(20)).watchdog(false).await?;
+    /// assert!(guard.is_held());
+    /// tokio::time::sleep(Duration::from_millis(30)).await;
+    /// assert!(!guard.is_held());
+    /// # Ok(()) }
+    /// ```
     #[must_use]
     pub fn is_held(&self) -> bool {
         self.hold.watch().check_deadline()
     }
 
     /// `true` for a guard obtained by re-entering a lock this task already held.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> dlock_core::Result<()> {
+    /// let locker = dlock_core::Locker::memory();
+    /// let outer = locker.lock("k").await?;
+    /// let inner = locker.lock("k").await?; // same task: re-enters
+    /// assert!(!outer.is_nested() && inner.is_nested());
+    /// # Ok(()) }
+    /// ```
     #[must_use]
     pub const fn is_nested(&self) -> bool {
         self.nested
     }
 
     /// Why the lease was lost, once it is.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> dlock_core::Result<()> {
+    /// use std::time::Duration;
+    /// let locker = dlock_core::Locker::memory();
+    /// let guard = locker.lock("k").ttl(Duration::from_millis(20)).watchdog(false).await?;
+    /// assert_eq!(guard.lost_reason(), None);
+    /// guard.lost().await;
+    /// assert_eq!(guard.lost_reason(), Some(dlock_core::LostReason::Expired));
+    /// # Ok(()) }
+    /// ```
     #[must_use]
     pub fn lost_reason(&self) -> Option<LostReason> {
         self.hold.lost_error().and(self.hold.watch().lost_reason())
@@ -191,6 +237,18 @@ impl LockGuard {
     /// * [`Error::NotHolder`] if the backend says this grant no longer holds the lock.
     /// * [`Error::Backend`] / [`Error::Timeout`] if the server could not be reached; the lock
     ///   then frees itself when its ttl runs out.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> dlock_core::Result<()> {
+    /// let locker = dlock_core::Locker::memory();
+    /// let outer = locker.lock("k").await?;
+    /// let inner = locker.lock("k").await?;
+    /// inner.release().await?; // gives up the nested share only
+    /// outer.release().await?; // really releases
+    /// # Ok(()) }
+    /// ```
     pub async fn release(self) -> Result<()> {
         match Arc::try_unwrap(self.hold) {
             Ok(hold) => hold.release_now().await,

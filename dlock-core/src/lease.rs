@@ -170,6 +170,21 @@ impl fmt::Debug for Lease {
 }
 
 /// The result of an acquire that ran until its deadline.
+///
+/// # Examples
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> dlock_core::Result<()> {
+/// use std::time::{Duration, Instant};
+/// use dlock_core::{AcquireOutcome, AcquireRequest, LockBackend, MemoryBackend, OwnerId};
+/// let backend = MemoryBackend::new();
+/// let req = |who| AcquireRequest::new("k", OwnerId::random(who), Duration::from_secs(5));
+/// let first = backend.acquire(&req("a"), Some(Instant::now())).await?;
+/// assert!(matches!(first, AcquireOutcome::Acquired(_)));
+/// let second = backend.acquire(&req("b"), Some(Instant::now())).await?;
+/// assert!(matches!(second, AcquireOutcome::Busy { retry_after: Some(_) }));
+/// # Ok(()) }
+/// ```
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum AcquireOutcome {
@@ -183,6 +198,20 @@ pub enum AcquireOutcome {
 }
 
 /// The result of renewing one lease.
+///
+/// # Examples
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> dlock_core::Result<()> {
+/// use std::time::{Duration, Instant};
+/// use dlock_core::{AcquireOutcome, AcquireRequest, LockBackend, MemoryBackend, OwnerId, RenewOutcome};
+/// let backend = MemoryBackend::new();
+/// let req = AcquireRequest::new("k", OwnerId::random("a"), Duration::from_secs(5));
+/// let AcquireOutcome::Acquired(lease) = backend.acquire(&req, None).await? else { unreachable!() };
+/// let outcomes = backend.renew(&[lease]).await?;
+/// assert!(matches!(outcomes[..], [RenewOutcome::Renewed]));
+/// # Ok(()) }
+/// ```
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum RenewOutcome {
@@ -195,6 +224,10 @@ pub enum RenewOutcome {
 }
 
 /// The result of an owner-checked release.
+///
+/// # Examples
+///
+/// See [`LockBackend`](crate::LockBackend).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ReleaseOutcome {
@@ -238,6 +271,14 @@ impl fmt::Display for LostReason {
 }
 
 /// A loss a backend learned by itself, pushed to the core.
+///
+/// # Examples
+///
+/// ```
+/// use dlock_core::{LostLease, LostReason, OwnerId};
+/// let loss = LostLease { owner: OwnerId::random("x"), reason: LostReason::Backend("session expired".into()) };
+/// assert!(loss.reason.to_string().contains("session expired"));
+/// ```
 #[derive(Debug, Clone)]
 pub struct LostLease {
     /// The grant that is lost.

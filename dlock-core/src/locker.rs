@@ -324,24 +324,57 @@ impl Locker {
     }
 
     /// The backend this Locker uses.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let locker = dlock_core::Locker::memory();
+    /// assert_eq!(locker.backend().capabilities().name, "memory");
+    /// ```
     #[must_use]
     pub fn backend(&self) -> &Arc<dyn LockBackend> {
         &self.shared.backend
     }
 
     /// What the backend can do.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let caps = dlock_core::Locker::memory().capabilities();
+    /// assert!(caps.fair);
+    /// ```
     #[must_use]
     pub fn capabilities(&self) -> Capabilities {
         self.shared.capabilities
     }
 
     /// The settings this Locker was built with.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let locker = dlock_core::Locker::memory();
+    /// assert_eq!(locker.config().key_prefix, "dlock:");
+    /// ```
     #[must_use]
     pub fn config(&self) -> &DlockConfig {
         &self.shared.config
     }
 
     /// How many leases the watchdog is keeping or watching now (one per held grant).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> dlock_core::Result<()> {
+    /// let locker = dlock_core::Locker::memory();
+    /// let guard = locker.lock("k").await?;
+    /// assert_eq!(locker.watched_leases(), 1);
+    /// guard.release().await?;
+    /// assert_eq!(locker.watched_leases(), 0);
+    /// # Ok(()) }
+    /// ```
     #[must_use]
     pub fn watched_leases(&self) -> usize {
         self.shared.watchdog.watched()

@@ -47,6 +47,17 @@ impl<'a> LockRequest<'a> {
     /// The lease length: how long the lock outlives a crashed holder, and the renewal
     /// period's basis (the watchdog renews every ttl/3). Defaults to the Locker's `ttl`.
     /// Ignored when re-entering a lock this task already holds.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> dlock_core::Result<()> {
+    /// use std::time::Duration;
+    /// let locker = dlock_core::Locker::memory();
+    /// let guard = locker.lock("k").ttl(Duration::from_secs(5)).await?;
+    /// # drop(guard);
+    /// # Ok(()) }
+    /// ```
     pub const fn ttl(mut self, ttl: Duration) -> Self {
         self.options.ttl = Some(ttl);
         self
@@ -54,12 +65,33 @@ impl<'a> LockRequest<'a> {
 
     /// Gives up with [`Error::Busy`](crate::Error::Busy) after waiting `wait`;
     /// `Duration::ZERO` makes exactly one attempt. Defaults to the Locker's `wait`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> dlock_core::Result<()> {
+    /// use std::time::Duration;
+    /// let locker = dlock_core::Locker::memory();
+    /// let guard = locker.lock("k").wait(Duration::from_millis(500)).await?;
+    /// # drop(guard);
+    /// # Ok(()) }
+    /// ```
     pub const fn wait(mut self, wait: Duration) -> Self {
         self.options.wait = Some(Some(wait));
         self
     }
 
     /// Waits until the lock is acquired, however long that takes.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> dlock_core::Result<()> {
+    /// let locker = dlock_core::Locker::memory();
+    /// let guard = locker.lock("k").wait_forever().await?;
+    /// # drop(guard);
+    /// # Ok(()) }
+    /// ```
     pub const fn wait_forever(mut self) -> Self {
         self.options.wait = Some(None);
         self
@@ -67,6 +99,17 @@ impl<'a> LockRequest<'a> {
 
     /// With `false`, nothing renews the lease: the lock expires at its ttl even if the guard
     /// is still alive, and the guard then reports it lost. Defaults to `true`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> dlock_core::Result<()> {
+    /// use std::time::Duration;
+    /// let locker = dlock_core::Locker::memory();
+    /// let guard = locker.lock("k").ttl(Duration::from_secs(60)).watchdog(false).await?;
+    /// # drop(guard);
+    /// # Ok(()) }
+    /// ```
     pub const fn watchdog(mut self, renew: bool) -> Self {
         self.options.watchdog = renew;
         self
