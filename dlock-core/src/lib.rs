@@ -54,6 +54,8 @@ mod watchdog;
 
 #[cfg(feature = "conformance")]
 pub mod conformance;
+#[cfg(feature = "harness")]
+pub mod harness;
 
 #[cfg(feature = "memory")]
 pub use backend::memory::MemoryBackend;

@@ -1,0 +1,40 @@
+//! A test harness that starts real lock servers from the system's binaries.
+//!
+//! Every server runs on free loopback ports, in its own temporary directory, with its output
+//! logged to `server.log` there. It is killed (`SIGKILL`) and reaped when its handle is dropped,
+//! so a failing test leaves no orphan behind. Startup waits for a protocol-level readiness check
+//! (a Redis `PING`, etcd's `/health`, ZooKeeper's `srvr` mode, a PostgreSQL startup handshake).
+//!
+//! | Server | Single | Cluster |
+//! |---|---|---|
+//! | Redis | [`RedisServer`] | [`RedisCluster`] (masters only), [`RedisNodes`] (independent, for RedLock) |
+//! | etcd | [`EtcdServer`] | [`EtcdCluster`] |
+//! | ZooKeeper | [`ZkServer`] | [`ZkEnsemble`] |
+//! | PostgreSQL | [`PostgresServer`] | – |
+//!
+//! Each server handle can [`pause`](RedisServer::pause) (`SIGSTOP`),
+//! [`resume`](RedisServer::resume) (`SIGCONT`), [`kill`](RedisServer::kill) (`SIGKILL`) and
+//! [`restart`](RedisServer::restart) (same ports, same data directory) its process.
+//!
+//! A missing binary is an error ([`HarnessError::MissingBinary`]) that names
+//! `scripts/install-test-deps.sh`, never a silent skip.
+
+mod error;
+mod etcd;
+mod ports;
+mod postgres;
+mod process;
+mod redis;
+mod redis_cluster;
+mod wire;
+mod zookeeper;
+
+pub use error::HarnessError;
+pub use etcd::{EtcdCluster, EtcdServer};
+pub use postgres::PostgresServer;
+pub use redis::{RedisNodes, RedisServer};
+pub use redis_cluster::RedisCluster;
+pub use zookeeper::{ZkEnsemble, ZkServer};
+
+/// The result type of the harness.
+pub type Result<T, E = HarnessError> = std::result::Result<T, E>;

@@ -1,0 +1,181 @@
+//! PostgreSQL: `initdb` into a temp dir, then `postgres` on a free loopback port. As root, both
+//! run as the `postgres` system user (they refuse to run as root).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use tempfile::TempDir;
+
+use super::process::{
+    STARTUP_TIMEOUT, ServerProcess, Spec, find_binary, is_executable, probe, process_methods,
+    retry_startup, temp_dir,
+};
+use super::wire::postgres_accepts;
+use super::{HarnessError, Result, ports};
+
+/// Where Debian installs each PostgreSQL version (`/usr/lib/postgresql/<version>/bin`).
+const DEBIAN_PREFIX: &str = "/usr/lib/postgresql";
+/// `initdb` needs more time than a server start on a slow machine.
+const INITDB_TIMEOUT: Duration = Duration::from_secs(60);
+/// The superuser `initdb` creates, which is also the database name in [`PostgresServer::url`].
+const SUPERUSER: &str = "postgres";
+
+/// A PostgreSQL server (trust authentication, superuser `postgres`, `fsync=off`) on a free
+/// loopback port, with its cluster and socket in its own temp dir, killed on drop.
+///
+/// Killing the postmaster also waits for its backends to exit, so a
+/// [`restart`](Self::restart) (crash recovery on the same data directory) does not trip over
+/// them.
+#[derive(Debug)]
+pub struct PostgresServer {
+    process: ServerProcess,
+    bin_dir: PathBuf,
+    _dir: TempDir,
+}
+
+process_methods!(PostgresServer);
+
+impl PostgresServer {
+    /// Creates a cluster with `initdb` and starts `postgres`, waiting until it accepts a
+    /// session.
+    ///
+    /// # Errors
+    ///
+    /// [`HarnessError::MissingBinary`] if PostgreSQL's server binaries are not installed,
+    /// [`HarnessError::Startup`] if `initdb` failed or the server did not start (after one
+    /// retry on a new port).
+    pub async fn start() -> Result<Self> {
+        let bin_dir = find_bin_dir()?;
+        let user = server_user()?;
+        retry_startup(|| Self::launch(&bin_dir, user)).await
+    }
+
+    async fn launch(bin_dir: &Path, user: Option<(u32, u32)>) -> Result<Self> {
+        let dir = temp_dir("postgres")?;
+        if let Some((uid, gid)) = user {
+            std::os::unix::fs::chown(dir.path(), Some(uid), Some(gid))?;
+        }
+        let data = dir.path().join("data");
+        init_cluster(bin_dir, dir.path(), &data, user).await?;
+        let port = ports::free_port()?;
+        let server = format!("postgres on 127.0.0.1:{port}");
+        let spec = Spec::new(server, bin_dir.join("postgres"), dir.path())
+            .flags([
+                ("-D", &data.to_string_lossy()),
+                ("-p", &port.to_string()),
+                ("-h", "127.0.0.1"),
+                ("-k", &dir.path().to_string_lossy()),
+                ("-c", "fsync=off"),
+                ("-c", "synchronous_commit=off"),
+                ("-c", "full_page_writes=off"),
+            ])
+            .user(user);
+        let ready = probe(move || postgres_accepts(port, SUPERUSER));
+        let process = ServerProcess::start(spec, port, ready, STARTUP_TIMEOUT).await?;
+        Ok(Self {
+            process,
+            bin_dir: bin_dir.to_owned(),
+            _dir: dir,
+        })
+    }
+
+    /// `postgres://postgres@127.0.0.1:PORT/postgres`
+    #[must_use]
+    pub fn url(&self) -> String {
+        format!(
+            "postgres://{SUPERUSER}@127.0.0.1:{}/{SUPERUSER}",
+            self.port()
+        )
+    }
+
+    /// The directory of the PostgreSQL binaries used (`psql` is there too).
+    #[must_use]
+    pub fn bin_dir(&self) -> &Path {
+        &self.bin_dir
+    }
+}
+
+/// Runs `initdb` (as `user`), logging to `dir/initdb.log`.
+async fn init_cluster(
+    bin_dir: &Path,
+    dir: &Path,
+    data: &Path,
+    user: Option<(u32, u32)>,
+) -> Result<()> {
+    let spec = Spec::new("initdb", bin_dir.join("initdb"), dir)
+        .log_to(dir.join("initdb.log"))
+        .flags([("-D", &data.to_string_lossy()), ("-U", SUPERUSER)])
+        .args(["--auth=trust", "--no-sync", "--encoding=UTF8", "--locale=C"])
+        .user(user);
+    spec.run(INITDB_TIMEOUT).await
+}
+
+/// The highest-versioned `/usr/lib/postgresql/<version>/bin` with `initdb` and `postgres`, or
+/// the directory of `initdb` on `PATH`.
+fn find_bin_dir() -> Result<PathBuf> {
+    let has_server =
+        |bin: &Path| is_executable(&bin.join("initdb")) && is_executable(&bin.join("postgres"));
+    let mut versions: Vec<(Vec<u32>, PathBuf)> = std::fs::read_dir(DEBIAN_PREFIX)
+        .into_iter()
+        .flatten()
+        .filter_map(|entry| {
+            let entry = entry.ok()?;
+            let version = entry
+                .file_name()
+                .to_str()?
+                .split('.')
+                .map(str::parse)
+                .collect::<Result<Vec<u32>, _>>()
+                .ok()?;
+            Some((version, entry.path().join("bin")))
+        })
+        .filter(|(_, bin)| has_server(bin))
+        .collect();
+    versions.sort();
+    if let Some((_, bin)) = versions.pop() {
+        return Ok(bin);
+    }
+    let initdb = find_binary("initdb")?;
+    let bin = initdb.parent().map(Path::to_path_buf).unwrap_or_default();
+    if has_server(&bin) {
+        Ok(bin)
+    } else {
+        Err(HarnessError::missing("postgres"))
+    }
+}
+
+/// The uid and gid of the `postgres` system user when running as root; `None` otherwise (the
+/// server then runs as the current user).
+fn server_user() -> Result<Option<(u32, u32)>> {
+    if effective_uid()? != 0 {
+        return Ok(None);
+    }
+    let passwd = std::fs::read_to_string("/etc/passwd")?;
+    let user = passwd.lines().find_map(|line| {
+        let fields: Vec<&str> = line.split(':').collect();
+        match fields.as_slice() {
+            [name, _, uid, gid, ..] if *name == "postgres" => {
+                Some((uid.parse().ok()?, gid.parse().ok()?))
+            }
+            _ => None,
+        }
+    });
+    user.map(Some).ok_or_else(|| HarnessError::Startup {
+        server: "postgres".to_owned(),
+        reason:
+            "running as root, but there is no `postgres` system user to run initdb and postgres as"
+                .to_owned(),
+        log_tail: String::new(),
+    })
+}
+
+/// The effective uid, from `/proc/self/status`.
+fn effective_uid() -> Result<u32> {
+    let status = std::fs::read_to_string("/proc/self/status")?;
+    let uid = status
+        .lines()
+        .find_map(|line| line.strip_prefix("Uid:"))
+        .and_then(|ids| ids.split_whitespace().nth(1))
+        .and_then(|euid| euid.parse().ok());
+    uid.ok_or_else(|| std::io::Error::other("no Uid line in /proc/self/status").into())
+}

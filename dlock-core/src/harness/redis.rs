@@ -1,0 +1,149 @@
+//! Standalone Redis servers: one ([`RedisServer`]) or several independent ones ([`RedisNodes`],
+//! for RedLock).
+
+use tempfile::TempDir;
+
+use super::process::{
+    STARTUP_TIMEOUT, ServerProcess, Spec, find_binary, probe, process_methods, retry_startup,
+    temp_dir,
+};
+use super::wire::{redis_ping, resp_command};
+use super::{HarnessError, Result, ports};
+
+/// A `redis-server` on a free loopback port, in its own temp dir, killed on drop.
+///
+/// Started without persistence (`--save '' --appendonly no`) unless
+/// [`start_with`](Self::start_with) says otherwise, so a [`restart`](Self::restart) loses all
+/// data.
+#[derive(Debug)]
+pub struct RedisServer {
+    process: ServerProcess,
+    _dir: TempDir,
+}
+
+process_methods!(RedisServer);
+
+impl RedisServer {
+    /// Starts a standalone Redis server and waits until it answers `PING`.
+    ///
+    /// # Errors
+    ///
+    /// [`HarnessError::MissingBinary`] if `redis-server` is not installed,
+    /// [`HarnessError::Startup`] if it did not start (after one retry on new ports).
+    pub async fn start() -> Result<Self> {
+        Self::start_with(&[]).await
+    }
+
+    /// Like [`start`](Self::start), with extra `redis-server` arguments that override the
+    /// defaults, e.g. `&["--appendonly", "yes"]`.
+    ///
+    /// # Errors
+    ///
+    /// As [`start`](Self::start).
+    pub async fn start_with(args: &[&str]) -> Result<Self> {
+        let binary = find_binary("redis-server")?;
+        retry_startup(|| Self::launch(&binary, args, ports::free_port)).await
+    }
+
+    /// Starts one server on a port from `pick_port`, without retrying.
+    pub(crate) async fn launch(
+        binary: &std::path::Path,
+        args: &[&str],
+        pick_port: fn() -> std::io::Result<u16>,
+    ) -> Result<Self> {
+        let port = pick_port()?;
+        let dir = temp_dir("redis")?;
+        let server = format!("redis-server on 127.0.0.1:{port}");
+        // Loopback only, no persistence, in the temp dir; `args` may override any of it.
+        let spec = Spec::new(server, binary, dir.path())
+            .flags([
+                ("--port", &port.to_string()),
+                ("--bind", "127.0.0.1"),
+                ("--save", ""),
+                ("--appendonly", "no"),
+                ("--dir", &dir.path().to_string_lossy()),
+                ("--daemonize", "no"),
+                ("--protected-mode", "no"),
+            ])
+            .args(args);
+        let process =
+            ServerProcess::start(spec, port, probe(move || redis_ping(port)), STARTUP_TIMEOUT)
+                .await?;
+        Ok(Self { process, _dir: dir })
+    }
+
+    /// `redis://127.0.0.1:PORT`
+    #[must_use]
+    pub fn url(&self) -> String {
+        format!("redis://{}", self.addr())
+    }
+
+    /// `127.0.0.1:PORT`
+    #[must_use]
+    pub fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port())
+    }
+
+    /// Sends one command over a new connection (raw RESP) and returns the reply as `redis-cli`
+    /// would print it: strings and integers as they are, nil as `(nil)`, arrays one element per
+    /// line.
+    ///
+    /// # Errors
+    ///
+    /// [`HarnessError::Io`] if the server does not answer within 2 s (e.g. it is paused), or
+    /// answers with a Redis error (the error's text is the message).
+    pub async fn command(&self, args: &[&str]) -> Result<String> {
+        let reply = resp_command(self.port(), args).await?;
+        reply
+            .into_text()
+            .map_err(|error| HarnessError::Io(std::io::Error::other(error)))
+    }
+}
+
+/// `n` independent standalone Redis servers (the masters of a RedLock).
+#[derive(Debug)]
+pub struct RedisNodes {
+    nodes: Vec<RedisServer>,
+}
+
+impl RedisNodes {
+    /// Starts `n` standalone Redis servers, one after the other.
+    ///
+    /// # Errors
+    ///
+    /// As [`RedisServer::start`].
+    pub async fn start(n: usize) -> Result<Self> {
+        let mut nodes = Vec::with_capacity(n);
+        for _ in 0..n {
+            nodes.push(RedisServer::start().await?);
+        }
+        Ok(Self { nodes })
+    }
+
+    /// The servers.
+    #[must_use]
+    pub fn nodes(&self) -> &[RedisServer] {
+        &self.nodes
+    }
+
+    /// `redis://127.0.0.1:PORT` for each server.
+    #[must_use]
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(RedisServer::url).collect()
+    }
+
+    /// `redlock://127.0.0.1:p1,127.0.0.1:p2,...`
+    #[must_use]
+    pub fn url(&self) -> String {
+        format!("redlock://{}", join_addrs(&self.nodes))
+    }
+}
+
+/// `127.0.0.1:p1,127.0.0.1:p2,...`
+pub(crate) fn join_addrs(nodes: &[RedisServer]) -> String {
+    nodes
+        .iter()
+        .map(RedisServer::addr)
+        .collect::<Vec<_>>()
+        .join(",")
+}
