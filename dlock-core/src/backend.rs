@@ -112,8 +112,10 @@ pub trait LockBackend: Send + Sync + std::fmt::Debug + 'static {
     }
 
     /// Losses the backend learned by itself (an etcd keepalive failed, a ZooKeeper session
-    /// expired, a PostgreSQL connection dropped). `None` when the backend never pushes losses;
-    /// the core's watchdog then finds them at renewal.
+    /// expired, a PostgreSQL connection dropped), for prompt notification. The core subscribes
+    /// when a Locker is built. Pushing is an optimisation: a loss must also show at the next
+    /// [`renew`](Self::renew) as [`RenewOutcome::NotOwner`]. `None` when the backend never
+    /// pushes losses.
     fn lost_leases(&self) -> Option<broadcast::Receiver<LostLease>> {
         None
     }
@@ -186,8 +188,12 @@ pub struct Capabilities {
     pub fair: bool,
     /// The kind of fencing token issued.
     pub fencing: Fencing,
-    /// Leases renew themselves (etcd keepalive, ZooKeeper session): the core only tracks
-    /// deadlines and listens to [`LockBackend::lost_leases`].
+    /// Leases stay alive by the backend's own means (an etcd keepalive, a ZooKeeper
+    /// session). The core still calls [`LockBackend::renew`] every cadence, and the backend
+    /// answers from what it knows, without a round trip, with `valid_from` set to its last
+    /// successful keepalive's send time. The core releases a lease whose local deadline
+    /// passed (`.watchdog(false)`, or keepalives failing), since the server would not expire
+    /// it on its own.
     pub self_renewing: bool,
     /// The most leases [`LockBackend::renew`] accepts in one call.
     pub max_renew_batch: usize,

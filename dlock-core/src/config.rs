@@ -162,7 +162,7 @@ impl DlockConfig {
         Ok(config)
     }
 
-    /// Checks the values together: a positive ttl, a watchdog interval shorter than the ttl,
+    /// Checks the values together: a positive ttl, a watchdog interval of at most half the ttl,
     /// a positive operation timeout, and a backend URL this build supports.
     ///
     /// # Errors
@@ -190,13 +190,13 @@ impl DlockConfig {
             ));
         }
         if let Some(interval) = self.watchdog_interval
-            && (interval.is_zero() || interval >= self.ttl)
+            && (interval.is_zero() || interval > self.ttl / 2)
         {
             return Err(Error::config(
                 name("watchdog_interval"),
                 shown(interval),
                 format!(
-                    "must be positive and shorter than the ttl ({})",
+                    "must be positive and at most half the ttl ({}), so a failed renewal can be retried in time",
                     shown(self.ttl)
                 ),
             ));

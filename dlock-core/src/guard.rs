@@ -4,7 +4,7 @@ use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
 
-use crate::hold::Hold;
+use crate::hold::{Hold, ShareOwner};
 use crate::lease::LostReason;
 use crate::reentrancy::HolderId;
 use crate::{Error, Result};
@@ -16,7 +16,10 @@ use crate::{Error, Result};
 /// blocking; [`release`](Self::release) releases it now and reports the outcome.
 ///
 /// Guards of one task's nested acquires of the same key share one grant: the lock is released
-/// when the last of them goes.
+/// when the last of them goes. Reentrancy is keyed on the tokio task that acquired (or
+/// [adopted](HandOff::adopt)) the guard: futures polled concurrently inside one task (`join!`,
+/// `select!`) re-enter each other's holds rather than exclude each other, and a guard moved to
+/// another task still counts for the task that acquired it.
 ///
 /// # Examples
 ///
@@ -35,12 +38,22 @@ use crate::{Error, Result};
 #[must_use = "dropping a LockGuard releases the lock at once"]
 pub struct LockGuard {
     hold: Arc<Hold>,
+    owner: ShareOwner,
     nested: bool,
+    share_given_up: bool,
 }
 
 impl LockGuard {
-    pub(crate) const fn new(hold: Arc<Hold>, nested: bool) -> Self {
-        Self { hold, nested }
+    /// A guard holding one share of `hold` for the current task.
+    pub(crate) fn new(hold: Arc<Hold>, nested: bool) -> Self {
+        let owner = Some(HolderId::current());
+        hold.add_share(owner);
+        Self {
+            hold,
+            owner,
+            nested,
+            share_given_up: false,
+        }
     }
 
     /// The key as the caller gave it (without the Locker's prefix).
@@ -222,6 +235,7 @@ impl LockGuard {
     /// # Ok(()) }
     /// ```
     pub fn hand_off(&self) -> HandOff {
+        self.hold.add_share(None);
         HandOff {
             hold: Arc::clone(&self.hold),
         }
@@ -249,10 +263,24 @@ impl LockGuard {
     /// outer.release().await?; // really releases
     /// # Ok(()) }
     /// ```
-    pub async fn release(self) -> Result<()> {
-        match Arc::try_unwrap(self.hold) {
-            Ok(hold) => hold.release_now().await,
-            Err(shared) => shared.lost_error().map_or(Ok(()), Err),
+    pub async fn release(mut self) -> Result<()> {
+        let hold = Arc::clone(&self.hold);
+        let last = hold.drop_share(self.owner);
+        self.share_given_up = true;
+        drop(self);
+        if last {
+            hold.release_now().await
+        } else {
+            hold.lost_error().map_or(Ok(()), Err)
+        }
+    }
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        if !self.share_given_up {
+            // The last share's hold is released by `Hold`'s own drop, in the background.
+            self.hold.drop_share(self.owner);
         }
     }
 }
@@ -281,8 +309,15 @@ impl HandOff {
     ///
     /// See [`LockGuard::hand_off`].
     pub fn adopt(self) -> LockGuard {
-        self.hold.add_holder(HolderId::current());
-        LockGuard::new(self.hold, true)
+        // The new share is added before this hand-off's share goes, so the hold never
+        // reaches zero shares in between.
+        LockGuard::new(Arc::clone(&self.hold), true)
+    }
+}
+
+impl Drop for HandOff {
+    fn drop(&mut self) {
+        self.hold.drop_share(None);
     }
 }
 

@@ -1,10 +1,14 @@
-//! One backend grant, shared by the guards of its holder (nested and handed-off ones).
+//! One backend grant, shared by the guards of its holders (nested and handed-off ones).
 //!
-//! The grant ends when the last guard goes: an explicit `release().await` releases inline,
-//! a drop releases in the background.
+//! Every [`LockGuard`](crate::LockGuard) and unadopted [`HandOff`](crate::HandOff) is one
+//! *share*, counted per holder. A holder's re-entry registration lasts while it has shares;
+//! the grant is released by whoever gives up the last share — inline by an explicit
+//! `release().await`, in the background on drop. If an inline release is cancelled half-way,
+//! the hold's own drop still releases in the background.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use crate::lease::{Lease, ReleaseOutcome};
 use crate::lease_watch::LeaseWatch;
@@ -12,12 +16,15 @@ use crate::locker::LockerShared;
 use crate::reentrancy::HolderId;
 use crate::{Error, Result};
 
+/// Who owns a share: a task (or thread), or nobody yet (a hand-off in flight).
+pub(crate) type ShareOwner = Option<HolderId>;
+
 #[derive(Debug)]
 pub(crate) struct Hold {
     locker: Arc<LockerShared>,
     lease: Lease,
     watch: Arc<LeaseWatch>,
-    holders: Mutex<Vec<HolderId>>,
+    shares: Mutex<HashMap<ShareOwner, usize>>,
     released: AtomicBool,
 }
 
@@ -27,7 +34,7 @@ impl Hold {
             locker,
             lease,
             watch,
-            holders: Mutex::new(Vec::new()),
+            shares: Mutex::new(HashMap::new()),
             released: AtomicBool::new(false),
         }
     }
@@ -36,21 +43,51 @@ impl Hold {
         &self.lease.key
     }
 
-    pub(crate) fn lease(&self) -> &Lease {
+    pub(crate) const fn lease(&self) -> &Lease {
         &self.lease
     }
 
-    pub(crate) fn watch(&self) -> &Arc<LeaseWatch> {
+    pub(crate) const fn watch(&self) -> &Arc<LeaseWatch> {
         &self.watch
     }
 
-    /// Lets `holder`'s nested acquires of this key re-enter this hold.
-    pub(crate) fn add_holder(self: &Arc<Self>, holder: HolderId) {
-        self.holders
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(holder);
-        self.locker.reentrancy().register(holder, self);
+    fn shares(&self) -> MutexGuard<'_, HashMap<ShareOwner, usize>> {
+        self.shares.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Adds a share for `owner`; a holder's first share makes its nested acquires re-enter.
+    pub(crate) fn add_share(self: &Arc<Self>, owner: ShareOwner) {
+        let first = {
+            let mut shares = self.shares();
+            let count = shares.entry(owner).or_insert(0);
+            *count += 1;
+            *count == 1
+        };
+        if let (true, Some(holder)) = (first, owner) {
+            self.locker.reentrancy().register(holder, self);
+        }
+    }
+
+    /// Gives up one share of `owner`; returns `true` if it was the last share of all.
+    pub(crate) fn drop_share(&self, owner: ShareOwner) -> bool {
+        let (holder_done, last) = {
+            let mut shares = self.shares();
+            let holder_done = match shares.get_mut(&owner) {
+                Some(count) if *count > 1 => {
+                    *count -= 1;
+                    false
+                }
+                _ => {
+                    shares.remove(&owner);
+                    true
+                }
+            };
+            (holder_done, shares.is_empty())
+        };
+        if let (true, Some(holder)) = (holder_done, owner) {
+            self.locker.reentrancy().forget(holder, &self.lease.key);
+        }
+        last
     }
 
     /// The error a guard of this hold reports once the lease is lost.
@@ -67,12 +104,13 @@ impl Hold {
         })
     }
 
-    /// Releases the grant now (the caller owns the last reference).
-    pub(crate) async fn release_now(self) -> Result<()> {
-        self.released.store(true, Ordering::SeqCst);
+    /// Releases the grant now (the caller gave up the last share).
+    pub(crate) async fn release_now(&self) -> Result<()> {
         self.locker.watchdog().forget(&self.lease.owner);
         let lost = self.lost_error();
         let outcome = self.locker.release_lease(&self.lease).await;
+        // Only now: if this future is dropped mid-release, `Drop` releases in the background.
+        self.released.store(true, Ordering::SeqCst);
         tracing::debug!(key = %self.watch.user_key(), ?outcome, "dlock: released");
         if let Some(lost) = lost {
             return Err(lost);
@@ -88,11 +126,10 @@ impl Hold {
 
 impl Drop for Hold {
     fn drop(&mut self) {
-        let holders =
-            std::mem::take(&mut *self.holders.lock().unwrap_or_else(PoisonError::into_inner));
-        self.locker
-            .reentrancy()
-            .forget_ended(&holders, &self.lease.key);
+        let owners: Vec<ShareOwner> = self.shares().drain().map(|(owner, _)| owner).collect();
+        for holder in owners.into_iter().flatten() {
+            self.locker.reentrancy().forget(holder, &self.lease.key);
+        }
         if self.released.swap(true, Ordering::SeqCst) {
             return;
         }

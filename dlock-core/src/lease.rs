@@ -209,14 +209,19 @@ pub enum AcquireOutcome {
 /// let req = AcquireRequest::new("k", OwnerId::random("a"), Duration::from_secs(5));
 /// let AcquireOutcome::Acquired(lease) = backend.acquire(&req, None).await? else { unreachable!() };
 /// let outcomes = backend.renew(&[lease]).await?;
-/// assert!(matches!(outcomes[..], [RenewOutcome::Renewed]));
+/// assert!(matches!(outcomes[..], [RenewOutcome::Renewed { .. }]));
 /// # Ok(()) }
 /// ```
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum RenewOutcome {
-    /// Extended: the lease now runs `ttl` from the renewal's send time.
-    Renewed,
+    /// Extended: the lease now runs its ttl from `valid_from`.
+    Renewed {
+        /// When the request that extended the lease was **sent** (for a backend that keeps
+        /// leases alive itself: its last successful keepalive's send time). The core's local
+        /// deadline becomes `valid_from + ttl - drift`.
+        valid_from: Instant,
+    },
     /// The key is gone or held by another owner: the lease is lost for good.
     NotOwner,
     /// This lease could not be renewed this time (the core retries until the local deadline).

@@ -441,6 +441,9 @@ impl Locker {
                 });
             }
         };
+        // The backend may grant less than asked (a negotiated session timeout): trust the
+        // shorter of the two.
+        let ttl = lease.ttl.min(ttl);
         let watch = Arc::new(LeaseWatch::new(
             options.key.to_owned(),
             ttl,
@@ -451,24 +454,27 @@ impl Locker {
             .watchdog
             .watch(lease.clone(), Arc::clone(&watch), cadence);
         let hold = Arc::new(Hold::new(Arc::clone(shared), lease, watch));
-        hold.add_holder(holder);
+        let guard = LockGuard::new(hold, false);
         tracing::debug!(
             key = options.key,
-            fencing_token = hold.lease().fencing_token,
+            fencing_token = guard.fencing_token(),
             waited_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
             "dlock: acquired"
         );
-        if let Some(lost) = hold.lost_error() {
-            // Granted, but the reply came too late to use it safely.
-            drop(hold);
-            return Err(lost);
+        if let Some(reason) = guard.lost_reason() {
+            // Granted, but the reply came too late to use it safely; dropping the guard
+            // releases the grant in the background.
+            return Err(Error::LeaseLost {
+                key: options.key.to_owned(),
+                reason,
+            });
         }
-        Ok(LockGuard::new(hold, false))
+        Ok(guard)
     }
 
     fn cadence(&self, ttl: Duration) -> Duration {
         match self.shared.config.watchdog_interval {
-            Some(interval) if interval < ttl => interval,
+            Some(interval) if interval <= ttl / 2 => interval,
             _ => ttl / 3,
         }
     }
@@ -518,16 +524,22 @@ impl LockerShared {
     /// Releases `lease` from a spawned task (a guard was dropped). Without a runtime the
     /// lease simply runs out at its ttl.
     pub(crate) fn release_in_background(self: &Arc<Self>, lease: Lease) {
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            tracing::debug!(key = %lease.key, "dlock: guard dropped outside a runtime; the lease will expire at its ttl");
-            return;
-        };
         let shared = Arc::clone(self);
-        runtime.spawn(async move {
+        let key = lease.key.clone();
+        let spawned = self.watchdog.spawn(async move {
             match shared.release_lease(&lease).await {
-                Ok(outcome) => tracing::debug!(key = %lease.key, ?outcome, "dlock: released on drop"),
-                Err(error) => tracing::warn!(key = %lease.key, %error, "dlock: release on drop failed; the lease will expire at its ttl"),
+                Ok(outcome) => {
+                    tracing::debug!(key = %lease.key, ?outcome, "dlock: released on drop");
+                }
+                Err(error) => tracing::warn!(
+                    key = %lease.key,
+                    %error,
+                    "dlock: release on drop failed; the lease will expire at its ttl"
+                ),
             }
         });
+        if !spawned {
+            tracing::debug!(%key, "dlock: guard dropped with no runtime known; the lease will expire at its ttl");
+        }
     }
 }

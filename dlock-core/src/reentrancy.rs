@@ -3,6 +3,12 @@
 //! Redisson keys reentrancy on `client-id:thread-id`; in async Rust the unit of execution is
 //! the tokio task, so dlock keys it on [`tokio::task::Id`]. Code running outside any task
 //! (the body of `#[tokio::main]`, `block_on`) is identified by its thread.
+//!
+//! A holder is registered while it has at least one share of the hold (a guard it acquired or
+//! adopted); the registration ends with its last share. Two consequences, documented for
+//! users: futures polled concurrently inside one task (`join!`, `select!`,
+//! `FuturesUnordered`) re-enter each other's holds, and a guard moved to another task keeps
+//! counting for the task that acquired it.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
@@ -42,14 +48,9 @@ impl Reentrancy {
         holds.insert((holder, hold.full_key().to_owned()), Arc::downgrade(hold));
     }
 
-    /// Forgets `holders`' entries for `key` whose hold has ended.
-    pub(crate) fn forget_ended(&self, holders: &[HolderId], key: &str) {
+    /// Forgets that `holder` holds `key` (its last share is gone).
+    pub(crate) fn forget(&self, holder: HolderId, key: &str) {
         let mut holds = self.holds.lock().unwrap_or_else(PoisonError::into_inner);
-        for holder in holders {
-            let entry = (*holder, key.to_owned());
-            if holds.get(&entry).is_some_and(|w| w.strong_count() == 0) {
-                holds.remove(&entry);
-            }
-        }
+        holds.remove(&(holder, key.to_owned()));
     }
 }

@@ -10,6 +10,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
+use std::future::Future;
+
+use tokio::runtime::Handle;
 use tokio::sync::{Notify, broadcast};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -25,6 +28,11 @@ pub(crate) struct Watchdog {
     backend: Arc<dyn LockBackend>,
     operation_timeout: Duration,
     task: Mutex<Option<JoinHandle<()>>>,
+    /// The runtime of the latest acquire: background work spawned from outside any runtime
+    /// (a guard dropped in synchronous code) goes there.
+    runtime: Mutex<Option<Handle>>,
+    /// Subscribed when the Locker is built, so no loss pushed after a grant is missed.
+    pushed_losses: Mutex<Option<broadcast::Receiver<LostLease>>>,
 }
 
 #[derive(Debug, Default)]
@@ -38,7 +46,7 @@ struct Shared {
 struct Entry {
     lease: Lease,
     watch: Arc<LeaseWatch>,
-    /// `None`: never renewed (watchdog off, or the backend renews by itself).
+    /// `None`: never renewed (`.watchdog(false)`).
     cadence: Option<Duration>,
     next_renewal: Instant,
     renewing: bool,
@@ -50,18 +58,32 @@ impl Shared {
     }
 }
 
+/// What the watchdog task needs besides the shared state.
+#[derive(Debug, Clone)]
+struct Settings {
+    backend: Arc<dyn LockBackend>,
+    operation_timeout: Duration,
+    max_batch: usize,
+    /// The backend keeps leases alive by itself (a session): the core must release a lease
+    /// whose local deadline passed, or it would outlive its ttl.
+    release_expired: bool,
+}
+
 impl Watchdog {
     pub(crate) fn new(backend: Arc<dyn LockBackend>, operation_timeout: Duration) -> Self {
+        let pushed_losses = backend.lost_leases();
         Self {
             shared: Arc::default(),
             backend,
             operation_timeout,
             task: Mutex::new(None),
+            runtime: Mutex::new(None),
+            pushed_losses: Mutex::new(pushed_losses),
         }
     }
 
     /// Starts watching `lease`: renewing it every `cadence` (if `Some`) and enforcing its
-    /// local deadline. Must be called from within a tokio runtime.
+    /// local deadline. Called from within a tokio runtime (an acquire).
     pub(crate) fn watch(&self, lease: Lease, watch: Arc<LeaseWatch>, cadence: Option<Duration>) {
         let next_renewal = lease.valid_from + cadence.unwrap_or(Duration::ZERO);
         self.shared.entries().insert(
@@ -90,6 +112,23 @@ impl Watchdog {
         self.shared.entries().len()
     }
 
+    /// The current runtime, else the one of the latest acquire.
+    fn runtime(&self) -> Option<Handle> {
+        let mut remembered = self.runtime.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Ok(current) = Handle::try_current() {
+            *remembered = Some(current);
+        }
+        remembered.clone()
+    }
+
+    /// Runs `work` in the background on [`runtime`](Self::runtime); `false` if there is none.
+    pub(crate) fn spawn<F>(&self, work: F) -> bool
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        self.runtime().map(|runtime| runtime.spawn(work)).is_some()
+    }
+
     /// (Re)starts the task if it is not running: a runtime that ended (e.g. one test's) takes
     /// its tasks with it, and the next acquire in another runtime must not go unwatched.
     fn ensure_running(&self) {
@@ -97,12 +136,25 @@ impl Watchdog {
         if task.as_ref().is_some_and(|t| !t.is_finished()) {
             return;
         }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        let Some(runtime) = self.runtime() else {
             return;
         };
-        let shared = Arc::clone(&self.shared);
-        let backend = Arc::clone(&self.backend);
-        *task = Some(runtime.spawn(run(shared, backend, self.operation_timeout)));
+        let pushed_losses = self
+            .pushed_losses
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+            // A restart after the first task died: losses pushed meanwhile are found by the
+            // next renewal.
+            .or_else(|| self.backend.lost_leases());
+        let capabilities = self.backend.capabilities();
+        let settings = Settings {
+            backend: Arc::clone(&self.backend),
+            operation_timeout: self.operation_timeout,
+            max_batch: capabilities.max_renew_batch.max(1),
+            release_expired: capabilities.self_renewing,
+        };
+        *task = Some(runtime.spawn(run(Arc::clone(&self.shared), settings, pushed_losses)));
     }
 
     pub(crate) fn shutdown(&self) {
@@ -110,11 +162,13 @@ impl Watchdog {
     }
 }
 
-async fn run(shared: Arc<Shared>, backend: Arc<dyn LockBackend>, operation_timeout: Duration) {
-    let mut pushed_losses = backend.lost_leases();
-    let max_batch = backend.capabilities().max_renew_batch;
+async fn run(
+    shared: Arc<Shared>,
+    settings: Settings,
+    mut pushed_losses: Option<broadcast::Receiver<LostLease>>,
+) {
     loop {
-        let next_wake = tick(&shared, &backend, max_batch, operation_timeout);
+        let next_wake = tick(&shared, &settings);
         let sleep = async {
             match next_wake {
                 Some(at) => tokio::time::sleep_until(at.into()).await,
@@ -134,7 +188,7 @@ async fn run(shared: Arc<Shared>, backend: Arc<dyn LockBackend>, operation_timeo
             loss = pushed => match loss {
                 Ok(loss) => apply_pushed_loss(&shared, &loss),
                 Err(broadcast::error::RecvError::Lagged(missed)) => {
-                    tracing::warn!(missed, "dlock: watchdog missed backend loss reports; relying on deadlines");
+                    tracing::warn!(missed, "dlock: watchdog missed backend loss reports; the next renewals will find them");
                 }
                 Err(broadcast::error::RecvError::Closed) => pushed_losses = None,
             },
@@ -149,18 +203,15 @@ fn apply_pushed_loss(shared: &Shared, loss: &LostLease) {
 }
 
 /// Expires overdue leases, starts due renewals, and returns when to look again.
-fn tick(
-    shared: &Arc<Shared>,
-    backend: &Arc<dyn LockBackend>,
-    max_batch: usize,
-    operation_timeout: Duration,
-) -> Option<Instant> {
+fn tick(shared: &Arc<Shared>, settings: &Settings) -> Option<Instant> {
     let now = Instant::now();
     let mut due = Vec::new();
+    let mut expired = Vec::new();
     let mut next_wake: Option<Instant> = None;
     let mut entries = shared.entries();
     entries.retain(|_, entry| {
         if !entry.watch.check_deadline() {
+            expired.push(entry.lease.clone());
             return false;
         }
         if let Some(cadence) = entry.cadence {
@@ -177,36 +228,42 @@ fn tick(
         true
     });
     drop(entries);
-    for batch in due.chunks(max_batch) {
-        let renewal = renew_batch(
+    for batch in due.chunks(settings.max_batch) {
+        tokio::spawn(renew_batch(
             Arc::clone(shared),
-            Arc::clone(backend),
+            settings.clone(),
             batch.to_vec(),
-            operation_timeout,
-        );
-        tokio::spawn(renewal);
+        ));
+    }
+    if settings.release_expired {
+        for lease in expired {
+            tokio::spawn(release_expired(settings.clone(), lease));
+        }
     }
     next_wake
+}
+
+/// Ends a lease the backend would otherwise keep alive past its local deadline.
+async fn release_expired(settings: Settings, lease: Lease) {
+    let outcome =
+        tokio::time::timeout(settings.operation_timeout, settings.backend.release(&lease)).await;
+    tracing::debug!(key = %lease.key, ?outcome, "dlock: released a lease past its local deadline");
 }
 
 fn earliest(current: Option<Instant>, candidate: Instant) -> Option<Instant> {
     Some(current.map_or(candidate, |c| c.min(candidate)))
 }
 
-async fn renew_batch(
-    shared: Arc<Shared>,
-    backend: Arc<dyn LockBackend>,
-    batch: Vec<Lease>,
-    operation_timeout: Duration,
-) {
+async fn renew_batch(shared: Arc<Shared>, settings: Settings, batch: Vec<Lease>) {
     let sent_at = Instant::now();
-    let outcomes = tokio::time::timeout(operation_timeout, backend.renew(&batch))
+    let timeout = settings.operation_timeout;
+    let outcomes = tokio::time::timeout(timeout, settings.backend.renew(&batch))
         .await
         .unwrap_or_else(|_| {
             Err(crate::Error::Timeout {
-                backend: backend.capabilities().name,
+                backend: settings.backend.capabilities().name,
                 operation: "renew",
-                after: operation_timeout,
+                after: timeout,
             })
         });
     let mut entries = shared.entries();
@@ -221,8 +278,8 @@ async fn renew_batch(
             Err(_) => None,
         };
         match outcome {
-            Some(RenewOutcome::Renewed) => {
-                entry.watch.renewed(sent_at);
+            Some(RenewOutcome::Renewed { valid_from }) => {
+                entry.watch.renewed((*valid_from).min(Instant::now()));
                 entry.next_renewal = sent_at + cadence;
                 tracing::trace!(key = %entry.watch.user_key(), "dlock: lease renewed");
             }

@@ -110,6 +110,18 @@ async fn a_reply_later_than_the_ttl_is_not_a_grant() {
         Err(Error::LeaseLost { reason, .. }) => assert_eq!(reason, LostReason::Expired),
         other => panic!("expected LeaseLost for a reply after the ttl, got {other:?}"),
     }
+    // The unusable grant is given back, not left to expire.
+    *backend.acquire_reply_delay.lock().unwrap() = Duration::ZERO;
+    let _next = locker
+        .lock("too-late")
+        .wait(Duration::from_secs(1))
+        .await
+        .unwrap();
+    assert_eq!(
+        backend.releases.load(Ordering::SeqCst),
+        1,
+        "the late grant was not released"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -168,19 +180,88 @@ async fn lost_future_outlives_the_guard_and_stays_pending_after_release() {
 }
 
 #[tokio::test]
-async fn guards_release_on_drop_even_outside_explicit_release() {
+async fn a_dropped_guard_is_released_in_the_background() {
     let backend = Arc::new(Faulty::new(MemoryBackend::new()));
     let locker = Locker::from_shared_backend(backend.clone());
     {
         let _guard = locker.lock("scoped").await.unwrap();
     }
-    // The background release runs on this runtime; yield until it did.
-    for _ in 0..100 {
-        if backend.releases.load(Ordering::SeqCst) == 1 {
-            break;
-        }
-        tokio::task::yield_now().await;
+    let other_task = locker.clone();
+    let again = tokio::spawn(async move {
+        other_task
+            .lock("scoped")
+            .wait(Duration::from_secs(2))
+            .await
+            .map(drop)
+    });
+    again
+        .await
+        .unwrap()
+        .expect("released by drop (the default ttl is 30 s)");
+    assert!(backend.releases.load(Ordering::SeqCst) >= 1);
+}
+
+/// An explicit release cancelled half-way (a timeout around it, the caller's future dropped)
+/// still releases, in the background: the lock does not stay held until its ttl.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_release_still_releases() {
+    let table = MemoryBackend::new();
+    let backend = Arc::new(Faulty::new(table.clone()));
+    *backend.release_delay.lock().unwrap() = Duration::from_millis(50);
+    let locker = Locker::from_shared_backend(backend.clone());
+    let guard = locker.lock("k").await.unwrap();
+    let cancelled = tokio::time::timeout(Duration::from_millis(10), guard.release()).await;
+    assert!(
+        cancelled.is_err(),
+        "the release should still have been in flight"
+    );
+    let other = Locker::from_backend(table);
+    let _next = other
+        .lock("k")
+        .wait(Duration::from_secs(2))
+        .await
+        .expect("the lock was left held after a cancelled release (default ttl: 30 s)");
+}
+
+/// Shared guards released at the same time: exactly one of them releases (inline), and both
+/// report success.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_releases_of_shared_guards_release_once() {
+    for _ in 0..50 {
+        let backend = Arc::new(Faulty::new(MemoryBackend::new()));
+        let locker = Locker::from_shared_backend(backend.clone());
+        let parent = locker.lock("k").await.unwrap();
+        let child = tokio::spawn({
+            let hand_off = parent.hand_off();
+            async move { hand_off.adopt().release().await }
+        });
+        let (a, b) = tokio::join!(parent.release(), child);
+        a.unwrap();
+        b.unwrap().unwrap();
+        assert_eq!(backend.releases.load(Ordering::SeqCst), 1);
+        assert!(locker.try_lock("k").await.is_ok(), "released");
     }
-    assert_eq!(backend.releases.load(Ordering::SeqCst), 1);
-    let _again = locker.try_lock("scoped").await.expect("released by drop");
+}
+
+/// A guard dropped in synchronous code, outside any runtime, is released on the runtime that
+/// acquired it.
+#[test]
+fn a_guard_dropped_outside_a_runtime_is_released_on_the_acquiring_runtime() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let table = MemoryBackend::new();
+    let locker = Locker::from_backend(table.clone());
+    let guard = runtime.block_on(async { locker.lock("sync").await });
+    drop(guard.unwrap()); // no runtime here
+    let other = Locker::from_backend(table);
+    runtime.block_on(async {
+        let _next = other
+            .lock("sync")
+            .wait(Duration::from_secs(2))
+            .await
+            .expect("the dropped guard was never released");
+    });
 }

@@ -109,3 +109,33 @@ async fn the_global_locker_is_installed_once_and_shared() {
         .expect("the global is the same Locker");
     assert!(nested.is_nested());
 }
+
+/// After handing its hold off and dropping its own guard, the parent task no longer holds
+/// the key: its next acquire contends instead of re-entering the child's hold.
+#[tokio::test]
+async fn a_holder_that_gave_up_its_share_no_longer_reenters() {
+    let locker = Locker::memory();
+    let parent = locker.lock("job").await.unwrap();
+    let hand_off = parent.hand_off();
+    let (adopted_tx, adopted_rx) = tokio::sync::oneshot::channel();
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
+    let child = tokio::spawn(async move {
+        let guard = hand_off.adopt();
+        adopted_tx.send(()).unwrap();
+        done_rx.await.unwrap();
+        guard.release().await
+    });
+    adopted_rx.await.unwrap();
+    drop(parent);
+    assert!(
+        matches!(locker.try_lock("job").await, Err(Error::Busy { .. })),
+        "the parent re-entered a hold only the child has"
+    );
+    done_tx.send(()).unwrap();
+    child.await.unwrap().unwrap();
+    let fresh = locker
+        .try_lock("job")
+        .await
+        .expect("free after the child's release");
+    assert!(!fresh.is_nested());
+}

@@ -108,6 +108,29 @@ impl Table {
         }
     }
 
+    /// Puts waiter `id` back at the head of the queue if it is neither queued nor holding
+    /// (its hand-off grant ended before it could take it). Returns whether it did.
+    fn requeue_front_if_lost(
+        &mut self,
+        key: &str,
+        id: u64,
+        req: &AcquireRequest,
+        wake: &Arc<Notify>,
+    ) -> bool {
+        let state = self.keys.entry(key.to_owned()).or_default();
+        let holding = state.holder.as_ref().is_some_and(|h| h.owner == req.owner);
+        if holding || state.waiters.iter().any(|w| w.id == id) {
+            return false;
+        }
+        state.waiters.push_front(Waiter {
+            id,
+            owner: req.owner.clone(),
+            ttl: req.ttl,
+            wake: Arc::clone(wake),
+        });
+        true
+    }
+
     fn holder_of(&self, key: &str) -> Option<&Holder> {
         self.keys.get(key)?.holder.as_ref()
     }
@@ -236,6 +259,15 @@ impl MemoryBackend {
                 ticket.granted = true;
                 return AcquireOutcome::Acquired(lease);
             }
+            if table.requeue_front_if_lost(&req.key, id, req, &wake) {
+                // We were handed the lock, but that grant ended before we ran (it expired
+                // while this task was starved, or was broken): we were first in line.
+                table.settle(&req.key, now);
+                if let Some(lease) = table.lease_if_owner(req) {
+                    ticket.granted = true;
+                    return AcquireOutcome::Acquired(lease);
+                }
+            }
             if deadline.is_some_and(|d| d <= now) {
                 return AcquireOutcome::Busy {
                     retry_after: table.remaining(&req.key, now),
@@ -296,7 +328,7 @@ impl LockBackend for MemoryBackend {
                 match holder {
                     Some(h) => {
                         h.expires_at = now + h.ttl;
-                        RenewOutcome::Renewed
+                        RenewOutcome::Renewed { valid_from: now }
                     }
                     None => RenewOutcome::NotOwner,
                 }
@@ -398,6 +430,34 @@ mod tests {
             AcquireOutcome::Acquired(lease) => assert_eq!(lease.owner, waiter_req.owner),
             busy => panic!("waiter not served: {busy:?}"),
         }
+    }
+
+    /// A waiter handed the lock whose grant is broken before it runs is not forgotten: it
+    /// goes back to the head of the queue and gets the lock.
+    #[tokio::test]
+    async fn a_waiter_whose_hand_off_grant_was_broken_still_gets_the_lock() {
+        let backend = MemoryBackend::new();
+        let lease = grant(&backend, &request("k", Duration::from_secs(30))).await;
+        let waiter = tokio::spawn({
+            let backend = backend.clone();
+            async move {
+                let req = request("k", Duration::from_secs(30));
+                backend.acquire(&req, None).await
+            }
+        });
+        while backend.waiters("k") == 0 {
+            tokio::task::yield_now().await;
+        }
+        // Hand off to the waiter, then break its grant before it is polled (this test runs on
+        // a current-thread runtime: the waiter cannot run in between).
+        backend.release(&lease).await.unwrap();
+        assert!(backend.force_release("k").await.unwrap());
+        let outcome = tokio::time::timeout(Duration::from_secs(5), waiter).await;
+        let outcome = outcome.expect("the waiter hung").unwrap().unwrap();
+        assert!(
+            matches!(outcome, AcquireOutcome::Acquired(_)),
+            "{outcome:?}"
+        );
     }
 
     #[tokio::test]

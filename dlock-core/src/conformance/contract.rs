@@ -55,7 +55,7 @@ pub async fn non_owner_release_and_renew_refused<B: LockBackend + ?Sized>(target
         .await
         .expect("renew");
     assert!(
-        matches!(renewed.as_slice(), [RenewOutcome::Renewed]),
+        matches!(renewed.as_slice(), [RenewOutcome::Renewed { .. }]),
         "owner's renewal: {renewed:?}"
     );
     assert_eq!(

@@ -18,6 +18,7 @@ pub struct Faulty {
     pub inner: MemoryBackend,
     pub fail_renewals: AtomicBool,
     pub acquire_reply_delay: Mutex<Duration>,
+    pub release_delay: Mutex<Duration>,
     pub renew_batches: Mutex<Vec<usize>>,
     pub releases: AtomicUsize,
 }
@@ -55,6 +56,8 @@ impl LockBackend for Faulty {
     }
     async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
         self.releases.fetch_add(1, Ordering::SeqCst);
+        let delay = *self.release_delay.lock().unwrap();
+        tokio::time::sleep(delay).await;
         self.inner.release(lease).await
     }
     async fn force_release(&self, key: &str) -> Result<bool> {
