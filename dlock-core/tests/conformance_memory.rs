@@ -9,6 +9,7 @@ use dlock_core::{LockBackend, MemoryBackend};
 async fn direct() -> Target<MemoryBackend> {
     let table = MemoryBackend::new();
     let expect = Expectations::of(&table);
+    let probe = table.clone();
     Target::new(
         move || {
             let client = table.clone();
@@ -16,11 +17,13 @@ async fn direct() -> Target<MemoryBackend> {
         },
         expect,
     )
+    .with_queue_probe(move |key| probe.waiters(key))
 }
 
 async fn dynamic() -> Target<dyn LockBackend> {
     let table = MemoryBackend::new();
     let expect = Expectations::of(&table);
+    let probe = table.clone();
     Target::new(
         move || {
             let client: Arc<dyn LockBackend> = Arc::new(table.clone());
@@ -28,6 +31,7 @@ async fn dynamic() -> Target<dyn LockBackend> {
         },
         expect,
     )
+    .with_queue_probe(move |key| probe.waiters(key))
 }
 
 dlock_core::conformance_tests!(memory_direct, direct());

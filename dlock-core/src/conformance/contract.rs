@@ -154,7 +154,7 @@ pub async fn fencing_tokens_strictly_increase<B: LockBackend + ?Sized>(target: &
                 .map(|g| g.fencing_token())
         }
     });
-    tokio::time::sleep(Duration::from_millis(30)).await;
+    target.until_queued(&a.backend_key(&key).unwrap(), 1).await;
     guard.release().await.expect("release");
     tokens.push(waiter.await.expect("waiter panicked").expect("hand-off"));
 

@@ -95,6 +95,7 @@ pub async fn waiters_are_served_in_order<B: LockBackend + ?Sized>(target: &Targe
     let holder = target.locker().await;
     let key = key("fifo");
     let held = holder.lock(&key).ttl(LONG_TTL).await.expect("acquire");
+    let full_key = holder.backend_key(&key).unwrap();
     let order = Arc::new(Mutex::new(Vec::new()));
     let mut waiters = Vec::new();
     for index in 0..5 {
@@ -114,7 +115,7 @@ pub async fn waiters_are_served_in_order<B: LockBackend + ?Sized>(target: &Targe
             guard.release().await.expect("release");
         }));
         // Let this waiter enqueue before the next one arrives.
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        target.until_queued(&full_key, index + 1).await;
     }
     held.release().await.expect("release");
     for waiter in waiters {
