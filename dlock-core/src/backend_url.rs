@@ -113,7 +113,8 @@ impl BackendUrl {
     /// [`Error::Config`] for a malformed URL, an unknown scheme, or a backend whose cargo
     /// feature is off (the message names the feature).
     pub fn parse(url: &str) -> Result<Self> {
-        let bad = |reason: String| Error::config("url", url, reason);
+        let bad =
+            |reason: String| Error::config("backend", crate::backend_spec::redact(url), reason);
         let (scheme, _) = url.split_once("://").ok_or_else(|| {
             bad("expected a URL such as `memory://` or `redis://127.0.0.1:6379`".into())
         })?;
@@ -154,7 +155,7 @@ impl BackendUrl {
     pub fn memory_table_name(&self) -> &str {
         self.url
             .split_once("://")
-            .map_or("", |(_, rest)| rest.trim_end_matches('/'))
+            .map_or("", |(_, rest)| rest.trim_matches('/'))
     }
 }
 

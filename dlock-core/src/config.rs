@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::backend_spec::{BackendSpec, redact};
 use crate::backend_url::BackendUrl;
 use crate::{Error, Result};
 
@@ -14,7 +15,7 @@ use crate::{Error, Result};
 ///
 /// | field               | env variable               | default                |
 /// |---------------------|----------------------------|------------------------|
-/// | `url`               | `DLOCK_URL`                | `memory://`            |
+/// | `backend`           | `DLOCK_URL`                | `memory://`            |
 /// | `key_prefix`        | `DLOCK_KEY_PREFIX`         | `dlock:`               |
 /// | `ttl`               | `DLOCK_TTL`                | `30s`                  |
 /// | `wait`              | `DLOCK_WAIT`               | none: until acquired   |
@@ -28,7 +29,7 @@ use crate::{Error, Result};
 /// use dlock_core::DlockConfig;
 ///
 /// let config = DlockConfig::from_toml_str(r#"
-///     url = "memory://"
+///     backend = "memory://"
 ///     ttl = "10s"
 ///     wait = "2s"
 /// "#).unwrap();
@@ -41,10 +42,10 @@ use crate::{Error, Result};
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct DlockConfig {
-    /// The backend, as a URL: `memory://`, `redis://h:6379/0`, `redis+cluster://h1,h2,h3`,
+    /// The backend: a URL (`memory://`, `redis://h:6379/0`, `redis+cluster://h1,h2,h3`,
     /// `redlock://h1,h2,h3`, `etcd://h1:2379,h2:2379`, `zk://h1:2181/chroot`,
-    /// `postgres://user@h/db`.
-    pub url: String,
+    /// `postgres://user@h/db`) or a [table](crate::BackendTable).
+    pub backend: BackendSpec,
     /// Prepended to every key, so several applications can share one lock service.
     pub key_prefix: String,
     /// The default lease: how long a crashed holder keeps a lock.
@@ -65,7 +66,7 @@ pub struct DlockConfig {
 impl Default for DlockConfig {
     fn default() -> Self {
         Self {
-            url: "memory://".to_owned(),
+            backend: BackendSpec::default(),
             key_prefix: "dlock:".to_owned(),
             ttl: Duration::from_secs(30),
             wait: None,
@@ -124,7 +125,7 @@ impl DlockConfig {
             let Some(value) = lookup(name) else { continue };
             let value = value.trim().to_owned();
             match name {
-                "DLOCK_URL" => config.url = value,
+                "DLOCK_URL" => config.backend = BackendSpec::Url(value),
                 "DLOCK_KEY_PREFIX" => config.key_prefix = value,
                 "DLOCK_TTL" => config.ttl = parse_duration(name, &value)?,
                 "DLOCK_WAIT" => {
@@ -210,8 +211,10 @@ impl DlockConfig {
         }
         crate::key::validate_prefix(&self.key_prefix)
             .map_err(|reason| Error::config(name("key_prefix"), &self.key_prefix, reason))?;
-        BackendUrl::parse(&self.url).map_err(|e| match e {
-            Error::Config { value, reason, .. } => Error::config(name("url"), value, reason),
+        BackendUrl::parse(&self.backend.to_url()).map_err(|e| match e {
+            Error::Config { value, reason, .. } => {
+                Error::config(name("backend"), redact(&value), reason)
+            }
             other => other,
         })?;
         Ok(())
@@ -220,7 +223,7 @@ impl DlockConfig {
 
 fn env_name(field: &str) -> &'static str {
     match field {
-        "url" => "DLOCK_URL",
+        "backend" => "DLOCK_URL",
         "key_prefix" => "DLOCK_KEY_PREFIX",
         "ttl" => "DLOCK_TTL",
         "wait" => "DLOCK_WAIT",
@@ -288,7 +291,7 @@ mod tests {
         config.validate().unwrap();
         assert_eq!(config.ttl, Duration::from_secs(30));
         assert_eq!(config.wait, None);
-        assert_eq!(config.url, "memory://");
+        assert_eq!(config.backend.to_url(), "memory://");
     }
 
     #[test]
@@ -305,7 +308,7 @@ mod tests {
         assert_eq!(
             config,
             DlockConfig {
-                url: "memory://jobs".into(),
+                backend: BackendSpec::Url("memory://jobs".into()),
                 key_prefix: "billing:".into(),
                 ttl: Duration::from_secs(10),
                 wait: Some(Duration::from_millis(1500)),
@@ -354,8 +357,8 @@ mod tests {
             ("ttl = \"10x\"", "ttl", "10x"),
             ("wait = 5", "wait", "5"),
             (
-                "url = \"etcd://127.0.0.1:2379\"",
-                "url",
+                "backend = \"etcd://127.0.0.1:2379\"",
+                "backend",
                 "etcd://127.0.0.1:2379",
             ),
             ("operation_timeout = \"0s\"", "operation_timeout", "0s"),

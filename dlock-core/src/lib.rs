@@ -39,6 +39,7 @@
 pub struct ReadmeDoctests;
 
 mod backend;
+mod backend_spec;
 mod backend_url;
 mod config;
 mod error;
@@ -60,6 +61,7 @@ pub mod harness;
 #[cfg(feature = "memory")]
 pub use backend::memory::MemoryBackend;
 pub use backend::{Capabilities, Fencing, LockBackend};
+pub use backend_spec::{BackendSpec, BackendTable};
 pub use backend_url::{BackendKind, BackendUrl};
 pub use config::DlockConfig;
 pub use error::{BoxError, Error, Result};

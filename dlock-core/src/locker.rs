@@ -132,7 +132,7 @@ impl Locker {
         Self::build(backend, DlockConfig::default())
     }
 
-    /// A Locker over `backend` with the settings of `config` (its `url` is not used).
+    /// A Locker over `backend` with the settings of `config` (its `backend` is not used).
     ///
     /// # Errors
     ///
@@ -168,7 +168,7 @@ impl Locker {
         }
     }
 
-    /// Connects to the backend `config.url` names, with `config`'s settings.
+    /// Connects to the backend `config.backend` names, with `config`'s settings.
     ///
     /// `memory://name` selects a process-wide in-memory table: every Locker connected to the
     /// same name shares it, like clients of one server.
@@ -191,7 +191,7 @@ impl Locker {
     #[allow(clippy::unused_async)] // network backends will await here
     pub async fn connect(config: &DlockConfig) -> Result<Self> {
         config.validate()?;
-        let url = BackendUrl::parse(&config.url)?;
+        let url = BackendUrl::parse(&config.backend.to_url())?;
         let backend: Arc<dyn LockBackend> = match url.kind() {
             #[cfg(feature = "memory")]
             BackendKind::Memory => Arc::new(memory_table(url.memory_table_name())),
@@ -224,7 +224,7 @@ impl Locker {
     /// ```
     pub async fn connect_url(url: &str) -> Result<Self> {
         Self::connect(&DlockConfig {
-            url: url.to_owned(),
+            backend: crate::BackendSpec::Url(url.to_owned()),
             ..DlockConfig::default()
         })
         .await

@@ -3,16 +3,27 @@
 //! Run with: `cargo run -p dlock-examples --bin quickstart`
 //! (memory backend; set `DLOCK_URL` to use another backend).
 
+use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use dlock_core::{DlockConfig, Error, Locker};
 
 #[tokio::main]
-async fn main() -> Result<(), Error> {
+async fn main() -> ExitCode {
+    match run().await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("quickstart failed: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run() -> Result<(), Error> {
     let config = DlockConfig::from_env()?;
     let locker = Locker::connect(&config).await?;
-    println!("dlock quickstart on `{}`\n", config.url);
+    println!("dlock quickstart on `{:?}`\n", config.backend);
 
     three_workers_race(&locker).await?;
     watchdog_outlives_ttl(&locker).await?;

@@ -1,0 +1,179 @@
+//! [`BackendSpec`]: which backend a config selects, as a URL or as a table.
+
+use std::fmt;
+
+use percent_encoding::{NON_ALPHANUMERIC, utf8_percent_encode};
+use serde::{Deserialize, Serialize};
+
+/// The backend of a [`DlockConfig`](crate::DlockConfig): a URL, or the same information as a
+/// table (handy in TOML when hosts or credentials come from elsewhere).
+///
+/// Passwords are never shown by `Debug` or in errors.
+///
+/// # Examples
+///
+/// ```
+/// use dlock_core::{BackendSpec, BackendUrl, DlockConfig};
+///
+/// let from_url = DlockConfig::from_toml_str(r#"backend = "memory://jobs""#).unwrap();
+/// let from_table = DlockConfig::from_toml_str(r#"
+///     [backend]
+///     kind = "memory"
+///     path = "jobs"
+/// "#).unwrap();
+/// let table_name = |c: &DlockConfig| {
+///     BackendUrl::parse(&c.backend.to_url()).unwrap().memory_table_name().to_owned()
+/// };
+/// assert_eq!(table_name(&from_url), "jobs");
+/// assert_eq!(table_name(&from_table), "jobs");
+///
+/// let spec = BackendSpec::Url("redis://app:s3cret@cache:6379/0".into());
+/// assert!(!format!("{spec:?}").contains("s3cret"));
+/// ```
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum BackendSpec {
+    /// `memory://`, `redis://h:6379/0`, `redis+cluster://h1,h2,h3`, `redlock://h1,h2,h3`,
+    /// `etcd://h1:2379,h2:2379`, `zk://h1:2181/chroot`, `postgres://user@h/db`.
+    Url(String),
+    /// The parts of such a URL.
+    Table(BackendTable),
+}
+
+/// The table form of a [`BackendSpec`].
+///
+/// # Examples
+///
+/// ```
+/// use dlock_core::{BackendSpec, BackendTable};
+/// let table = BackendTable {
+///     kind: "redis+cluster".into(),
+///     hosts: vec!["10.0.0.1:6379".into(), "10.0.0.2:6379".into()],
+///     ..BackendTable::default()
+/// };
+/// assert_eq!(
+///     BackendSpec::Table(table).to_url(),
+///     "redis+cluster://10.0.0.1:6379,10.0.0.2:6379"
+/// );
+/// ```
+#[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BackendTable {
+    /// The URL scheme: `memory`, `redis`, `redis+cluster`, `redlock`, `etcd`, `zk`, `postgres`.
+    pub kind: String,
+    /// `host:port` of every server or node.
+    pub hosts: Vec<String>,
+    /// What follows the hosts: a Redis database number, a ZooKeeper chroot, a PostgreSQL
+    /// database, a memory table name.
+    pub path: Option<String>,
+    /// The user to authenticate as.
+    pub username: Option<String>,
+    /// The password (kept out of `Debug` output).
+    pub password: Option<String>,
+}
+
+impl BackendSpec {
+    /// The backend as a URL (credentials percent-encoded).
+    #[must_use]
+    pub fn to_url(&self) -> String {
+        match self {
+            Self::Url(url) => url.clone(),
+            Self::Table(table) => table.to_url(),
+        }
+    }
+}
+
+impl Default for BackendSpec {
+    fn default() -> Self {
+        Self::Url("memory://".to_owned())
+    }
+}
+
+impl fmt::Debug for BackendSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Url(url) => f.debug_tuple("Url").field(&redact(url)).finish(),
+            Self::Table(table) => f.debug_tuple("Table").field(table).finish(),
+        }
+    }
+}
+
+impl BackendTable {
+    fn to_url(&self) -> String {
+        let encode = |s: &str| utf8_percent_encode(s, NON_ALPHANUMERIC).to_string();
+        let credentials = match (&self.username, &self.password) {
+            (None, None) => String::new(),
+            (user, None) => format!("{}@", encode(user.as_deref().unwrap_or_default())),
+            (user, Some(password)) => format!(
+                "{}:{}@",
+                encode(user.as_deref().unwrap_or_default()),
+                encode(password)
+            ),
+        };
+        let path = self
+            .path
+            .as_deref()
+            .map_or(String::new(), |p| format!("/{}", p.trim_start_matches('/')));
+        format!(
+            "{}://{credentials}{}{path}",
+            self.kind,
+            self.hosts.join(",")
+        )
+    }
+}
+
+impl fmt::Debug for BackendTable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BackendTable")
+            .field("kind", &self.kind)
+            .field("hosts", &self.hosts)
+            .field("path", &self.path)
+            .field("username", &self.username)
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
+}
+
+/// `url` with the password of its user-info (if any) replaced by `<redacted>`.
+pub(crate) fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let Some((userinfo, hosts)) = rest.rsplit_once('@') else {
+        return url.to_owned();
+    };
+    match userinfo.split_once(':') {
+        Some((user, _password)) => format!("{scheme}://{user}:<redacted>@{hosts}"),
+        None => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tables_encode_credentials_and_paths() {
+        let table = BackendTable {
+            kind: "postgres".into(),
+            hosts: vec!["db:5432".into()],
+            path: Some("/locks".into()),
+            username: Some("app".into()),
+            password: Some("p@ss word".into()),
+        };
+        assert_eq!(
+            BackendSpec::Table(table).to_url(),
+            "postgres://app:p%40ss%20word@db:5432/locks"
+        );
+    }
+
+    #[test]
+    fn redaction_hides_only_the_password() {
+        assert_eq!(
+            redact("redis://app:s3cret@h:6379/0"),
+            "redis://app:<redacted>@h:6379/0"
+        );
+        assert_eq!(redact("redis://h:6379/0"), "redis://h:6379/0");
+        assert_eq!(redact("postgres://app@h/db"), "postgres://app@h/db");
+    }
+}
