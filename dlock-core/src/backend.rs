@@ -16,6 +16,8 @@ use crate::lease::{
 
 #[cfg(feature = "memory")]
 pub(crate) mod memory;
+#[cfg(feature = "redis")]
+pub(crate) mod redis;
 
 /// A lock service, seen through the operations dlock needs from it.
 ///

@@ -53,6 +53,7 @@ impl BackendKind {
     pub const fn is_built_in(self) -> bool {
         match self {
             Self::Memory => cfg!(feature = "memory"),
+            Self::Redis | Self::RedisCluster => cfg!(feature = "redis"),
             // Not written yet: see the README's backend table.
             _ => false,
         }
@@ -130,8 +131,8 @@ impl BackendUrl {
             )));
         }
         // Hosts and options are checked by each backend when it connects; here only that the
-        // URL is well-formed.
-        url::Url::parse(url).map_err(|e| bad(e.to_string()))?;
+        // URL is well-formed. Several hosts (`h1:p1,h2:p2`) are checked one by one.
+        check_hosts(url).map_err(bad)?;
         Ok(Self {
             kind,
             url: url.to_owned(),
@@ -159,6 +160,32 @@ impl BackendUrl {
     }
 }
 
+/// Checks that `url` is well-formed, allowing a comma-separated host list.
+fn check_hosts(url: &str) -> std::result::Result<(), String> {
+    let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
+    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(authority_end);
+    let (userinfo, hosts) = authority
+        .rsplit_once('@')
+        .map_or((None, authority), |(u, h)| (Some(u), h));
+    let hosts: Vec<&str> = if hosts.is_empty() {
+        vec![""]
+    } else {
+        hosts.split(',').collect()
+    };
+    for host in hosts {
+        let userinfo = userinfo.map_or(String::new(), |u| format!("{u}@"));
+        url::Url::parse(&format!("{scheme}://{userinfo}{host}{tail}")).map_err(|e| {
+            if host.is_empty() {
+                e.to_string()
+            } else {
+                format!("host `{host}`: {e}")
+            }
+        })?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -173,6 +200,11 @@ mod tests {
             ("zk://a:2181/app", "zookeeper"),
             ("postgres://u@h/db", "postgres"),
         ] {
+            let kind = BackendKind::from_scheme(url.split_once("://").unwrap().0).unwrap();
+            if kind.is_built_in() {
+                assert!(BackendUrl::parse(url).is_ok(), "{url}");
+                continue;
+            }
             let err = BackendUrl::parse(url).unwrap_err().to_string();
             assert!(
                 err.contains(&format!("needs the `{feature}` feature")),
@@ -180,6 +212,14 @@ mod tests {
             );
             assert!(err.contains(url), "{url}: {err}");
         }
+    }
+
+    #[test]
+    fn host_lists_are_checked_host_by_host() {
+        assert!(check_hosts("redis+cluster://a:1,b:2,c:3").is_ok());
+        assert!(check_hosts("etcd://u:p@a:2379,b:2379/prefix?x=1").is_ok());
+        let err = check_hosts("redis+cluster://a:1,b:notaport").unwrap_err();
+        assert!(err.contains("host `b:notaport`"), "{err}");
     }
 
     #[test]

@@ -60,6 +60,8 @@ pub mod harness;
 
 #[cfg(feature = "memory")]
 pub use backend::memory::MemoryBackend;
+#[cfg(feature = "redis")]
+pub use backend::redis::RedisBackend;
 pub use backend::{Capabilities, Fencing, LockBackend};
 pub use backend_spec::{BackendSpec, BackendTable};
 pub use backend_url::{BackendKind, BackendUrl};

@@ -188,13 +188,17 @@ impl Locker {
     /// let locker = Locker::connect(&config).await?;
     /// # drop(locker); Ok(()) }
     /// ```
-    #[allow(clippy::unused_async)] // network backends will await here
+    #[cfg_attr(not(feature = "redis"), allow(clippy::unused_async))]
     pub async fn connect(config: &DlockConfig) -> Result<Self> {
         config.validate()?;
         let url = BackendUrl::parse(&config.backend.to_url())?;
         let backend: Arc<dyn LockBackend> = match url.kind() {
             #[cfg(feature = "memory")]
             BackendKind::Memory => Arc::new(memory_table(url.memory_table_name())),
+            #[cfg(feature = "redis")]
+            BackendKind::Redis | BackendKind::RedisCluster => {
+                Arc::new(crate::RedisBackend::connect(&url, config.operation_timeout).await?)
+            }
             other => {
                 return Err(Error::config(
                     "url",

@@ -1,0 +1,211 @@
+//! Connections to a single Redis server or a Redis Cluster, behind one type.
+//!
+//! Both reconnect by themselves ([`ConnectionManager`], [`ClusterConnection`]) and speak RESP3,
+//! so one extra connection per backend can carry pub/sub pushes (resubscribed after a
+//! reconnect) next to the command connection.
+
+use std::time::Duration;
+
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
+use redis::{Cmd, ProtocolVersion, PushInfo, RedisFuture, Value};
+use tokio::sync::mpsc::UnboundedSender;
+
+use crate::backend_url::{BackendKind, BackendUrl};
+use crate::{Error, Result};
+
+/// A command connection (or the subscription connection) to Redis.
+#[derive(Clone)]
+pub(super) enum Conn {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl std::fmt::Debug for Conn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Single(_) => "Conn::Single",
+            Self::Cluster(_) => "Conn::Cluster",
+        })
+    }
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Self::Single(c) => c.req_packed_command(cmd),
+            Self::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Self::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            Self::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Self::Single(c) => c.get_db(),
+            Self::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
+impl Conn {
+    pub(super) const fn is_cluster(&self) -> bool {
+        matches!(self, Self::Cluster(_))
+    }
+
+    pub(super) async fn subscribe(&mut self, channel: &str) -> redis::RedisResult<()> {
+        match self {
+            Self::Single(c) => c.subscribe(channel).await,
+            Self::Cluster(c) => c.subscribe(channel).await,
+        }
+    }
+
+    pub(super) async fn unsubscribe(&mut self, channel: &str) -> redis::RedisResult<()> {
+        match self {
+            Self::Single(c) => c.unsubscribe(channel).await,
+            Self::Cluster(c) => c.unsubscribe(channel).await,
+        }
+    }
+}
+
+/// Opens a connection; with `pushes`, pub/sub messages are delivered there.
+pub(super) async fn open(
+    url: &BackendUrl,
+    timeout: Duration,
+    pushes: Option<UnboundedSender<PushInfo>>,
+) -> Result<Conn> {
+    let connecting = async {
+        match url.kind() {
+            BackendKind::RedisCluster => open_cluster(url, timeout, pushes).await,
+            _ => open_single(url, timeout, pushes).await,
+        }
+    };
+    tokio::time::timeout(timeout, connecting)
+        .await
+        .map_err(|_| Error::Timeout {
+            backend: "redis",
+            operation: "connect",
+            after: timeout,
+        })?
+        .map_err(|e| Error::backend("redis", e))
+}
+
+/// `redis://...` with RESP3 switched on (pub/sub pushes need it).
+fn resp3_url(url: &str) -> String {
+    if url.contains("protocol=") {
+        url.to_owned()
+    } else if url.contains('?') {
+        format!("{url}&protocol=resp3")
+    } else if url
+        .trim_start_matches("redis://")
+        .trim_start_matches("rediss://")
+        .contains('/')
+    {
+        format!("{url}?protocol=resp3")
+    } else {
+        format!("{url}/?protocol=resp3")
+    }
+}
+
+async fn open_single(
+    url: &BackendUrl,
+    timeout: Duration,
+    pushes: Option<UnboundedSender<PushInfo>>,
+) -> redis::RedisResult<Conn> {
+    let client = redis::Client::open(resp3_url(url.as_str()))?;
+    let mut config = ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(timeout))
+        .set_response_timeout(Some(timeout))
+        .set_number_of_retries(2)
+        .set_max_delay(timeout);
+    if let Some(pushes) = pushes {
+        config = config
+            .set_push_sender(pushes)
+            .set_automatic_resubscription();
+    }
+    let manager = ConnectionManager::new_with_config(client, config).await?;
+    Ok(Conn::Single(manager))
+}
+
+/// `redis+cluster://[user:pass@]h1:p1,h2:p2/` → one `redis://` URL per seed node.
+fn cluster_nodes(url: &str) -> Vec<String> {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let (userinfo, hosts) = rest
+        .rsplit_once('@')
+        .map_or(("", rest), |(user, hosts)| (user, hosts));
+    let hosts = hosts.split(['/', '?']).next().unwrap_or_default();
+    let scheme = if url.starts_with("rediss") {
+        "rediss"
+    } else {
+        "redis"
+    };
+    let credentials = if userinfo.is_empty() {
+        String::new()
+    } else {
+        format!("{userinfo}@")
+    };
+    hosts
+        .split(',')
+        .filter(|h| !h.is_empty())
+        .map(|host| format!("{scheme}://{credentials}{host}"))
+        .collect()
+}
+
+async fn open_cluster(
+    url: &BackendUrl,
+    timeout: Duration,
+    pushes: Option<UnboundedSender<PushInfo>>,
+) -> redis::RedisResult<Conn> {
+    let mut builder = ClusterClient::builder(cluster_nodes(url.as_str()))
+        .use_protocol(ProtocolVersion::RESP3)
+        .connection_timeout(timeout)
+        .response_timeout(timeout)
+        .retries(2);
+    if let Some(pushes) = pushes {
+        builder = builder.push_sender(pushes);
+    }
+    let connection = builder.build()?.get_async_connection().await?;
+    Ok(Conn::Cluster(connection))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resp3_is_added_to_any_url_shape() {
+        assert_eq!(resp3_url("redis://h:1"), "redis://h:1/?protocol=resp3");
+        assert_eq!(resp3_url("redis://h:1/2"), "redis://h:1/2?protocol=resp3");
+        assert_eq!(
+            resp3_url("redis://h:1/2?x=y"),
+            "redis://h:1/2?x=y&protocol=resp3"
+        );
+        assert_eq!(
+            resp3_url("redis://h:1/?protocol=resp3"),
+            "redis://h:1/?protocol=resp3"
+        );
+    }
+
+    #[test]
+    fn cluster_urls_become_seed_nodes() {
+        assert_eq!(
+            cluster_nodes("redis+cluster://a:1,b:2,c:3"),
+            ["redis://a:1", "redis://b:2", "redis://c:3"]
+        );
+        assert_eq!(
+            cluster_nodes("redis+cluster://u:p@a:1,b:2/"),
+            ["redis://u:p@a:1", "redis://u:p@b:2"]
+        );
+    }
+}

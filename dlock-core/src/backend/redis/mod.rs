@@ -1,0 +1,335 @@
+//! The Redis backend: a single server (`redis://`) or a Redis Cluster (`redis+cluster://`).
+//!
+//! Each operation is one Lua script, called with `EVALSHA` (loaded on `NOSCRIPT`):
+//!
+//! * **acquire**: `SET key owner NX PX ttl` plus `INCR` of the key's fencing counter, or the
+//!   holder's remaining `PTTL`;
+//! * **release**: owner-checked `DEL` plus `PUBLISH` on the lock's release channel;
+//! * **renew**: owner-checked `PEXPIRE` of up to 100 locks in one call (Redis Cluster: one call
+//!   per lock, sent concurrently, since every lock lives in its own slot).
+//!
+//! Waiting never polls: waiters of one Locker queue locally in FIFO order behind one
+//! subscription connection; a release wakes the head of the queue, which also re-checks when
+//! the holder's ttl runs out in case a message was lost. A Locker that releases a lock others
+//! are waiting for is barred from re-taking it for a few milliseconds, so the waiters get
+//! their turn instead of watching it re-acquire in a loop.
+//!
+//! Key layout (hash-tagged for Cluster): see the `keys` module — the lock of full key `K` is
+//! the Redis string `{K}`; its fencing counter is `{K}:fence`.
+//!
+//! # What Redis does and does not guarantee
+//!
+//! * A single Redis server is a single point of truth: locks are exact while it runs.
+//! * **Failover loses locks.** Replication is asynchronous: a lock written to a master that
+//!   dies before replicating is gone on the promoted replica, and a second client can take it.
+//! * **Restarts lose locks and may reuse tokens.** Without persistence a restarted server has
+//!   no locks (holders find out at their next renewal and report the lease lost); the fencing
+//!   counter restarts too unless the server runs with `appendonly yes` and `appendfsync
+//!   always`. Fencing tokens are `Fencing::Volatile` for that reason.
+//! * **Eviction.** With a `maxmemory-policy` of `allkeys-*`, Redis may evict lock keys under
+//!   memory pressure, silently freeing locks. dlock warns at connect time when it sees such a
+//!   policy; use `noeviction` or `volatile-*` (lock keys always have a ttl, so `volatile-*`
+//!   policies can evict them too — prefer `noeviction` on a lock server).
+//! * The fencing counter keys (`{K}:fence`) are kept forever, one per lock name ever used.
+
+mod conn;
+mod keys;
+mod notify;
+mod scripts;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use redis::aio::ConnectionLike;
+use redis::{FromRedisValue, Value};
+
+use self::conn::Conn;
+use self::keys::LockKeys;
+use self::notify::Waiters;
+use crate::backend::{Capabilities, Fencing, LockBackend};
+use crate::backend_url::BackendUrl;
+use crate::lease::{AcquireOutcome, AcquireRequest, Lease, OwnerId, ReleaseOutcome, RenewOutcome};
+use crate::{Error, Result};
+
+/// How many locks one renewal script handles.
+const RENEW_BATCH: usize = 100;
+
+/// How long a Locker that released a lock with waiters listening may not re-take it.
+const RELEASER_BAR: Duration = Duration::from_millis(10);
+
+/// Locks in Redis (single server or Cluster).
+///
+/// Build it with [`RedisBackend::connect`], or through
+/// [`Locker::connect`](crate::Locker::connect) with a `redis://` or `redis+cluster://` URL.
+///
+/// # Examples
+///
+/// ```no_run
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> dlock_core::Result<()> {
+/// use dlock_core::{DlockConfig, Locker};
+/// let config = DlockConfig::from_toml_str(r#"backend = "redis://127.0.0.1:6379/0""#)?;
+/// let locker = Locker::connect(&config).await?;
+/// let guard = locker.lock("order:42").await?;
+/// println!("fencing token {:?}", guard.fencing_token());
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct RedisBackend {
+    conn: Conn,
+    waiters: Arc<Waiters>,
+    /// Written into the barred mark, so the bar applies to this backend's waiters only.
+    id: OwnerId,
+    timeout: Duration,
+}
+
+/// What one acquire attempt found.
+enum Attempt {
+    Granted(u64),
+    Held(Option<Duration>),
+}
+
+impl RedisBackend {
+    /// Connects to the server or cluster `url` names, with `timeout` bounding every round
+    /// trip (and the connection itself).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] for a URL that is not `redis://`, `rediss://` or
+    /// `redis+cluster://`; [`Error::Backend`] / [`Error::Timeout`] when the server cannot be
+    /// reached within `timeout`.
+    pub async fn connect(url: &BackendUrl, timeout: Duration) -> Result<Self> {
+        let (pushes_tx, pushes_rx) = tokio::sync::mpsc::unbounded_channel();
+        let conn = conn::open(url, timeout, None).await?;
+        let subscriber = conn::open(url, timeout, Some(pushes_tx)).await?;
+        let backend = Self {
+            conn,
+            waiters: Waiters::start(subscriber, pushes_rx, timeout),
+            id: OwnerId::random("redis-locker"),
+            timeout,
+        };
+        backend.warn_about_eviction().await;
+        Ok(backend)
+    }
+
+    /// Logs a warning if the server may evict lock keys. Best effort: `CONFIG` may be
+    /// disabled, and then nothing is said.
+    async fn warn_about_eviction(&self) {
+        let mut conn = self.conn.clone();
+        let mut command = redis::cmd("CONFIG");
+        command.arg("GET").arg("maxmemory-policy");
+        let query = command.query_async::<Vec<String>>(&mut conn);
+        if let Ok(Ok(reply)) = tokio::time::timeout(self.timeout, query).await
+            && let Some(policy) = reply.get(1)
+            && policy.starts_with("allkeys")
+        {
+            tracing::warn!(
+                %policy,
+                "dlock: this Redis may evict lock keys under memory pressure (maxmemory-policy); use noeviction on a lock server"
+            );
+        }
+    }
+
+    async fn call<T: FromRedisValue>(
+        &self,
+        operation: &'static str,
+        invocation: redis::ScriptInvocation<'_>,
+    ) -> Result<T> {
+        let mut conn = self.conn.clone();
+        tokio::time::timeout(self.timeout, invocation.invoke_async(&mut conn))
+            .await
+            .map_err(|_| Error::Timeout {
+                backend: "redis",
+                operation,
+                after: self.timeout,
+            })?
+            .map_err(|e| Error::backend("redis", e))
+    }
+
+    async fn attempt(&self, req: &AcquireRequest, keys: &LockKeys) -> Result<Attempt> {
+        let mut invocation = scripts::ACQUIRE.key(&keys.lock);
+        invocation
+            .key(&keys.fence)
+            .key(&keys.barred)
+            .arg(req.owner.as_str())
+            .arg(millis(req.ttl))
+            .arg(self.id.as_str());
+        let (status, value): (i64, Value) = self.call("acquire", invocation).await?;
+        match status {
+            1 => Ok(Attempt::Granted(
+                u64::from_redis_value(value).map_err(|e| Error::backend("redis", e))?,
+            )),
+            0 => {
+                let pttl = i64::from_redis_value(value).unwrap_or(-1);
+                Ok(Attempt::Held(
+                    u64::try_from(pttl).ok().map(Duration::from_millis),
+                ))
+            }
+            code => {
+                let kind = String::from_redis_value(value).unwrap_or_default();
+                let key = if code == -1 { &keys.lock } else { &keys.fence };
+                Err(Error::backend(
+                    "redis",
+                    format!(
+                        "Redis key `{key}` holds a {kind}, not a dlock lock: another application uses this key name (choose another key prefix)"
+                    ),
+                ))
+            }
+        }
+    }
+
+    fn lease(req: &AcquireRequest, sent: Instant, token: u64) -> AcquireOutcome {
+        AcquireOutcome::Acquired(Lease::new(req, sent).with_fencing_token(token))
+    }
+}
+
+#[async_trait]
+impl LockBackend for RedisBackend {
+    async fn acquire(
+        &self,
+        req: &AcquireRequest,
+        deadline: Option<Instant>,
+    ) -> Result<AcquireOutcome> {
+        let keys = LockKeys::new(&req.key);
+        let mut retry_after = None;
+        // Fast path: nobody of ours queues for this key, so try at once.
+        if !self.waiters.has_waiters(&keys.channel) {
+            let sent = Instant::now();
+            match self.attempt(req, &keys).await? {
+                Attempt::Granted(token) => return Ok(Self::lease(req, sent, token)),
+                Attempt::Held(pttl) => retry_after = pttl,
+            }
+            if deadline.is_some_and(|d| d <= Instant::now()) {
+                return Ok(AcquireOutcome::Busy { retry_after });
+            }
+        }
+        // Queue locally (subscribing to the release channel first), then try whenever we are
+        // at the head and woken: by a release, by becoming head, or at the holder's expiry.
+        let ticket = self.waiters.enqueue(&keys.channel).await?;
+        loop {
+            if ticket.is_head() {
+                let sent = Instant::now();
+                match self.attempt(req, &keys).await? {
+                    Attempt::Granted(token) => return Ok(Self::lease(req, sent, token)),
+                    Attempt::Held(pttl) => retry_after = pttl,
+                }
+            }
+            let now = Instant::now();
+            if deadline.is_some_and(|d| d <= now) {
+                return Ok(AcquireOutcome::Busy { retry_after });
+            }
+            let recheck = if ticket.is_head() {
+                // A holder without expiry (not ours) is re-checked at our own ttl.
+                Some(now + retry_after.unwrap_or(req.ttl) + Duration::from_millis(1))
+            } else {
+                None
+            };
+            let until = match (recheck, deadline) {
+                (Some(r), Some(d)) => Some(r.min(d)),
+                (r, d) => r.or(d),
+            };
+            ticket.wait(until).await;
+        }
+    }
+
+    async fn renew(&self, leases: &[Lease]) -> Result<Vec<RenewOutcome>> {
+        let sent = Instant::now();
+        let renewed: Vec<bool> = if self.conn.is_cluster() {
+            let calls = leases
+                .iter()
+                .map(|lease| self.renew_batch(std::slice::from_ref(lease)));
+            let replies = futures_util::future::join_all(calls).await;
+            let mut renewed = Vec::with_capacity(leases.len());
+            for reply in replies {
+                renewed.extend(reply?);
+            }
+            renewed
+        } else {
+            let mut renewed = Vec::with_capacity(leases.len());
+            for batch in leases.chunks(RENEW_BATCH) {
+                renewed.extend(self.renew_batch(batch).await?);
+            }
+            renewed
+        };
+        Ok(renewed
+            .into_iter()
+            .map(|held| {
+                if held {
+                    RenewOutcome::Renewed { valid_from: sent }
+                } else {
+                    RenewOutcome::NotOwner
+                }
+            })
+            .collect())
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
+        let keys = LockKeys::new(&lease.key);
+        let bar = if self.waiters.has_waiters(&keys.channel) {
+            0 // our own waiters are next in line anyway
+        } else {
+            millis(RELEASER_BAR)
+        };
+        let mut invocation = scripts::RELEASE.key(&keys.lock);
+        invocation
+            .key(&keys.barred)
+            .arg(lease.owner.as_str())
+            .arg(&keys.channel)
+            .arg(self.id.as_str())
+            .arg(bar);
+        let released: i64 = self.call("release", invocation).await?;
+        Ok(if released == 1 {
+            ReleaseOutcome::Released
+        } else {
+            ReleaseOutcome::NotHeld
+        })
+    }
+
+    async fn force_release(&self, key: &str) -> Result<bool> {
+        let keys = LockKeys::new(key);
+        let mut invocation = scripts::FORCE_RELEASE.key(&keys.lock);
+        invocation.arg(&keys.channel);
+        let removed: i64 = self.call("force_release", invocation).await?;
+        Ok(removed > 0)
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::new("redis")
+            .fencing(Fencing::Volatile)
+            .max_renew_batch(usize::MAX)
+    }
+}
+
+impl RedisBackend {
+    /// One renewal script over `leases` (all in one slot on Cluster: called with one lease).
+    async fn renew_batch(&self, leases: &[Lease]) -> Result<Vec<bool>> {
+        let mut invocation = scripts::RENEW.prepare_invoke();
+        for lease in leases {
+            invocation.key(LockKeys::new(&lease.key).lock);
+        }
+        for lease in leases {
+            invocation.arg(lease.owner.as_str());
+        }
+        for lease in leases {
+            invocation.arg(millis(lease.ttl));
+        }
+        let flags: Vec<i64> = self.call("renew", invocation).await?;
+        if flags.len() != leases.len() {
+            return Err(Error::backend(
+                "redis",
+                "renewal script returned the wrong number of results",
+            ));
+        }
+        Ok(flags.into_iter().map(|flag| flag == 1).collect())
+    }
+}
+
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis())
+        .unwrap_or(u64::MAX)
+        .max(1)
+}
+
+// Keep the trait import used on all feature sets.
+const _: fn(&mut Conn) -> i64 = |c| c.get_db();

@@ -1,0 +1,235 @@
+//! Waiting without polling: local FIFO queues per lock, woken by release notifications.
+//!
+//! One subscription connection per backend (per Locker) carries the release channels of every
+//! key it waits on. Local waiters of one key queue in arrival order; only the head of the
+//! queue talks to Redis. A release message wakes just that head; when the head leaves
+//! (acquired, gave up, cancelled) the next one becomes head and is woken. The head also wakes
+//! when the holder's remaining ttl runs out, so a lost message costs at most one ttl.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use redis::{PushInfo, PushKind, Value};
+use tokio::sync::Notify;
+use tokio::sync::mpsc::UnboundedReceiver;
+
+use super::conn::Conn;
+use crate::{Error, Result};
+
+/// The local waiters of one backend, and its subscription connection.
+#[derive(Debug)]
+pub(super) struct Waiters {
+    queues: Mutex<Queues>,
+    /// Serialises SUBSCRIBE / UNSUBSCRIBE so they reach Redis in the order decided.
+    subscriber: tokio::sync::Mutex<Conn>,
+    timeout: Duration,
+}
+
+#[derive(Debug, Default)]
+struct Queues {
+    by_channel: HashMap<String, Queue>,
+    next_id: u64,
+}
+
+#[derive(Debug, Default)]
+struct Queue {
+    waiters: VecDeque<(u64, Arc<Notify>)>,
+    subscribed: bool,
+}
+
+impl Waiters {
+    /// Starts dispatching the pushes of `subscriber` (whose push sender feeds `pushes`).
+    pub(super) fn start(
+        subscriber: Conn,
+        mut pushes: UnboundedReceiver<PushInfo>,
+        timeout: Duration,
+    ) -> Arc<Self> {
+        let waiters = Arc::new(Self {
+            queues: Mutex::default(),
+            subscriber: tokio::sync::Mutex::new(subscriber),
+            timeout,
+        });
+        let weak = Arc::downgrade(&waiters);
+        tokio::spawn(async move {
+            while let Some(push) = pushes.recv().await {
+                let Some(waiters) = weak.upgrade() else {
+                    return;
+                };
+                waiters.dispatch(&push);
+            }
+        });
+        waiters
+    }
+
+    fn queues(&self) -> MutexGuard<'_, Queues> {
+        self.queues.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn dispatch(&self, push: &PushInfo) {
+        match push.kind {
+            PushKind::Message => {
+                if let Some(Value::BulkString(channel)) = push.data.first() {
+                    self.wake_head(&String::from_utf8_lossy(channel));
+                }
+            }
+            // After a reconnect a release may have been missed: let every head re-check.
+            PushKind::Disconnection => {
+                let queues = self.queues();
+                for queue in queues.by_channel.values() {
+                    if let Some((_, head)) = queue.waiters.front() {
+                        head.notify_one();
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn wake_head(&self, channel: &str) {
+        if let Some((_, head)) = self
+            .queues()
+            .by_channel
+            .get(channel)
+            .and_then(|q| q.waiters.front())
+        {
+            head.notify_one();
+        }
+    }
+
+    /// Whether anyone of this backend waits on `channel`.
+    pub(super) fn has_waiters(&self, channel: &str) -> bool {
+        self.queues()
+            .by_channel
+            .get(channel)
+            .is_some_and(|q| !q.waiters.is_empty())
+    }
+
+    /// Queues a waiter on `channel`, subscribing to it first if needed. The returned ticket
+    /// leaves the queue when dropped.
+    ///
+    /// # Errors
+    ///
+    /// The subscription failed or timed out.
+    pub(super) async fn enqueue(self: &Arc<Self>, channel: &str) -> Result<Ticket> {
+        let ticket = {
+            let mut queues = self.queues();
+            queues.next_id += 1;
+            let id = queues.next_id;
+            let wake = Arc::new(Notify::new());
+            let queue = queues.by_channel.entry(channel.to_owned()).or_default();
+            queue.waiters.push_back((id, Arc::clone(&wake)));
+            Ticket {
+                waiters: Arc::clone(self),
+                channel: channel.to_owned(),
+                id,
+                wake,
+            }
+        };
+        self.ensure_subscribed(channel).await?;
+        Ok(ticket)
+    }
+
+    async fn ensure_subscribed(&self, channel: &str) -> Result<()> {
+        let mut subscriber = self.subscriber.lock().await;
+        if self
+            .queues()
+            .by_channel
+            .get(channel)
+            .is_some_and(|q| q.subscribed)
+        {
+            return Ok(());
+        }
+        tokio::time::timeout(self.timeout, subscriber.subscribe(channel))
+            .await
+            .map_err(|_| Error::Timeout {
+                backend: "redis",
+                operation: "subscribe",
+                after: self.timeout,
+            })?
+            .map_err(|e| Error::backend("redis", e))?;
+        if let Some(queue) = self.queues().by_channel.get_mut(channel) {
+            queue.subscribed = true;
+        }
+        Ok(())
+    }
+
+    /// Unsubscribes from `channel` if its queue is (still) empty.
+    async fn unsubscribe_if_idle(&self, channel: String) {
+        let mut subscriber = self.subscriber.lock().await;
+        let idle = {
+            let mut queues = self.queues();
+            let idle = queues
+                .by_channel
+                .get(&channel)
+                .is_some_and(|q| q.waiters.is_empty());
+            if idle {
+                queues.by_channel.remove(&channel);
+            }
+            idle
+        };
+        if idle {
+            let outcome =
+                tokio::time::timeout(self.timeout, subscriber.unsubscribe(&channel)).await;
+            tracing::trace!(%channel, ?outcome, "dlock: redis unsubscribed");
+        }
+    }
+
+    fn leave(self: &Arc<Self>, channel: &str, id: u64) {
+        let mut queues = self.queues();
+        let Some(queue) = queues.by_channel.get_mut(channel) else {
+            return;
+        };
+        let was_head = queue.waiters.front().is_some_and(|(head, _)| *head == id);
+        queue.waiters.retain(|(waiter, _)| *waiter != id);
+        match queue.waiters.front() {
+            Some((_, next)) if was_head => next.notify_one(),
+            Some(_) => {}
+            None => {
+                drop(queues);
+                let waiters = Arc::clone(self);
+                let channel = channel.to_owned();
+                if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                    runtime.spawn(async move { waiters.unsubscribe_if_idle(channel).await });
+                }
+            }
+        }
+    }
+}
+
+/// One waiting acquire's place in its key's local queue.
+#[derive(Debug)]
+pub(super) struct Ticket {
+    waiters: Arc<Waiters>,
+    channel: String,
+    id: u64,
+    wake: Arc<Notify>,
+}
+
+impl Ticket {
+    /// Whether this waiter is first in its queue (the one that may try).
+    pub(super) fn is_head(&self) -> bool {
+        self.waiters
+            .queues()
+            .by_channel
+            .get(&self.channel)
+            .and_then(|q| q.waiters.front())
+            .is_some_and(|(head, _)| *head == self.id)
+    }
+
+    /// Waits for a wake-up (a release, or becoming head), or until `until`.
+    pub(super) async fn wait(&self, until: Option<Instant>) {
+        match until {
+            Some(at) => {
+                let _ = tokio::time::timeout_at(at.into(), self.wake.notified()).await;
+            }
+            None => self.wake.notified().await,
+        }
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        self.waiters.leave(&self.channel, self.id);
+    }
+}

@@ -1,0 +1,47 @@
+//! The conformance suite against real Redis: one `redis-server`, and a 3-master Redis Cluster,
+//! each started by the harness for the test and stopped after it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use dlock_core::conformance::{Expectations, Target};
+use dlock_core::harness::{RedisCluster, RedisServer};
+use dlock_core::{BackendUrl, RedisBackend};
+
+const TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A target whose clients are new `RedisBackend`s (a Locker each: its own connections and
+/// subscription) on `url`, keeping `server` alive as long as the target.
+async fn target<S: Send + Sync + 'static>(server: S, url: String) -> Target<RedisBackend> {
+    let server = Arc::new(server);
+    let url = BackendUrl::parse(&url).expect("harness URL");
+    let probe = RedisBackend::connect(&url, TIMEOUT).await.expect("connect");
+    let expect = Expectations::of(&probe)
+        .ttl(Duration::from_millis(500))
+        .slack(Duration::from_millis(300));
+    Target::new(
+        move || {
+            let (url, server) = (url.clone(), Arc::clone(&server));
+            async move {
+                let _alive = server;
+                Arc::new(RedisBackend::connect(&url, TIMEOUT).await.expect("connect"))
+            }
+        },
+        expect,
+    )
+}
+
+async fn single() -> Target<RedisBackend> {
+    let server = RedisServer::start().await.expect("redis-server");
+    let url = server.url();
+    target(server, url).await
+}
+
+async fn cluster() -> Target<RedisBackend> {
+    let cluster = RedisCluster::start(3).await.expect("redis cluster");
+    let url = cluster.url();
+    target(cluster, url).await
+}
+
+dlock_core::conformance_tests!(redis_single, single());
+dlock_core::conformance_tests!(redis_cluster, cluster());
