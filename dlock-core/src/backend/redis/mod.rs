@@ -37,6 +37,7 @@ mod keys;
 mod notify;
 mod scripts;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -113,17 +114,34 @@ impl RedisBackend {
         Ok(backend)
     }
 
-    /// Logs a warning if the server may evict lock keys. Best effort: `CONFIG` may be
-    /// disabled, and then nothing is said.
-    async fn warn_about_eviction(&self) {
+    /// The server's `maxmemory-policy` if it lets Redis evict keys that have no ttl concern
+    /// (`allkeys-*`): lock keys can then vanish under memory pressure, freeing locks. `None`
+    /// when the policy is safe or `CONFIG GET` is not allowed. [`connect`](Self::connect)
+    /// logs a warning when this is `Some`.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn check(backend: &dlock_core::RedisBackend) {
+    /// if let Some(policy) = backend.eviction_risk().await {
+    ///     eprintln!("lock keys may be evicted: maxmemory-policy is {policy}");
+    /// }
+    /// # }
+    /// ```
+    pub async fn eviction_risk(&self) -> Option<String> {
         let mut conn = self.conn.clone();
         let mut command = redis::cmd("CONFIG");
         command.arg("GET").arg("maxmemory-policy");
-        let query = command.query_async::<Vec<String>>(&mut conn);
-        if let Ok(Ok(reply)) = tokio::time::timeout(self.timeout, query).await
-            && let Some(policy) = reply.get(1)
-            && policy.starts_with("allkeys")
-        {
+        let query = command.query_async::<HashMap<String, String>>(&mut conn);
+        let reply = tokio::time::timeout(self.timeout, query).await.ok()?.ok()?;
+        reply
+            .get("maxmemory-policy")
+            .filter(|policy| policy.starts_with("allkeys"))
+            .cloned()
+    }
+
+    async fn warn_about_eviction(&self) {
+        if let Some(policy) = self.eviction_risk().await {
             tracing::warn!(
                 %policy,
                 "dlock: this Redis may evict lock keys under memory pressure (maxmemory-policy); use noeviction on a lock server"
