@@ -31,6 +31,35 @@
 //!   policy; use `noeviction` or `volatile-*` (lock keys always have a ttl, so `volatile-*`
 //!   policies can evict them too — prefer `noeviction` on a lock server).
 //! * The fencing counter keys (`{K}:fence`) are kept forever, one per lock name ever used.
+//!
+//! # Checking the fencing token where the data lives
+//!
+//! A lease can run out while its holder is paused (GC, swap, a stalled VM); only the resource
+//! can refuse the late write. If the protected data is in Redis too, let one script compare
+//! and store the token with the write:
+//!
+//! ```no_run
+//! # async fn settle(locker: &dlock_core::Locker, mut data: redis::aio::MultiplexedConnection)
+//! # -> Result<(), Box<dyn std::error::Error>> {
+//! const FENCED_SET: &str = r"
+//!     local highest = tonumber(redis.call('get', KEYS[2]) or '0')
+//!     if tonumber(ARGV[1]) < highest then return 0 end
+//!     redis.call('set', KEYS[2], ARGV[1])
+//!     redis.call('set', KEYS[1], ARGV[2])
+//!     return 1";
+//! let guard = locker.lock("order:42").await?;
+//! let token = guard.fencing_token().expect("redis issues tokens");
+//! let accepted: i64 = redis::Script::new(FENCED_SET)
+//!     .key("order:42:state")
+//!     .key("order:42:state:token")
+//!     .arg(token)
+//!     .arg("paid")
+//!     .invoke_async(&mut data)
+//!     .await?;
+//! assert_eq!(accepted, 1, "a newer holder already wrote: this one is stale");
+//! guard.release().await?;
+//! # Ok(()) }
+//! ```
 
 mod conn;
 mod keys;
