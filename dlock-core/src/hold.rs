@@ -85,7 +85,9 @@ impl Hold {
             (holder_done, shares.is_empty())
         };
         if let (true, Some(holder)) = (holder_done, owner) {
-            self.locker.reentrancy().forget(holder, &self.lease.key);
+            self.locker
+                .reentrancy()
+                .forget(holder, &self.lease.key, self);
         }
         last
     }
@@ -128,7 +130,9 @@ impl Drop for Hold {
     fn drop(&mut self) {
         let owners: Vec<ShareOwner> = self.shares().drain().map(|(owner, _)| owner).collect();
         for holder in owners.into_iter().flatten() {
-            self.locker.reentrancy().forget(holder, &self.lease.key);
+            self.locker
+                .reentrancy()
+                .forget(holder, &self.lease.key, self);
         }
         if self.released.swap(true, Ordering::SeqCst) {
             return;

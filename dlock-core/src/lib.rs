@@ -33,11 +33,6 @@
 //! | `conformance` | no      | `dlock_core::conformance`, the suite every backend must pass       |
 //! | `harness`     | no      | `dlock_core::harness`, real test servers started from system binaries |
 
-/// The workspace README's Rust snippets, compiled as doctests so they stay true.
-#[cfg(doctest)]
-#[doc = include_str!("../../README.md")]
-pub struct ReadmeDoctests;
-
 mod backend;
 mod backend_spec;
 mod backend_url;

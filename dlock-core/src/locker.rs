@@ -411,7 +411,9 @@ impl Locker {
             ));
         }
         let holder = HolderId::current();
-        if let Some(hold) = shared.reentrancy.find(holder, &full_key) {
+        if options.reentrant
+            && let Some(hold) = shared.reentrancy.find(holder, &full_key)
+        {
             if let Some(lost) = hold.lost_error() {
                 return Err(lost);
             }
@@ -500,6 +502,8 @@ pub(crate) struct AcquireOptions<'a> {
     /// `None`: the Locker's default; `Some(None)`: until acquired.
     pub(crate) wait: Option<Option<Duration>>,
     pub(crate) watchdog: bool,
+    /// Whether a hold of the current task on the key is re-entered.
+    pub(crate) reentrant: bool,
 }
 
 impl LockerShared {

@@ -42,15 +42,27 @@ impl Reentrancy {
         holds.get(&(holder, key.to_owned()))?.upgrade()
     }
 
-    /// Records that `holder` holds `hold`, so its nested acquires re-enter.
+    /// Records that `holder` holds `hold`, so its nested acquires re-enter. An earlier live
+    /// hold of the same holder and key (taken with `.reentrant(false)`) keeps the entry.
     pub(crate) fn register(&self, holder: HolderId, hold: &Arc<Hold>) {
         let mut holds = self.holds.lock().unwrap_or_else(PoisonError::into_inner);
-        holds.insert((holder, hold.full_key().to_owned()), Arc::downgrade(hold));
+        let entry = holds
+            .entry((holder, hold.full_key().to_owned()))
+            .or_default();
+        if entry.strong_count() == 0 {
+            *entry = Arc::downgrade(hold);
+        }
     }
 
-    /// Forgets that `holder` holds `key` (its last share is gone).
-    pub(crate) fn forget(&self, holder: HolderId, key: &str) {
+    /// Forgets that `holder` holds `key` through `hold` (its last share of it is gone).
+    pub(crate) fn forget(&self, holder: HolderId, key: &str, hold: *const Hold) {
         let mut holds = self.holds.lock().unwrap_or_else(PoisonError::into_inner);
-        holds.remove(&(holder, key.to_owned()));
+        let entry = (holder, key.to_owned());
+        if holds
+            .get(&entry)
+            .is_some_and(|w| w.strong_count() == 0 || std::ptr::eq(w.as_ptr(), hold))
+        {
+            holds.remove(&entry);
+        }
     }
 }

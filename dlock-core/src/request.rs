@@ -40,6 +40,7 @@ impl<'a> LockRequest<'a> {
                 ttl: None,
                 wait: None,
                 watchdog: true,
+                reentrant: true,
             },
         }
     }
@@ -112,6 +113,30 @@ impl<'a> LockRequest<'a> {
     /// ```
     pub const fn watchdog(mut self, renew: bool) -> Self {
         self.options.watchdog = renew;
+        self
+    }
+}
+
+impl LockRequest<'_> {
+    /// With `false`, this acquire does not re-enter a hold the current task already has on
+    /// the key: it contends like any other caller (Redisson's non-reentrant lock). Use it where
+    /// one task runs independent units of work concurrently (a tower layer serving requests
+    /// with `join!`). Acquires nested inside the guard it returns still re-enter it. Defaults
+    /// to `true`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> dlock_core::Result<()> {
+    /// use std::time::Duration;
+    /// let locker = dlock_core::Locker::memory();
+    /// let first = locker.lock("k").await?;
+    /// let second = locker.lock("k").reentrant(false).wait(Duration::from_millis(10)).await;
+    /// assert!(matches!(second, Err(dlock_core::Error::Busy { .. })));
+    /// # drop(first); Ok(()) }
+    /// ```
+    pub const fn reentrant(mut self, reentrant: bool) -> Self {
+        self.options.reentrant = reentrant;
         self
     }
 }

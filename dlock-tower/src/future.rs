@@ -1,0 +1,181 @@
+//! [`ResponseFuture`]: acquire, run the inner service while watching the lease, release.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, ready};
+
+use dlock_core::{Error, LockGuard, LostReason, Result as LockResult};
+use http::{Request, Response};
+use pin_project_lite::pin_project;
+use tower_service::Service;
+
+use crate::layer::Settings;
+
+type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+
+pin_project! {
+    /// The response future of [`DistributedLock`](crate::DistributedLock).
+    ///
+    /// Dropping it (a client that disconnects) drops the guard, which releases the lock.
+    #[must_use = "futures do nothing unless polled"]
+    pub struct ResponseFuture<S, ReqBody>
+    where
+        S: Service<Request<ReqBody>>,
+    {
+        #[pin]
+        state: State<S, ReqBody>,
+        settings: Arc<Settings>,
+    }
+}
+
+pin_project! {
+    #[project = StateProj]
+    enum State<S, ReqBody>
+    where
+        S: Service<Request<ReqBody>>,
+    {
+        Acquiring {
+            acquire: BoxFuture<LockResult<LockGuard>>,
+            inner: S,
+            request: Option<Request<ReqBody>>,
+        },
+        Running {
+            #[pin]
+            future: S::Future,
+            guard: LockGuard,
+            lost: BoxFuture<LostReason>,
+        },
+        Passthrough {
+            #[pin]
+            future: S::Future,
+        },
+        Respond {
+            response: Option<S::Response>,
+        },
+        Done,
+    }
+}
+
+impl<S, ReqBody> ResponseFuture<S, ReqBody>
+where
+    S: Service<Request<ReqBody>>,
+{
+    pub(crate) const fn acquiring(
+        acquire: BoxFuture<LockResult<LockGuard>>,
+        inner: S,
+        request: Request<ReqBody>,
+        settings: Arc<Settings>,
+    ) -> Self {
+        Self {
+            state: State::Acquiring {
+                acquire,
+                inner,
+                request: Some(request),
+            },
+            settings,
+        }
+    }
+
+    pub(crate) fn passthrough(
+        mut inner: S,
+        request: Request<ReqBody>,
+        settings: Arc<Settings>,
+    ) -> Self {
+        Self {
+            state: State::Passthrough {
+                future: inner.call(request),
+            },
+            settings,
+        }
+    }
+
+    pub(crate) const fn respond(response: S::Response, settings: Arc<Settings>) -> Self {
+        Self {
+            state: State::Respond {
+                response: Some(response),
+            },
+            settings,
+        }
+    }
+}
+
+impl<S, ReqBody, ResBody> Future for ResponseFuture<S, ReqBody>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+    ResBody: Default,
+{
+    type Output = Result<Response<ResBody>, S::Error>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        loop {
+            match this.state.as_mut().project() {
+                StateProj::Acquiring {
+                    acquire,
+                    inner,
+                    request,
+                } => {
+                    let guard = match ready!(acquire.as_mut().poll(cx)) {
+                        Ok(guard) => guard,
+                        Err(error) => {
+                            let response = reject(this.settings, &error);
+                            this.state.set(State::Done);
+                            return Poll::Ready(Ok(response));
+                        }
+                    };
+                    let request = request.take().expect("request taken once");
+                    let future = inner.call(request);
+                    let lost = Box::pin(guard.lost());
+                    this.state.set(State::Running {
+                        future,
+                        guard,
+                        lost,
+                    });
+                }
+                StateProj::Running {
+                    future,
+                    guard,
+                    lost,
+                } => {
+                    if let Poll::Ready(reason) = lost.as_mut().poll(cx) {
+                        let error = Error::LeaseLost {
+                            key: guard.key().to_owned(),
+                            reason,
+                        };
+                        tracing::warn!(%error, "dlock-tower: lease lost mid-request; the handler was cancelled");
+                        let response = this.settings.on_error.respond(&error);
+                        // Drops the handler's future and the guard (which releases).
+                        this.state.set(State::Done);
+                        return Poll::Ready(Ok(response));
+                    }
+                    let output = ready!(future.poll(cx));
+                    // The response is ready: the lock is released as the guard drops.
+                    this.state.set(State::Done);
+                    return Poll::Ready(output);
+                }
+                StateProj::Passthrough { future } => {
+                    let output = ready!(future.poll(cx));
+                    this.state.set(State::Done);
+                    return Poll::Ready(output);
+                }
+                StateProj::Respond { response } => {
+                    let response = response.take().expect("polled after completion");
+                    this.state.set(State::Done);
+                    return Poll::Ready(Ok(response));
+                }
+                StateProj::Done => panic!("ResponseFuture polled after completion"),
+            }
+        }
+    }
+}
+
+fn reject<B: Default>(settings: &Settings, error: &Error) -> Response<B> {
+    match error {
+        Error::Busy { .. } => settings.on_busy.respond(error),
+        other => {
+            tracing::warn!(error = %other, "dlock-tower: the lock could not be taken");
+            settings.on_error.respond(other)
+        }
+    }
+}

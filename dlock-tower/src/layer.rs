@@ -1,0 +1,147 @@
+//! [`DistributedLockLayer`].
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use dlock_core::{Error, Locker};
+use http::Response;
+use tower_layer::Layer;
+
+use crate::reject::{Reject, locked_response, unavailable_response};
+use crate::service::DistributedLock;
+
+/// Holds a distributed lock around every request whose key is `Some`: acquire, run the inner
+/// service under the lease's watchdog, release when its response future completes or is
+/// dropped (a client that disconnects releases too).
+///
+/// | outcome | default response |
+/// |---|---|
+/// | still busy after `wait` (default: one attempt) | `423 Locked` + `Retry-After` |
+/// | the lock service failed | `503 Service Unavailable` |
+/// | the lease was lost while the handler ran (the handler is dropped) | `503 Service Unavailable` |
+/// | the key cannot be built (e.g. unknown path parameter) | `500 Internal Server Error` |
+///
+/// The inner service's error type is unchanged. See the [crate docs](crate) for axum and
+/// `ServiceBuilder` examples.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use dlock_tower::DistributedLockLayer;
+///
+/// let layer = DistributedLockLayer::new(dlock_core::Locker::memory(), |req: &http::Request<()>| {
+///     Some(format!("path:{}", req.uri().path()))
+/// })
+/// .ttl(Duration::from_secs(10))
+/// .wait(Duration::from_secs(2));
+/// # drop(layer);
+/// ```
+#[must_use]
+pub struct DistributedLockLayer<K> {
+    make_key: K,
+    settings: Arc<Settings>,
+}
+
+/// What every request of one layer shares.
+#[derive(Debug)]
+pub(crate) struct Settings {
+    pub(crate) locker: Locker,
+    pub(crate) ttl: Option<Duration>,
+    pub(crate) wait: Duration,
+    pub(crate) watchdog: bool,
+    pub(crate) on_busy: Reject,
+    pub(crate) on_error: Reject,
+}
+
+impl<K> DistributedLockLayer<K> {
+    /// A layer locking through `locker`, keyed by `make_key` (a closure
+    /// `Fn(&Request<B>) -> Option<String>`, or [`path_key`](crate::path_key) with the `axum`
+    /// feature). Defaults: the Locker's ttl, the watchdog on, no waiting (busy → `423` at once).
+    pub fn new(locker: Locker, make_key: K) -> Self {
+        Self {
+            make_key,
+            settings: Arc::new(Settings {
+                locker,
+                ttl: None,
+                wait: Duration::ZERO,
+                watchdog: true,
+                on_busy: Reject::new(locked_response),
+                on_error: Reject::new(unavailable_response),
+            }),
+        }
+    }
+
+    fn with(mut self, change: impl FnOnce(&mut Settings)) -> Self {
+        let mut settings = Settings {
+            locker: self.settings.locker.clone(),
+            ttl: self.settings.ttl,
+            wait: self.settings.wait,
+            watchdog: self.settings.watchdog,
+            on_busy: self.settings.on_busy.clone(),
+            on_error: self.settings.on_error.clone(),
+        };
+        change(&mut settings);
+        self.settings = Arc::new(settings);
+        self
+    }
+
+    /// The lease of each request's lock. Defaults to the Locker's ttl.
+    pub fn ttl(self, ttl: Duration) -> Self {
+        self.with(|s| s.ttl = Some(ttl))
+    }
+
+    /// How long a request waits for a busy lock before the busy response. Defaults to zero
+    /// (one attempt).
+    pub fn wait(self, wait: Duration) -> Self {
+        self.with(|s| s.wait = wait)
+    }
+
+    /// With `false` the lease is not renewed: a handler running longer than the ttl loses the
+    /// lock and is cancelled. Defaults to `true`.
+    pub fn watchdog(self, renew: bool) -> Self {
+        self.with(|s| s.watchdog = renew)
+    }
+
+    /// The response when the lock stays busy (given the [`Error::Busy`]). Its body is empty.
+    /// Defaults to [`locked_response`](crate::locked_response).
+    pub fn on_busy(self, respond: impl Fn(&Error) -> Response<()> + Send + Sync + 'static) -> Self {
+        self.with(|s| s.on_busy = Reject::new(respond))
+    }
+
+    /// The response when the lock service fails or the lease is lost mid-request. Its body is
+    /// empty. Defaults to [`unavailable_response`](crate::unavailable_response).
+    pub fn on_error(
+        self,
+        respond: impl Fn(&Error) -> Response<()> + Send + Sync + 'static,
+    ) -> Self {
+        self.with(|s| s.on_error = Reject::new(respond))
+    }
+}
+
+impl<K: Clone> Clone for DistributedLockLayer<K> {
+    fn clone(&self) -> Self {
+        Self {
+            make_key: self.make_key.clone(),
+            settings: Arc::clone(&self.settings),
+        }
+    }
+}
+
+impl<K> fmt::Debug for DistributedLockLayer<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DistributedLockLayer")
+            .field("make_key", &std::any::type_name::<K>())
+            .field("settings", &self.settings)
+            .finish()
+    }
+}
+
+impl<S, K: Clone> Layer<S> for DistributedLockLayer<K> {
+    type Service = DistributedLock<S, K>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        DistributedLock::from_parts(inner, self.make_key.clone(), Arc::clone(&self.settings))
+    }
+}

@@ -1,0 +1,127 @@
+//! [`DistributedLock`], the service the layer wraps around an inner service.
+
+use std::fmt;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use dlock_core::{LockGuard, Result as LockResult};
+use http::{Request, Response, StatusCode};
+use tower_service::Service;
+
+use crate::future::ResponseFuture;
+use crate::key::MakeLockKey;
+use crate::layer::{DistributedLockLayer, Settings};
+
+/// Holds a distributed lock around each request to `S`. Built by [`DistributedLockLayer`].
+#[must_use]
+pub struct DistributedLock<S, K> {
+    inner: S,
+    make_key: K,
+    settings: Arc<Settings>,
+}
+
+impl<S, K> DistributedLock<S, K> {
+    pub(crate) const fn from_parts(inner: S, make_key: K, settings: Arc<Settings>) -> Self {
+        Self {
+            inner,
+            make_key,
+            settings,
+        }
+    }
+
+    /// A layer producing this service; the same as [`DistributedLockLayer::new`].
+    pub fn layer(locker: dlock_core::Locker, make_key: K) -> DistributedLockLayer<K> {
+        DistributedLockLayer::new(locker, make_key)
+    }
+
+    /// The inner service.
+    pub const fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub const fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// The inner service, unwrapped.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S: Clone, K: Clone> Clone for DistributedLock<S, K> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            make_key: self.make_key.clone(),
+            settings: Arc::clone(&self.settings),
+        }
+    }
+}
+
+impl<S: fmt::Debug, K> fmt::Debug for DistributedLock<S, K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DistributedLock")
+            .field("inner", &self.inner)
+            .field("make_key", &std::any::type_name::<K>())
+            .field("settings", &self.settings)
+            .finish()
+    }
+}
+
+impl<S, K, ReqBody, ResBody> Service<Request<ReqBody>> for DistributedLock<S, K>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
+    S::Future: Send,
+    K: MakeLockKey<ReqBody>,
+    ReqBody: Send + 'static,
+    ResBody: Default,
+{
+    type Response = Response<ResBody>;
+    type Error = S::Error;
+    type Future = ResponseFuture<S, ReqBody>;
+
+    #[inline]
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut request: Request<ReqBody>) -> Self::Future {
+        // The ready service goes with this request; a fresh clone stays for the next one.
+        let clone = self.inner.clone();
+        let inner = std::mem::replace(&mut self.inner, clone);
+        match self.make_key.make_key(&mut request) {
+            Ok(Some(key)) => {
+                let acquire = acquire(Arc::clone(&self.settings), key);
+                ResponseFuture::acquiring(acquire, inner, request, Arc::clone(&self.settings))
+            }
+            Ok(None) => ResponseFuture::passthrough(inner, request, Arc::clone(&self.settings)),
+            Err(error) => {
+                tracing::error!(%error, uri = %request.uri(), "dlock-tower: cannot build the lock key");
+                let mut response = Response::new(ResBody::default());
+                *response.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
+                ResponseFuture::respond(response, Arc::clone(&self.settings))
+            }
+        }
+    }
+}
+
+type Acquire = std::pin::Pin<Box<dyn std::future::Future<Output = LockResult<LockGuard>> + Send>>;
+
+fn acquire(settings: Arc<Settings>, key: String) -> Acquire {
+    Box::pin(async move {
+        let mut request = settings
+            .locker
+            .lock(&key)
+            .wait(settings.wait)
+            .watchdog(settings.watchdog)
+            // Requests polled in one task (e.g. `join!` of two `oneshot`s) must still exclude
+            // each other; locks the handler takes inside re-enter this one.
+            .reentrant(false);
+        if let Some(ttl) = settings.ttl {
+            request = request.ttl(ttl);
+        }
+        request.await
+    })
+}
