@@ -30,6 +30,7 @@
 //! | feature       | default | what it adds                                                       |
 //! |---------------|---------|--------------------------------------------------------------------|
 //! | `memory`      | yes     | [`MemoryBackend`], `memory://` URLs                                |
+//! | `macros`      | no      | the `#[distributed_lock]` attribute on `async fn`s                 |
 //! | `conformance` | no      | `dlock_core::conformance`, the suite every backend must pass       |
 //! | `harness`     | no      | `dlock_core::harness`, real test servers started from system binaries |
 
@@ -37,6 +38,7 @@ mod backend;
 mod backend_spec;
 mod backend_url;
 mod config;
+mod current;
 mod error;
 mod guard;
 mod hold;
@@ -48,6 +50,8 @@ mod reentrancy;
 mod request;
 mod watchdog;
 
+#[doc(hidden)]
+pub mod __private;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 #[cfg(feature = "harness")]
@@ -61,6 +65,7 @@ pub use backend::{Capabilities, Fencing, LockBackend};
 pub use backend_spec::{BackendSpec, BackendTable};
 pub use backend_url::{BackendKind, BackendUrl};
 pub use config::DlockConfig;
+pub use current::{CurrentLock, current_lock};
 pub use error::{BoxError, Error, Result};
 pub use guard::{HandOff, LockGuard};
 pub use key::{MAX_KEY_LEN, validate_key};
@@ -70,3 +75,7 @@ pub use lease::{
 };
 pub use locker::Locker;
 pub use request::LockRequest;
+
+#[cfg(feature = "macros")]
+#[doc(inline)]
+pub use dlock_macros::distributed_lock;

@@ -1,0 +1,164 @@
+//! What `#[distributed_lock]`'s expansion calls. Not public API: no semver guarantees; use
+//! [`Locker`] and [`LockGuard`](crate::LockGuard) directly instead.
+//!
+//! An annotated `async fn f(id: u64) -> Result<T, E> { body }` becomes
+//!
+//! ```ignore
+//! async fn f(id: u64) -> Result<T, E> {
+//!     ::dlock_core::__private::run(
+//!         ::dlock_core::__private::Locker::global(),          // or IntoLocker::into_locker(expr)
+//!         ::std::borrow::Cow::Owned(::std::format!("order:{}", id)),
+//!         ::dlock_core::__private::Options { ttl: .., wait: .., watchdog: true },
+//!         async move { body },
+//!     )
+//!     .await
+//! }
+//! ```
+
+use std::borrow::Cow;
+use std::future::Future;
+use std::pin::pin;
+use std::time::Duration;
+
+pub use crate::Locker;
+use crate::current::CurrentLock;
+use crate::{Error, LockGuard, Result};
+
+/// The attribute's `ttl`, `wait` and `watchdog` arguments.
+#[derive(Debug, Clone, Copy)]
+pub struct Options {
+    /// `ttl = ".."`; `None`: the Locker's default.
+    pub ttl: Option<Duration>,
+    /// `wait = ".."`.
+    pub wait: Wait,
+    /// `watchdog = false` turns renewal off.
+    pub watchdog: bool,
+}
+
+/// The attribute's `wait` argument.
+#[derive(Debug, Clone, Copy)]
+pub enum Wait {
+    /// No `wait`: the Locker's default.
+    Default,
+    /// `wait = "2s"` (`"0s"`: one attempt).
+    For(Duration),
+    /// `wait = "forever"`.
+    Forever,
+}
+
+/// What `locker = <expr>` accepts.
+#[diagnostic::on_unimplemented(
+    message = "`#[distributed_lock(locker = ..)]` needs a `Locker`, a `&Locker` or a `dlock_core::Result<Locker>`, not `{Self}`",
+    label = "not a Locker"
+)]
+pub trait IntoLocker {
+    /// The Locker to lock through.
+    ///
+    /// # Errors
+    ///
+    /// The error of a `Result<Locker>` argument, e.g. [`Error::NoGlobalLocker`].
+    fn into_locker(self) -> Result<Locker>;
+}
+
+impl IntoLocker for Locker {
+    fn into_locker(self) -> Result<Locker> {
+        Ok(self)
+    }
+}
+
+impl IntoLocker for &Locker {
+    fn into_locker(self) -> Result<Locker> {
+        Ok(self.clone())
+    }
+}
+
+impl IntoLocker for Result<Locker> {
+    fn into_locker(self) -> Self {
+        self
+    }
+}
+
+/// Acquires `key`, runs `body` under the guard with `key` and the fencing token as the
+/// [`current_lock`](crate::current_lock), and releases.
+///
+/// * Acquire errors (busy after `wait`, backend down, no global Locker) are returned without
+///   running the body.
+/// * The lease lost while the body runs: the body is dropped at its next await point and
+///   [`Error::LeaseLost`] is returned.
+/// * The body finished: the lock is released before returning. See `finish` for what a
+///   failed release means.
+/// * A panic in the body, or the caller dropping this future: the guard's drop releases in
+///   the background.
+///
+/// # Errors
+///
+/// As above, converted into `E`; else the body's own result.
+pub async fn run<T, E, F>(
+    locker: Result<Locker>,
+    key: Cow<'static, str>,
+    options: Options,
+    body: F,
+) -> Result<T, E>
+where
+    F: Future<Output = Result<T, E>>,
+    E: From<Error>,
+{
+    let locker = locker?;
+    let mut request = locker.lock(&key).watchdog(options.watchdog);
+    if let Some(ttl) = options.ttl {
+        request = request.ttl(ttl);
+    }
+    request = match options.wait {
+        Wait::Default => request,
+        Wait::For(wait) => request.wait(wait),
+        Wait::Forever => request.wait_forever(),
+    };
+    let guard = request.await?;
+    let current = CurrentLock::new(key, guard.fencing_token());
+    let mut body = pin!(current.scope(body));
+    let output = guard.run(body.as_mut()).await?;
+    let current = body.take_value();
+    finish(guard, current, output).await
+}
+
+/// Releases after the body returned `output`, and decides what to return:
+///
+/// * released: `output`;
+/// * [`Error::LeaseLost`] or [`Error::NotHolder`] at release (the lock stopped protecting the
+///   body before it was released, so its work may have overlapped another holder's): that
+///   error if the body succeeded; the body's own error (and a warning) if it failed;
+/// * any other release error (backend unreachable, timeout): a warning, and `output` — the body
+///   finished while the lease was valid, and the lock frees itself when its ttl runs out.
+async fn finish<T, E>(
+    guard: LockGuard,
+    current: Option<CurrentLock>,
+    output: Result<T, E>,
+) -> Result<T, E>
+where
+    E: From<Error>,
+{
+    let error = match guard.release().await {
+        Ok(()) => return output,
+        Err(error) => error,
+    };
+    let key = current.as_ref().map_or("", CurrentLock::key);
+    match error {
+        Error::LeaseLost { .. } | Error::NotHolder { .. } if output.is_ok() => Err(error.into()),
+        Error::LeaseLost { .. } | Error::NotHolder { .. } => {
+            tracing::warn!(
+                key,
+                %error,
+                "dlock: the lock stopped protecting a #[distributed_lock] body that failed; returning the body's error"
+            );
+            output
+        }
+        _ => {
+            tracing::warn!(
+                key,
+                %error,
+                "dlock: releasing after a #[distributed_lock] body failed; the lock will expire at its ttl"
+            );
+            output
+        }
+    }
+}

@@ -1,0 +1,216 @@
+//! The attribute's arguments: `key = "order:<id>", ttl = "10s", wait = "2s", watchdog = false,
+//! locker = <expr>, crate = "path"`.
+
+use proc_macro2::Span;
+use quote::ToTokens;
+use syn::ext::IdentExt;
+use syn::parse::{Parse, ParseStream};
+use syn::{Expr, ExprLit, Ident, Lit, LitBool, LitStr, Path, Token};
+
+use crate::duration::{self, Parsed};
+use crate::key_template::KeyTemplate;
+
+mod kw {
+    syn::custom_keyword!(key);
+    syn::custom_keyword!(ttl);
+    syn::custom_keyword!(wait);
+    syn::custom_keyword!(watchdog);
+    syn::custom_keyword!(locker);
+}
+
+/// Every argument name, in the order the docs list them.
+const ARGUMENTS: &str = "`key`, `ttl`, `wait`, `watchdog`, `locker`, `crate`";
+
+/// The parsed arguments of one `#[distributed_lock(..)]`.
+#[derive(Default)]
+pub(crate) struct LockArgs {
+    pub(crate) key: Option<KeyArg>,
+    pub(crate) ttl: Option<Parsed>,
+    pub(crate) wait: Option<Wait>,
+    pub(crate) watchdog: Option<LitBool>,
+    pub(crate) locker: Option<Expr>,
+    pub(crate) krate: Option<Path>,
+}
+
+/// `key = "..."`: the literal (for spans) and its parsed template.
+pub(crate) struct KeyArg {
+    pub(crate) lit: LitStr,
+    pub(crate) template: KeyTemplate,
+}
+
+/// `wait = "..."`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Wait {
+    For(Parsed),
+    Forever,
+}
+
+impl Parse for LockArgs {
+    fn parse(input: ParseStream<'_>) -> syn::Result<Self> {
+        let mut args = Self::default();
+        while !input.is_empty() {
+            if input.peek(kw::key) {
+                parse_once::<kw::key, _>(input, &mut args.key, parse_key)?;
+            } else if input.peek(kw::ttl) {
+                parse_once::<kw::ttl, _>(input, &mut args.ttl, parse_ttl)?;
+            } else if input.peek(kw::wait) {
+                parse_once::<kw::wait, _>(input, &mut args.wait, parse_wait)?;
+            } else if input.peek(kw::watchdog) {
+                parse_once::<kw::watchdog, _>(input, &mut args.watchdog, parse_bool)?;
+            } else if input.peek(kw::locker) {
+                parse_once::<kw::locker, _>(input, &mut args.locker, |input, _| input.parse())?;
+            } else if input.peek(Token![crate]) {
+                parse_once::<Token![crate], _>(input, &mut args.krate, parse_crate_path)?;
+            } else if input.peek(Ident::peek_any) {
+                let unknown = Ident::parse_any(input)?;
+                return Err(syn::Error::new_spanned(
+                    &unknown,
+                    format!(
+                        "unknown `#[distributed_lock]` argument `{unknown}`; expected one of {ARGUMENTS}"
+                    ),
+                ));
+            } else {
+                return Err(input.error(format!(
+                    "`#[distributed_lock]` expects `name = value` arguments ({ARGUMENTS}), \
+                     e.g. `#[distributed_lock(key = \"order:<id>\", ttl = \"10s\")]`"
+                )));
+            }
+            if input.is_empty() {
+                break;
+            }
+            input.parse::<Token![,]>()?;
+        }
+        Ok(args)
+    }
+}
+
+/// Parses `<keyword> = <value>` into `slot`; the one place that reports a repeated argument,
+/// spanned on the second occurrence's keyword.
+fn parse_once<K, V>(
+    input: ParseStream<'_>,
+    slot: &mut Option<V>,
+    value: impl FnOnce(ParseStream<'_>, &str) -> syn::Result<V>,
+) -> syn::Result<()>
+where
+    K: Parse + ToTokens,
+{
+    let keyword: K = input.parse()?;
+    let name = keyword.to_token_stream().to_string();
+    if slot.is_some() {
+        return Err(syn::Error::new_spanned(
+            &keyword,
+            format!("`{name}` is given more than once in `#[distributed_lock]`"),
+        ));
+    }
+    input.parse::<Token![=]>()?;
+    *slot = Some(value(input, &name)?);
+    Ok(())
+}
+
+/// A string literal, or an error spanned on whatever was written instead.
+fn string_literal(input: ParseStream<'_>, name: &str, example: &str) -> syn::Result<LitStr> {
+    match input.parse::<Expr>()? {
+        Expr::Lit(ExprLit {
+            lit: Lit::Str(lit), ..
+        }) => Ok(lit),
+        other => Err(syn::Error::new_spanned(
+            other,
+            format!(
+                "`#[distributed_lock]`: `{name}` must be a string literal, e.g. `{name} = {example}`"
+            ),
+        )),
+    }
+}
+
+fn parse_key(input: ParseStream<'_>, name: &str) -> syn::Result<KeyArg> {
+    let lit = string_literal(input, name, "\"order:<id>\"")?;
+    let template =
+        KeyTemplate::parse(&lit.value()).map_err(|e| syn::Error::new(lit.span(), e.message()))?;
+    Ok(KeyArg { lit, template })
+}
+
+fn parse_duration(lit: &LitStr, name: &str) -> syn::Result<Parsed> {
+    duration::parse(&lit.value()).map_err(|error| {
+        syn::Error::new(
+            lit.span(),
+            format!(
+                "`#[distributed_lock]`: invalid `{name}` duration {:?}: {error}; \
+                 expected e.g. \"10s\", \"500ms\" or \"1m 30s\"",
+                lit.value()
+            ),
+        )
+    })
+}
+
+fn parse_ttl(input: ParseStream<'_>, name: &str) -> syn::Result<Parsed> {
+    let lit = string_literal(input, name, "\"10s\"")?;
+    let ttl = parse_duration(&lit, name)?;
+    if ttl.is_zero() {
+        return Err(syn::Error::new(
+            lit.span(),
+            "`#[distributed_lock]`: `ttl` must be greater than zero: it is how long a crashed \
+             holder keeps the lock (e.g. \"10s\")",
+        ));
+    }
+    if ttl.total_nanos() < 10_000_000 {
+        return Err(syn::Error::new(
+            lit.span(),
+            "`#[distributed_lock]`: `ttl` must be at least 10ms",
+        ));
+    }
+    Ok(ttl)
+}
+
+fn parse_wait(input: ParseStream<'_>, name: &str) -> syn::Result<Wait> {
+    let lit = string_literal(input, name, "\"2s\"")?;
+    if lit.value().trim() == "forever" {
+        return Ok(Wait::Forever);
+    }
+    parse_duration(&lit, name).map(Wait::For)
+}
+
+fn parse_bool(input: ParseStream<'_>, name: &str) -> syn::Result<LitBool> {
+    match input.parse::<Expr>()? {
+        Expr::Lit(ExprLit {
+            lit: Lit::Bool(lit),
+            ..
+        }) => Ok(lit),
+        other => Err(syn::Error::new_spanned(
+            other,
+            format!("`#[distributed_lock]`: `{name}` must be `true` or `false`"),
+        )),
+    }
+}
+
+/// `crate = "dlock"` (as tokio-macros) or `crate = dlock`.
+fn parse_crate_path(input: ParseStream<'_>, _name: &str) -> syn::Result<Path> {
+    match input.parse::<Expr>()? {
+        Expr::Lit(ExprLit {
+            lit: Lit::Str(lit), ..
+        }) => lit.parse_with(Path::parse_mod_style).map_err(|_| {
+            syn::Error::new(
+                lit.span(),
+                format!(
+                    "`#[distributed_lock]`: `crate` must name a path, e.g. `crate = \"dlock_core\"`, not {:?}",
+                    lit.value()
+                ),
+            )
+        }),
+        Expr::Path(path) if path.qself.is_none() => Ok(path.path),
+        other => Err(syn::Error::new_spanned(
+            other,
+            "`#[distributed_lock]`: `crate` must name a path, e.g. `crate = \"dlock_core\"`",
+        )),
+    }
+}
+
+impl LockArgs {
+    /// The path generated code reaches dlock-core through.
+    pub(crate) fn crate_path(&self) -> Path {
+        self.krate.clone().unwrap_or_else(|| {
+            let mut path: Path = Ident::new("dlock_core", Span::call_site()).into();
+            path.leading_colon = Some(Token![::](Span::call_site()));
+            path
+        })
+    }
+}

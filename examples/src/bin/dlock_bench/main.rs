@@ -1,0 +1,157 @@
+//! dlock-bench: every scenario next to its raw-client floor, in one process and run.
+//!
+//! Run with: `cargo run --release -p dlock-examples --bin dlock-bench -- --servers auto`
+//! (starts redis-server itself; memory needs no server), or `--url redis://127.0.0.1:6379`.
+//! `--scenario uncontended|many-keys|contended|reentrant|watchdog|all`, `--json`,
+//! `--reps N` (median of N, after one warm-up), `--hold 1ms`.
+
+mod scenarios;
+mod stats;
+mod target;
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use scenarios::Settings;
+use stats::Row;
+use target::Target;
+
+struct Args {
+    urls: Vec<String>,
+    auto_servers: bool,
+    scenario: String,
+    json: bool,
+    settings: Settings,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut args = Args {
+        urls: Vec::new(),
+        auto_servers: false,
+        scenario: "all".to_owned(),
+        json: false,
+        settings: Settings {
+            reps: 3,
+            uncontended_ops: 2_000,
+            many_keys_ops: 20_000,
+            contended_rounds: 200,
+            hold: Duration::from_millis(1),
+            watchdog_locks: 10_000,
+            watchdog_for: Duration::from_secs(10),
+        },
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut value = |name: &str| it.next().ok_or_else(|| format!("{name} needs a value"));
+        match flag.as_str() {
+            "--url" => args.urls.push(value("--url")?),
+            "--servers" => {
+                let v = value("--servers")?;
+                if v != "auto" {
+                    return Err(format!("--servers {v}: only `auto` is known"));
+                }
+                args.auto_servers = true;
+            }
+            "--scenario" => args.scenario = value("--scenario")?,
+            "--json" => args.json = true,
+            "--reps" => {
+                args.settings.reps = value("--reps")?
+                    .parse()
+                    .map_err(|e| format!("--reps: {e}"))?
+            }
+            "--hold" => {
+                args.settings.hold = humantime::parse_duration(&value("--hold")?)
+                    .map_err(|e| format!("--hold: {e}"))?;
+            }
+            "--watchdog-for" => {
+                args.settings.watchdog_for = humantime::parse_duration(&value("--watchdog-for")?)
+                    .map_err(|e| format!("--watchdog-for: {e}"))?;
+            }
+            "--quick" => {
+                let s = &mut args.settings;
+                (
+                    s.reps,
+                    s.uncontended_ops,
+                    s.many_keys_ops,
+                    s.contended_rounds,
+                    s.watchdog_locks,
+                    s.watchdog_for,
+                ) = (1, 200, 2_000, 20, 1_000, Duration::from_secs(2));
+            }
+            "--help" | "-h" => return Err(String::new()),
+            other => return Err(format!("unknown argument `{other}`")),
+        }
+    }
+    if args.urls.is_empty() && !args.auto_servers {
+        args.urls.push("memory://".to_owned());
+    }
+    Ok(args)
+}
+
+const USAGE: &str = "usage: dlock-bench [--url URL]... [--servers auto] [--scenario NAME|all] [--json] [--reps N] [--hold DURATION] [--watchdog-for DURATION] [--quick]";
+
+async fn run_target(target: &Target, args: &Args) -> Vec<Row> {
+    let s = &args.settings;
+    let wanted = |name: &str| args.scenario == "all" || args.scenario == name;
+    let mut rows = Vec::new();
+    if wanted("uncontended") {
+        rows.push(scenarios::uncontended(target, s).await);
+    }
+    if wanted("many-keys") {
+        rows.push(scenarios::many_keys(target, s).await);
+    }
+    if wanted("contended") {
+        rows.push(scenarios::contended(target, s).await);
+    }
+    if wanted("reentrant") {
+        rows.push(scenarios::reentrant(target, s).await);
+    }
+    if wanted("watchdog") {
+        rows.push(scenarios::watchdog(target, s).await);
+    }
+    rows
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args = match parse_args() {
+        Ok(args) => args,
+        Err(message) => {
+            if !message.is_empty() {
+                eprintln!("dlock-bench: {message}");
+            }
+            eprintln!("{USAGE}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let mut targets = Vec::new();
+    if args.auto_servers {
+        targets.push(Ok(Target::Memory(dlock_core::MemoryBackend::new())));
+        targets.push(Target::redis_started().await);
+    }
+    for url in &args.urls {
+        targets.push(Target::from_url(url).await);
+    }
+    let mut rows = Vec::new();
+    for target in targets {
+        match target {
+            Ok(target) => {
+                eprintln!("dlock-bench: measuring {} ...", target.name());
+                rows.extend(run_target(&target, &args).await);
+            }
+            Err(error) => {
+                eprintln!("dlock-bench: {error}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&rows).expect("rows serialize")
+        );
+    } else {
+        stats::print_table(&rows);
+    }
+    ExitCode::SUCCESS
+}

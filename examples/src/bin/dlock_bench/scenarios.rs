@@ -1,0 +1,298 @@
+//! The scenarios, each next to its floor.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::stats::{Row, Samples, median_run};
+use crate::target::Target;
+
+/// Knobs from the command line.
+#[derive(Debug, Clone)]
+pub(crate) struct Settings {
+    pub(crate) reps: usize,
+    pub(crate) uncontended_ops: usize,
+    pub(crate) many_keys_ops: usize,
+    pub(crate) contended_rounds: usize,
+    pub(crate) hold: Duration,
+    pub(crate) watchdog_locks: usize,
+    pub(crate) watchdog_for: Duration,
+}
+
+const TTL: Duration = Duration::from_secs(30);
+
+fn owner(i: usize) -> String {
+    format!("bench-owner-{i}")
+}
+
+/// One task, N acquire+release cycles on fresh keys.
+pub(crate) async fn uncontended(target: &Target, s: &Settings) -> Row {
+    let locker = target.locker(TTL).await;
+    let mut dlock_runs = Vec::new();
+    let mut floor_runs = Vec::new();
+    for rep in 0..=s.reps {
+        // dlock
+        let mut run = Samples::default();
+        let started = Instant::now();
+        for i in 0..s.uncontended_ops {
+            let key = format!("bench:u:{rep}:{i}");
+            let t = Instant::now();
+            let guard = locker.lock(&key).await.expect("acquire");
+            guard.release().await.expect("release");
+            run.latencies.push(t.elapsed());
+        }
+        run.elapsed = started.elapsed();
+        // floor
+        let mut raw = target.raw();
+        let mut floor = Samples::default();
+        let started = Instant::now();
+        for i in 0..s.uncontended_ops {
+            let key = format!("dlock:bench:uf:{rep}:{i}");
+            let t = Instant::now();
+            assert!(raw.acquire(&key, &owner(i), TTL).await);
+            raw.release(&key, &owner(i), TTL).await;
+            floor.latencies.push(t.elapsed());
+        }
+        floor.elapsed = started.elapsed();
+        if rep > 0 {
+            // rep 0 is the warm-up
+            dlock_runs.push(run);
+            floor_runs.push(floor);
+        }
+    }
+    let (run, floor) = (median_run(dlock_runs), median_run(floor_runs));
+    let note = format!(
+        "floor p50 {:.0} µs",
+        floor.percentile(50.0).as_secs_f64() * 1e6
+    );
+    Row::new(
+        target.name(),
+        "uncontended",
+        &run,
+        floor.ops_per_sec(),
+        note,
+    )
+}
+
+/// 64 concurrent tasks over 10 000 keys (partitioned so tasks never meet), one Locker / one
+/// raw connection, like-for-like.
+pub(crate) async fn many_keys(target: &Target, s: &Settings) -> Row {
+    const TASKS: usize = 64;
+    const KEYS: usize = 10_000;
+    let locker = target.locker(TTL).await;
+    let per_task = s.many_keys_ops / TASKS;
+    let mut dlock_runs = Vec::new();
+    let mut floor_runs = Vec::new();
+    for rep in 0..=s.reps {
+        let latencies = Arc::new(Mutex::new(Vec::new()));
+        let started = Instant::now();
+        let mut tasks = Vec::new();
+        for t in 0..TASKS {
+            let (locker, latencies) = (locker.clone(), latencies.clone());
+            tasks.push(tokio::spawn(async move {
+                let mut mine = Vec::with_capacity(per_task);
+                for j in 0..per_task {
+                    let key = format!("bench:m:{rep}:{}", (t + TASKS * j) % KEYS);
+                    let at = Instant::now();
+                    let guard = locker.lock(&key).await.expect("acquire");
+                    guard.release().await.expect("release");
+                    mine.push(at.elapsed());
+                }
+                latencies.lock().unwrap().extend(mine);
+            }));
+        }
+        for task in tasks {
+            task.await.expect("task");
+        }
+        let run = Samples {
+            latencies: std::mem::take(&mut *latencies.lock().unwrap()),
+            elapsed: started.elapsed(),
+        };
+
+        let started = Instant::now();
+        let mut tasks = Vec::new();
+        for t in 0..TASKS {
+            let (mut raw, latencies) = (target.raw(), latencies.clone());
+            tasks.push(tokio::spawn(async move {
+                let mut mine = Vec::with_capacity(per_task);
+                for j in 0..per_task {
+                    let key = format!("dlock:bench:mf:{rep}:{}", (t + TASKS * j) % KEYS);
+                    let at = Instant::now();
+                    assert!(raw.acquire(&key, &owner(t), TTL).await);
+                    raw.release(&key, &owner(t), TTL).await;
+                    mine.push(at.elapsed());
+                }
+                latencies.lock().unwrap().extend(mine);
+            }));
+        }
+        for task in tasks {
+            task.await.expect("task");
+        }
+        let floor = Samples {
+            latencies: std::mem::take(&mut *latencies.lock().unwrap()),
+            elapsed: started.elapsed(),
+        };
+        if rep > 0 {
+            dlock_runs.push(run);
+            floor_runs.push(floor);
+        }
+    }
+    let (run, floor) = (median_run(dlock_runs), median_run(floor_runs));
+    Row::new(
+        target.name(),
+        "many-keys",
+        &run,
+        floor.ops_per_sec(),
+        format!("{TASKS} tasks, {KEYS} keys"),
+    )
+}
+
+/// 8 tasks over 2 Lockers on one key, holding it `hold` each time. Latencies are waits
+/// (request → grant); the floor is `1 / (hold + 2 round trips)`.
+pub(crate) async fn contended(target: &Target, s: &Settings) -> Row {
+    const TASKS: usize = 8;
+    let lockers = [target.locker(TTL).await, target.locker(TTL).await];
+    let rtt = target.round_trip().await;
+    let mut runs = Vec::new();
+    let mut handoffs = Vec::new();
+    for rep in 0..=s.reps {
+        let key = format!("bench:c:{rep}");
+        let waits = Arc::new(Mutex::new(Vec::new()));
+        let handoff = Arc::new(Mutex::new((None::<Instant>, Vec::new())));
+        let started = Instant::now();
+        let mut tasks = Vec::new();
+        for t in 0..TASKS {
+            let locker = lockers[t % 2].clone();
+            let (key, waits, handoff, hold, rounds) = (
+                key.clone(),
+                waits.clone(),
+                handoff.clone(),
+                s.hold,
+                s.contended_rounds,
+            );
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..rounds {
+                    let asked = Instant::now();
+                    let guard = locker.lock(&key).await.expect("acquire");
+                    let granted = Instant::now();
+                    waits.lock().unwrap().push(granted - asked);
+                    {
+                        let mut h = handoff.lock().unwrap();
+                        if let Some(released) = h.0.take() {
+                            h.1.push(granted.saturating_duration_since(released));
+                        }
+                    }
+                    tokio::time::sleep(hold).await;
+                    handoff.lock().unwrap().0 = Some(Instant::now());
+                    guard.release().await.expect("release");
+                }
+            }));
+        }
+        for task in tasks {
+            task.await.expect("task");
+        }
+        let run = Samples {
+            latencies: std::mem::take(&mut *waits.lock().unwrap()),
+            elapsed: started.elapsed(),
+        };
+        if rep > 0 {
+            runs.push(run);
+            handoffs.push(Samples {
+                latencies: std::mem::take(&mut handoff.lock().unwrap().1),
+                elapsed: Duration::from_secs(1),
+            });
+        }
+    }
+    let run = median_run(runs);
+    let mut all_handoffs = Samples::default();
+    for h in handoffs {
+        all_handoffs.latencies.extend(h.latencies);
+    }
+    let floor = 1.0 / (s.hold + rtt * 2).as_secs_f64();
+    let note = format!(
+        "wait percentiles; {TASKS} tasks / 2 Lockers, hold {:?}; handoff p50 {:.0} µs p99 {:.0} µs; floor 1/(hold+2 RTT)",
+        s.hold,
+        all_handoffs.percentile(50.0).as_secs_f64() * 1e6,
+        all_handoffs.percentile(99.0).as_secs_f64() * 1e6,
+    );
+    Row::new(target.name(), "contended", &run, floor, note)
+}
+
+/// Nested acquire + release of a key the task already holds: no round trip.
+pub(crate) async fn reentrant(target: &Target, s: &Settings) -> Row {
+    let locker = target.locker(TTL).await;
+    let outer = locker.lock("bench:r").await.expect("acquire");
+    let mut runs = Vec::new();
+    for _ in 0..=s.reps {
+        let mut run = Samples::default();
+        let started = Instant::now();
+        for _ in 0..s.uncontended_ops * 10 {
+            let t = Instant::now();
+            let inner = locker.lock("bench:r").await.expect("re-enter");
+            inner.release().await.expect("release");
+            run.latencies.push(t.elapsed());
+        }
+        run.elapsed = started.elapsed();
+        runs.push(run);
+    }
+    runs.remove(0);
+    outer.release().await.expect("release");
+    let run = median_run(runs);
+    let rtt = target.round_trip().await;
+    // The floor is one round trip per acquire (what a non-reentrant lock would pay at best).
+    let floor = if rtt.is_zero() {
+        f64::NAN
+    } else {
+        1.0 / rtt.as_secs_f64()
+    };
+    Row::new(
+        target.name(),
+        "reentrant",
+        &run,
+        floor,
+        format!("vs 1 RTT ({:.0} µs)", rtt.as_secs_f64() * 1e6),
+    )
+}
+
+/// Many held locks for a while: how many renewal round trips per held lock and second.
+pub(crate) async fn watchdog(target: &Target, s: &Settings) -> Row {
+    let ttl = Duration::from_secs(3);
+    let locker = target.locker(ttl).await;
+    let mut guards = Vec::with_capacity(s.watchdog_locks);
+    let started = Instant::now();
+    let mut run = Samples::default();
+    for i in 0..s.watchdog_locks {
+        let t = Instant::now();
+        guards.push(locker.lock(&format!("bench:w:{i}")).await.expect("acquire"));
+        run.latencies.push(t.elapsed());
+    }
+    run.elapsed = started.elapsed();
+    let before = target.server_scripts().await;
+    tokio::time::sleep(s.watchdog_for).await;
+    let after = target.server_scripts().await;
+    let held = guards.iter().filter(|g| g.is_held()).count();
+    drop(guards);
+    let note = match (before, after) {
+        (Some(b), Some(a)) => {
+            let trips = a.saturating_sub(b).saturating_sub(2); // the two INFO-adjacent reads are not scripts; keep conservative
+            let periods = s.watchdog_for.as_secs_f64() / (ttl.as_secs_f64() / 3.0);
+            format!(
+                "{held}/{} held after {:?}; {trips} renewal round trips = {:.4} per lock per renewal period (1/{:.0})",
+                s.watchdog_locks,
+                s.watchdog_for,
+                trips as f64 / periods / s.watchdog_locks as f64,
+                periods * s.watchdog_locks as f64 / trips.max(1) as f64
+            )
+        }
+        _ => format!(
+            "{held}/{} held after {:?} (in-process: no round trips)",
+            s.watchdog_locks, s.watchdog_for
+        ),
+    };
+    Row::new(
+        target.name(),
+        "watchdog",
+        &run,
+        f64::NAN,
+        format!("latencies: acquiring the locks; {note}"),
+    )
+}

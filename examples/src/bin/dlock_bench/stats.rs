@@ -1,0 +1,100 @@
+//! Latency samples and the rows of the result table.
+
+use std::time::Duration;
+
+use serde::Serialize;
+
+/// Latencies of one run of one scenario (or its floor).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Samples {
+    pub(crate) latencies: Vec<Duration>,
+    pub(crate) elapsed: Duration,
+}
+
+impl Samples {
+    pub(crate) fn ops_per_sec(&self) -> f64 {
+        self.latencies.len() as f64 / self.elapsed.as_secs_f64().max(f64::EPSILON)
+    }
+
+    pub(crate) fn percentile(&self, p: f64) -> Duration {
+        let mut sorted = self.latencies.clone();
+        sorted.sort_unstable();
+        if sorted.is_empty() {
+            return Duration::ZERO;
+        }
+        let rank = ((sorted.len() as f64 - 1.0) * p / 100.0).round() as usize;
+        sorted[rank.min(sorted.len() - 1)]
+    }
+}
+
+/// The run with the median throughput of several repetitions.
+pub(crate) fn median_run(mut runs: Vec<Samples>) -> Samples {
+    runs.sort_by(|a, b| a.ops_per_sec().total_cmp(&b.ops_per_sec()));
+    runs.swap_remove(runs.len() / 2)
+}
+
+/// One line of the result table.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Row {
+    pub(crate) backend: String,
+    pub(crate) scenario: &'static str,
+    pub(crate) ops_per_sec: f64,
+    pub(crate) p50_us: f64,
+    pub(crate) p99_us: f64,
+    pub(crate) max_us: f64,
+    pub(crate) floor_ops_per_sec: f64,
+    /// dlock's throughput over the floor's (higher is better; 1.0 = as fast as the floor).
+    pub(crate) ratio: f64,
+    pub(crate) note: String,
+}
+
+impl Row {
+    pub(crate) fn new(
+        backend: &str,
+        scenario: &'static str,
+        run: &Samples,
+        floor_ops: f64,
+        note: String,
+    ) -> Self {
+        let us = |d: Duration| d.as_secs_f64() * 1e6;
+        Self {
+            backend: backend.to_owned(),
+            scenario,
+            ops_per_sec: run.ops_per_sec(),
+            p50_us: us(run.percentile(50.0)),
+            p99_us: us(run.percentile(99.0)),
+            max_us: us(run.percentile(100.0)),
+            floor_ops_per_sec: floor_ops,
+            ratio: run.ops_per_sec() / floor_ops.max(f64::EPSILON),
+            note,
+        }
+    }
+}
+
+fn human_us(us: f64) -> String {
+    if us >= 1000.0 {
+        format!("{:.1} ms", us / 1000.0)
+    } else {
+        format!("{us:.0} µs")
+    }
+}
+
+/// Prints rows as a Markdown table.
+pub(crate) fn print_table(rows: &[Row]) {
+    println!("| backend | scenario | ops/s | p50 | p99 | max | floor ops/s | ratio | notes |");
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---|");
+    for row in rows {
+        println!(
+            "| {} | {} | {:.0} | {} | {} | {} | {:.0} | {:.2} | {} |",
+            row.backend,
+            row.scenario,
+            row.ops_per_sec,
+            human_us(row.p50_us),
+            human_us(row.p99_us),
+            human_us(row.max_us),
+            row.floor_ops_per_sec,
+            row.ratio,
+            row.note
+        );
+    }
+}

@@ -1,0 +1,188 @@
+//! What is measured: a backend (through dlock) and its raw-client floor.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use dlock_core::harness::RedisServer;
+use dlock_core::{
+    AcquireOutcome, AcquireRequest, BackendKind, BackendUrl, DlockConfig, LockBackend, Locker,
+    MemoryBackend, OwnerId,
+};
+use redis::aio::ConnectionManager;
+
+/// The backend under test.
+pub(crate) enum Target {
+    Memory(MemoryBackend),
+    Redis {
+        url: String,
+        raw: ConnectionManager,
+        _server: Option<Arc<RedisServer>>,
+    },
+}
+
+const COMPARE_AND_DELETE: &str =
+    "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0";
+
+impl Target {
+    pub(crate) async fn from_url(url: &str) -> Result<Self, String> {
+        let parsed = BackendUrl::parse(url).map_err(|e| e.to_string())?;
+        match parsed.kind() {
+            BackendKind::Memory => Ok(Self::Memory(MemoryBackend::new())),
+            BackendKind::Redis => Self::redis(url.to_owned(), None).await,
+            other => Err(format!(
+                "dlock-bench does not know a floor for the {other} backend yet"
+            )),
+        }
+    }
+
+    pub(crate) async fn redis_started() -> Result<Self, String> {
+        let server = RedisServer::start().await.map_err(|e| e.to_string())?;
+        let url = server.url();
+        Self::redis(url, Some(Arc::new(server))).await
+    }
+
+    async fn redis(url: String, server: Option<Arc<RedisServer>>) -> Result<Self, String> {
+        let client = redis::Client::open(url.as_str()).map_err(|e| e.to_string())?;
+        let raw = ConnectionManager::new(client)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(Self::Redis {
+            url,
+            raw,
+            _server: server,
+        })
+    }
+
+    pub(crate) fn name(&self) -> &'static str {
+        match self {
+            Self::Memory(_) => "memory",
+            Self::Redis { .. } => "redis",
+        }
+    }
+
+    /// A new Locker ("process") on the backend, with the bench's ttl.
+    pub(crate) async fn locker(&self, ttl: Duration) -> Locker {
+        let backend_url = match self {
+            Self::Memory(table) => {
+                let config = DlockConfig {
+                    ttl,
+                    ..DlockConfig::default()
+                };
+                return Locker::with_config(Arc::new(table.clone()), &config).expect("config");
+            }
+            Self::Redis { url, .. } => url.clone(),
+        };
+        let config = DlockConfig::from_toml_str(&format!(
+            "backend = \"{backend_url}\"\nttl = \"{}\"",
+            humantime::format_duration(ttl)
+        ))
+        .expect("config");
+        Locker::connect(&config).await.expect("connect")
+    }
+
+    /// A handle for the raw floor: the minimal commands for one acquire and one release.
+    pub(crate) fn raw(&self) -> Raw {
+        match self {
+            Self::Memory(table) => Raw::Memory(table.clone()),
+            Self::Redis { raw, .. } => Raw::Redis(
+                raw.clone(),
+                Arc::new(redis::Script::new(COMPARE_AND_DELETE)),
+            ),
+        }
+    }
+
+    /// One network round trip (PING), the unit of the floors; zero for memory.
+    pub(crate) async fn round_trip(&self) -> Duration {
+        match self {
+            Self::Memory(_) => Duration::ZERO,
+            Self::Redis { raw, .. } => {
+                let mut conn = raw.clone();
+                let mut best = Duration::MAX;
+                for _ in 0..200 {
+                    let started = Instant::now();
+                    let _: String = redis::cmd("PING")
+                        .query_async(&mut conn)
+                        .await
+                        .expect("PING");
+                    best = best.min(started.elapsed());
+                }
+                best
+            }
+        }
+    }
+
+    /// Scripts Redis ran so far (`EVALSHA` + `EVAL`), to count renewal round trips.
+    pub(crate) async fn server_scripts(&self) -> Option<u64> {
+        let Self::Redis { raw, .. } = self else {
+            return None;
+        };
+        let mut conn = raw.clone();
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query_async(&mut conn)
+            .await
+            .ok()?;
+        let calls = |name: &str| {
+            info.lines()
+                .find_map(|l| l.strip_prefix(&format!("cmdstat_{name}:calls=")))
+                .and_then(|rest| rest.split(',').next())
+                .and_then(|n| n.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        Some(calls("evalsha") + calls("eval"))
+    }
+}
+
+/// The raw client of the floor.
+#[derive(Clone)]
+pub(crate) enum Raw {
+    Memory(MemoryBackend),
+    Redis(ConnectionManager, Arc<redis::Script>),
+}
+
+impl Raw {
+    /// One attempt to take `key`; `true` if taken.
+    pub(crate) async fn acquire(&mut self, key: &str, owner: &str, ttl: Duration) -> bool {
+        match self {
+            Self::Memory(table) => {
+                let req = AcquireRequest::new(key, OwnerId::from_string(owner), ttl);
+                let outcome = table
+                    .acquire(&req, Some(Instant::now()))
+                    .await
+                    .expect("memory");
+                matches!(outcome, AcquireOutcome::Acquired(_))
+            }
+            Self::Redis(conn, _) => {
+                let set: Option<String> = redis::cmd("SET")
+                    .arg(key)
+                    .arg(owner)
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(ttl.as_millis() as u64)
+                    .query_async(conn)
+                    .await
+                    .expect("SET");
+                set.is_some()
+            }
+        }
+    }
+
+    /// The owner-checked release.
+    pub(crate) async fn release(&mut self, key: &str, owner: &str, ttl: Duration) {
+        match self {
+            Self::Memory(table) => {
+                let req = AcquireRequest::new(key, OwnerId::from_string(owner), ttl);
+                let lease = dlock_core::Lease::new(&req, Instant::now());
+                table.release(&lease).await.expect("memory");
+            }
+            Self::Redis(conn, script) => {
+                let _: i64 = script
+                    .key(key)
+                    .arg(owner)
+                    .invoke_async(conn)
+                    .await
+                    .expect("EVAL");
+            }
+        }
+    }
+}
