@@ -38,6 +38,9 @@ pub(crate) struct Watchdog {
 #[derive(Debug, Default)]
 struct Shared {
     entries: Mutex<HashMap<OwnerId, Entry>>,
+    /// When the task will look again on its own (`None`: never, nothing to watch). A new
+    /// lease wakes the task only if it needs attention earlier, so acquiring costs no wake-up.
+    scheduled: Mutex<Option<Instant>>,
     changed: Notify,
     shutdown: CancellationToken,
 }
@@ -86,7 +89,13 @@ impl Watchdog {
     /// local deadline. Called from within a tokio runtime (an acquire).
     pub(crate) fn watch(&self, lease: Lease, watch: Arc<LeaseWatch>, cadence: Option<Duration>) {
         let next_renewal = lease.valid_from + cadence.unwrap_or(Duration::ZERO);
-        self.shared.entries().insert(
+        let needs_attention_at = match cadence {
+            Some(_) => next_renewal.min(watch.deadline()),
+            None => watch.deadline(),
+        };
+        let started = self.ensure_running();
+        let mut entries = self.shared.entries();
+        entries.insert(
             lease.owner.clone(),
             Entry {
                 lease,
@@ -96,15 +105,21 @@ impl Watchdog {
                 renewing: false,
             },
         );
-        self.ensure_running();
-        self.shared.changed.notify_one();
-    }
-
-    /// Stops watching the lease of `owner` (it was released or dropped).
-    pub(crate) fn forget(&self, owner: &OwnerId) {
-        if self.shared.entries().remove(owner).is_some() {
+        let scheduled = *self
+            .shared
+            .scheduled
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        drop(entries);
+        if started || scheduled.is_none_or(|at| needs_attention_at < at) {
             self.shared.changed.notify_one();
         }
+    }
+
+    /// Stops watching the lease of `owner` (it was released or dropped). The task is not
+    /// woken: at its next scheduled look it simply no longer finds the lease.
+    pub(crate) fn forget(&self, owner: &OwnerId) {
+        self.shared.entries().remove(owner);
     }
 
     /// How many leases are being watched.
@@ -131,13 +146,14 @@ impl Watchdog {
 
     /// (Re)starts the task if it is not running: a runtime that ended (e.g. one test's) takes
     /// its tasks with it, and the next acquire in another runtime must not go unwatched.
-    fn ensure_running(&self) {
+    /// Returns whether it (re)started the task.
+    fn ensure_running(&self) -> bool {
         let mut task = self.task.lock().unwrap_or_else(PoisonError::into_inner);
         if task.as_ref().is_some_and(|t| !t.is_finished()) {
-            return;
+            return false;
         }
         let Some(runtime) = self.runtime() else {
-            return;
+            return false;
         };
         let pushed_losses = self
             .pushed_losses
@@ -155,6 +171,7 @@ impl Watchdog {
             release_expired: capabilities.self_renewing,
         };
         *task = Some(runtime.spawn(run(Arc::clone(&self.shared), settings, pushed_losses)));
+        true
     }
 
     pub(crate) fn shutdown(&self) {
@@ -227,6 +244,12 @@ fn tick(shared: &Arc<Shared>, settings: &Settings) -> Option<Instant> {
         next_wake = earliest(next_wake, entry.watch.deadline());
         true
     });
+    // Published under the entries lock, so a lease inserted concurrently either was seen
+    // above or sees this schedule (and wakes the task if it needs attention sooner).
+    *shared
+        .scheduled
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner) = next_wake;
     drop(entries);
     for batch in due.chunks(settings.max_batch) {
         tokio::spawn(renew_batch(

@@ -7,7 +7,6 @@
 //! |---|---|
 //! | the lock: a string holding the owner id, with a PX expiry | `{K}` |
 //! | the fencing counter (`INCR`ed by each grant; kept forever) | `{K}:fence` |
-//! | the releaser's short "let the others go first" mark | `{K}:barred` |
 //! | the release notification channel | `{K}:released` |
 //!
 //! Braces and `%` inside `K` are percent-escaped, so the tag is always the whole key.
@@ -17,21 +16,24 @@
 pub(super) struct LockKeys {
     pub(super) lock: String,
     pub(super) fence: String,
-    pub(super) barred: String,
     pub(super) channel: String,
 }
 
 impl LockKeys {
     pub(super) fn new(full_key: &str) -> Self {
-        let tag = full_key
-            .replace('%', "%25")
-            .replace('{', "%7B")
-            .replace('}', "%7D");
+        let lock = if full_key.contains(['%', '{', '}']) {
+            let tag = full_key
+                .replace('%', "%25")
+                .replace('{', "%7B")
+                .replace('}', "%7D");
+            format!("{{{tag}}}")
+        } else {
+            format!("{{{full_key}}}")
+        };
         Self {
-            lock: format!("{{{tag}}}"),
-            fence: format!("{{{tag}}}:fence"),
-            barred: format!("{{{tag}}}:barred"),
-            channel: format!("{{{tag}}}:released"),
+            fence: format!("{lock}:fence"),
+            channel: format!("{lock}:released"),
+            lock,
         }
     }
 }

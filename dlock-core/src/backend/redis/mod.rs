@@ -10,9 +10,10 @@
 //!
 //! Waiting never polls: waiters of one Locker queue locally in FIFO order behind one
 //! subscription connection; a release wakes the head of the queue, which also re-checks when
-//! the holder's ttl runs out in case a message was lost. A Locker that releases a lock others
-//! are waiting for is barred from re-taking it for a few milliseconds, so the waiters get
-//! their turn instead of watching it re-acquire in a loop.
+//! the holder's ttl runs out in case a message was lost. A Locker that releases a lock other
+//! Lockers are waiting for is barred from re-taking it for a few milliseconds, so their
+//! waiters go next: under contention Lockers take turns, and within a Locker waiters are
+//! served in arrival order.
 //!
 //! Key layout (hash-tagged for Cluster): see the `keys` module — the lock of full key `K` is
 //! the Redis string `{K}`; its fencing counter is `{K}:fence`.
@@ -85,7 +86,7 @@ use crate::{Error, Result};
 /// How many locks one renewal script handles.
 const RENEW_BATCH: usize = 100;
 
-/// How long a Locker that released a lock with waiters listening may not re-take it.
+/// How long a Locker that released a lock other Lockers wait for lets them go first.
 const RELEASER_BAR: Duration = Duration::from_millis(10);
 
 /// Locks in Redis (single server or Cluster).
@@ -109,7 +110,7 @@ const RELEASER_BAR: Duration = Duration::from_millis(10);
 pub struct RedisBackend {
     conn: Conn,
     waiters: Arc<Waiters>,
-    /// Written into the barred mark, so the bar applies to this backend's waiters only.
+    /// Published as the message of this backend's releases, so it can tell its own from others'.
     id: OwnerId,
     timeout: Duration,
 }
@@ -131,12 +132,13 @@ impl RedisBackend {
     /// reached within `timeout`.
     pub async fn connect(url: &BackendUrl, timeout: Duration) -> Result<Self> {
         let (pushes_tx, pushes_rx) = tokio::sync::mpsc::unbounded_channel();
+        let id = OwnerId::random("redis-locker");
         let conn = conn::open(url, timeout, None).await?;
         let subscriber = conn::open(url, timeout, Some(pushes_tx)).await?;
         let backend = Self {
             conn,
-            waiters: Waiters::start(subscriber, pushes_rx, timeout),
-            id: OwnerId::random("redis-locker"),
+            waiters: Waiters::start(id.as_str().to_owned(), subscriber, pushes_rx, timeout),
+            id,
             timeout,
         };
         backend.warn_about_eviction().await;
@@ -178,13 +180,13 @@ impl RedisBackend {
         }
     }
 
-    async fn call<T: FromRedisValue>(
+    /// Runs one round trip, bounded by the operation timeout.
+    async fn timed<T>(
         &self,
         operation: &'static str,
-        invocation: redis::ScriptInvocation<'_>,
+        round_trip: impl std::future::Future<Output = redis::RedisResult<T>>,
     ) -> Result<T> {
-        let mut conn = self.conn.clone();
-        tokio::time::timeout(self.timeout, invocation.invoke_async(&mut conn))
+        tokio::time::timeout(self.timeout, round_trip)
             .await
             .map_err(|_| Error::Timeout {
                 backend: "redis",
@@ -194,14 +196,72 @@ impl RedisBackend {
             .map_err(|e| Error::backend("redis", e))
     }
 
+    async fn call<T: FromRedisValue>(
+        &self,
+        operation: &'static str,
+        invocation: redis::ScriptInvocation<'_>,
+    ) -> Result<T> {
+        let mut conn = self.conn.clone();
+        self.timed(operation, invocation.invoke_async(&mut conn))
+            .await
+    }
+
+    /// One acquire attempt. On a single server it is a `MULTI` of native commands (`SET NX
+    /// PX`, `INCR` of the fence, `PTTL`): atomic like the script but cheaper for Redis to
+    /// run. A failed attempt burns a token, which keeps tokens strictly increasing per grant.
+    /// Anything unusual (a key without expiry, a wrong type) is settled by the script.
     async fn attempt(&self, req: &AcquireRequest, keys: &LockKeys) -> Result<Attempt> {
+        if self.conn.is_cluster() {
+            return self.attempt_scripted(req, keys).await;
+        }
+        let mut transaction = redis::pipe();
+        transaction
+            .atomic()
+            .cmd("SET")
+            .arg(&keys.lock)
+            .arg(req.owner.as_str())
+            .arg("NX")
+            .arg("PX")
+            .arg(millis(req.ttl))
+            .cmd("INCR")
+            .arg(&keys.fence)
+            .cmd("PTTL")
+            .arg(&keys.lock);
+        let mut conn = self.conn.clone();
+        let reply = tokio::time::timeout(
+            self.timeout,
+            transaction.query_async::<(Option<String>, i64, i64)>(&mut conn),
+        )
+        .await
+        .map_err(|_| Error::Timeout {
+            backend: "redis",
+            operation: "acquire",
+            after: self.timeout,
+        })?;
+        match reply {
+            Ok((Some(_), token, _)) => Ok(Attempt::Granted(u64::try_from(token).unwrap_or(0))),
+            Ok((None, _, pttl)) if pttl >= 0 => Ok(Attempt::Held(Some(Duration::from_millis(
+                u64::try_from(pttl).unwrap_or(0),
+            )))),
+            Ok(_) => self.attempt_scripted(req, keys).await,
+            Err(error) if error.is_io_error() || error.is_timeout() => {
+                Err(Error::backend("redis", error))
+            }
+            Err(_) => {
+                // A server error inside the transaction (e.g. the fence key has another type):
+                // undo our SET if it happened, and let the script explain.
+                self.release_owned(req.owner.as_str(), keys).await?;
+                self.attempt_scripted(req, keys).await
+            }
+        }
+    }
+
+    async fn attempt_scripted(&self, req: &AcquireRequest, keys: &LockKeys) -> Result<Attempt> {
         let mut invocation = scripts::ACQUIRE.key(&keys.lock);
         invocation
             .key(&keys.fence)
-            .key(&keys.barred)
             .arg(req.owner.as_str())
-            .arg(millis(req.ttl))
-            .arg(self.id.as_str());
+            .arg(millis(req.ttl));
         let (status, value): (i64, Value) = self.call("acquire", invocation).await?;
         match status {
             1 => Ok(Attempt::Granted(
@@ -226,6 +286,17 @@ impl RedisBackend {
         }
     }
 
+    /// Owner-checked delete + release notification; how many subscribers heard it, or -1 if
+    /// `owner` did not hold the lock.
+    async fn release_owned(&self, owner: &str, keys: &LockKeys) -> Result<i64> {
+        let mut invocation = scripts::RELEASE.key(&keys.lock);
+        invocation
+            .arg(owner)
+            .arg(&keys.channel)
+            .arg(self.id.as_str());
+        self.call("release", invocation).await
+    }
+
     fn lease(req: &AcquireRequest, sent: Instant, token: u64) -> AcquireOutcome {
         AcquireOutcome::Acquired(Lease::new(req, sent).with_fencing_token(token))
     }
@@ -240,8 +311,11 @@ impl LockBackend for RedisBackend {
     ) -> Result<AcquireOutcome> {
         let keys = LockKeys::new(&req.key);
         let mut retry_after = None;
-        // Fast path: nobody of ours queues for this key, so try at once.
-        if !self.waiters.has_waiters(&keys.channel) {
+        // Fast path: nobody of ours queues for this key and we did not just yield it to
+        // other Lockers, so try at once.
+        if !self.waiters.has_waiters(&keys.channel)
+            && self.waiters.barred_until(&keys.channel).is_none()
+        {
             let sent = Instant::now();
             match self.attempt(req, &keys).await? {
                 Attempt::Granted(token) => return Ok(Self::lease(req, sent, token)),
@@ -255,7 +329,8 @@ impl LockBackend for RedisBackend {
         // at the head and woken: by a release, by becoming head, or at the holder's expiry.
         let ticket = self.waiters.enqueue(&keys.channel).await?;
         loop {
-            if ticket.is_head() {
+            let barred_until = self.waiters.barred_until(&keys.channel);
+            if ticket.is_head() && barred_until.is_none() {
                 let sent = Instant::now();
                 match self.attempt(req, &keys).await? {
                     Attempt::Granted(token) => return Ok(Self::lease(req, sent, token)),
@@ -266,11 +341,14 @@ impl LockBackend for RedisBackend {
             if deadline.is_some_and(|d| d <= now) {
                 return Ok(AcquireOutcome::Busy { retry_after });
             }
-            let recheck = if ticket.is_head() {
+            let recheck = match (ticket.is_head(), barred_until) {
+                // Barred by our own release: another Locker's release, or the bar's end.
+                (true, Some(until)) => Some(until),
                 // A holder without expiry (not ours) is re-checked at our own ttl.
-                Some(now + retry_after.unwrap_or(req.ttl) + Duration::from_millis(1))
-            } else {
-                None
+                (true, None) => {
+                    Some(now + retry_after.unwrap_or(req.ttl) + Duration::from_millis(1))
+                }
+                (false, _) => None,
             };
             let until = match (recheck, deadline) {
                 (Some(r), Some(d)) => Some(r.min(d)),
@@ -313,23 +391,24 @@ impl LockBackend for RedisBackend {
 
     async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
         let keys = LockKeys::new(&lease.key);
-        let bar = if self.waiters.has_waiters(&keys.channel) {
-            0 // our own waiters are next in line anyway
-        } else {
-            millis(RELEASER_BAR)
-        };
-        let mut invocation = scripts::RELEASE.key(&keys.lock);
-        invocation
-            .key(&keys.barred)
-            .arg(lease.owner.as_str())
-            .arg(&keys.channel)
-            .arg(self.id.as_str())
-            .arg(bar);
-        let released: i64 = self.call("release", invocation).await?;
-        Ok(if released == 1 {
-            ReleaseOutcome::Released
-        } else {
+        // Our own subscription hears the release too when we have waiters of our own; bar
+        // ourselves before sending, so that message does not wake our head first.
+        let own_waiters = self.waiters.has_waiters(&keys.channel);
+        let bar_until = Instant::now() + RELEASER_BAR;
+        if own_waiters {
+            self.waiters.bar(&keys.channel, bar_until);
+        }
+        let listeners = self.release_owned(lease.owner.as_str(), &keys).await;
+        let others_listened = matches!(listeners, Ok(n) if n > i64::from(own_waiters));
+        if others_listened {
+            self.waiters.bar(&keys.channel, bar_until);
+        } else if own_waiters {
+            self.waiters.lift_bar(&keys.channel);
+        }
+        Ok(if listeners? < 0 {
             ReleaseOutcome::NotHeld
+        } else {
+            ReleaseOutcome::Released
         })
     }
 

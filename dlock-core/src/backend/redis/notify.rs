@@ -20,6 +20,8 @@ use crate::{Error, Result};
 /// The local waiters of one backend, and its subscription connection.
 #[derive(Debug)]
 pub(super) struct Waiters {
+    /// The payload of this backend's own release messages.
+    own_id: String,
     queues: Mutex<Queues>,
     /// Serialises SUBSCRIBE / UNSUBSCRIBE so they reach Redis in the order decided.
     subscriber: tokio::sync::Mutex<Conn>,
@@ -29,6 +31,9 @@ pub(super) struct Waiters {
 #[derive(Debug, Default)]
 struct Queues {
     by_channel: HashMap<String, Queue>,
+    /// Channels this Locker barred itself on: it released while other Lockers listened, so
+    /// for a few milliseconds (or until another Locker's release) it lets them go first.
+    bars: HashMap<String, Instant>,
     next_id: u64,
 }
 
@@ -41,11 +46,13 @@ struct Queue {
 impl Waiters {
     /// Starts dispatching the pushes of `subscriber` (whose push sender feeds `pushes`).
     pub(super) fn start(
+        own_id: String,
         subscriber: Conn,
         mut pushes: UnboundedReceiver<PushInfo>,
         timeout: Duration,
     ) -> Arc<Self> {
         let waiters = Arc::new(Self {
+            own_id,
             queues: Mutex::default(),
             subscriber: tokio::sync::Mutex::new(subscriber),
             timeout,
@@ -69,9 +76,14 @@ impl Waiters {
     fn dispatch(&self, push: &PushInfo) {
         match push.kind {
             PushKind::Message => {
-                if let Some(Value::BulkString(channel)) = push.data.first() {
-                    self.wake_head(&String::from_utf8_lossy(channel));
-                }
+                let (Some(Value::BulkString(channel)), payload) =
+                    (push.data.first(), push.data.get(1))
+                else {
+                    return;
+                };
+                let ours =
+                    matches!(payload, Some(Value::BulkString(p)) if *p == self.own_id.as_bytes());
+                self.on_release(&String::from_utf8_lossy(channel), ours);
             }
             // After a reconnect a release may have been missed: let every head re-check.
             PushKind::Disconnection => {
@@ -86,14 +98,53 @@ impl Waiters {
         }
     }
 
-    fn wake_head(&self, channel: &str) {
-        if let Some((_, head)) = self
-            .queues()
+    /// A release was published on `channel`: another Locker's release lifts our bar and
+    /// wakes our head; our own release wakes it only if we did not bar ourselves.
+    fn on_release(&self, channel: &str, ours: bool) {
+        let mut queues = self.queues();
+        if ours
+            && queues
+                .bars
+                .get(channel)
+                .is_some_and(|until| Instant::now() < *until)
+        {
+            return;
+        }
+        queues.bars.remove(channel);
+        if let Some((_, head)) = queues
             .by_channel
             .get(channel)
             .and_then(|q| q.waiters.front())
         {
             head.notify_one();
+        }
+    }
+
+    /// Bars this Locker from taking the lock of `channel` until `until` (or until another
+    /// Locker releases it).
+    pub(super) fn bar(&self, channel: &str, until: Instant) {
+        let mut queues = self.queues();
+        if queues.bars.len() > 1024 {
+            let now = Instant::now();
+            queues.bars.retain(|_, until| now < *until);
+        }
+        queues.bars.insert(channel.to_owned(), until);
+    }
+
+    /// Lifts a bar set in anticipation of a release that turned out not to need it.
+    pub(super) fn lift_bar(&self, channel: &str) {
+        self.on_release(channel, false);
+    }
+
+    /// Until when this Locker should not ask Redis for the lock of `channel`.
+    pub(super) fn barred_until(&self, channel: &str) -> Option<Instant> {
+        let mut queues = self.queues();
+        let until = *queues.bars.get(channel)?;
+        if Instant::now() < until {
+            Some(until)
+        } else {
+            queues.bars.remove(channel);
+            None
         }
     }
 

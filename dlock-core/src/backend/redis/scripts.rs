@@ -4,42 +4,41 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-/// `KEYS`: lock, fence, barred. `ARGV`: owner, ttl ms, locker id.
-/// Returns `{1, token}` when granted, `{0, pttl}` when held (pttl of the holder, or of the
-/// releaser's bar when this Locker just released and others wait), `{-1, type}` when the lock
-/// key holds another type, `{-2, type}` when the fence key does.
+/// `KEYS`: lock, fence. `ARGV`: owner, ttl ms.
+/// Returns `{1, token}` when granted, `{0, pttl}` when held, `{-1, type}` when the lock key
+/// holds another type, `{-2, type}` when the fence key does. The hot path is two commands
+/// (SET NX PX, INCR); types are only inspected when something is off.
 pub(super) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
-local lock_type = redis.call('type', KEYS[1])['ok']
-if lock_type ~= 'none' and lock_type ~= 'string' then return {-1, lock_type} end
-local fence_type = redis.call('type', KEYS[2])['ok']
-if fence_type ~= 'none' and fence_type ~= 'string' then return {-2, fence_type} end
-if redis.call('get', KEYS[3]) == ARGV[3] then
-  return {0, math.max(redis.call('pttl', KEYS[3]), redis.call('pttl', KEYS[1]))}
-end
 if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  return {1, redis.call('incr', KEYS[2])}
+  local token = redis.pcall('incr', KEYS[2])
+  if type(token) == 'table' then
+    redis.call('del', KEYS[1])
+    return {-2, redis.call('type', KEYS[2])['ok']}
+  end
+  return {1, token}
 end
-return {0, redis.call('pttl', KEYS[1])}
+local pttl = redis.call('pttl', KEYS[1])
+if pttl == -1 then
+  local kind = redis.call('type', KEYS[1])['ok']
+  if kind ~= 'string' then return {-1, kind} end
+end
+return {0, pttl}
 ",
     )
 });
 
-/// `KEYS`: lock, barred. `ARGV`: owner, channel, locker id, bar ms (0: never bar).
-/// Deletes the lock if `owner` holds it and publishes the release; if someone heard it, bars
-/// this Locker from re-taking the lock for `bar ms` so the waiters get their turn.
-/// Returns 1 if released, 0 if `owner` did not hold it.
+/// `KEYS`: lock. `ARGV`: owner, channel, message (the releasing Locker's id).
+/// Deletes the lock if `owner` holds it and publishes the release. Returns how many
+/// subscribers heard it (the releasing Locker bars itself when others did), or -1 if `owner`
+/// did not hold the lock.
 pub(super) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
-if redis.pcall('get', KEYS[1]) ~= ARGV[1] then return 0 end
+if redis.pcall('get', KEYS[1]) ~= ARGV[1] then return -1 end
 redis.call('del', KEYS[1])
-local listeners = redis.call('publish', ARGV[2], 'released')
-if listeners > 0 and tonumber(ARGV[4]) > 0 then
-  redis.call('set', KEYS[2], ARGV[3], 'PX', ARGV[4])
-end
-return 1
+return redis.call('publish', ARGV[2], ARGV[3])
 ",
     )
 });

@@ -38,6 +38,7 @@ fn parse_args() -> Result<Args, String> {
             hold: Duration::from_millis(1),
             watchdog_locks: 10_000,
             watchdog_for: Duration::from_secs(10),
+            only_dlock: None,
         },
     };
     let mut it = std::env::args().skip(1);
@@ -77,6 +78,13 @@ fn parse_args() -> Result<Args, String> {
                     s.watchdog_locks,
                     s.watchdog_for,
                 ) = (1, 200, 2_000, 20, 1_000, Duration::from_secs(2));
+            }
+            "--only" => {
+                args.settings.only_dlock = match value("--only")?.as_str() {
+                    "dlock" => Some(true),
+                    "floor" => Some(false),
+                    other => return Err(format!("--only {other}: expected dlock or floor")),
+                };
             }
             "--help" | "-h" => return Err(String::new()),
             other => return Err(format!("unknown argument `{other}`")),

@@ -16,6 +16,8 @@ pub(crate) struct Settings {
     pub(crate) hold: Duration,
     pub(crate) watchdog_locks: usize,
     pub(crate) watchdog_for: Duration,
+    /// Profiling aid: run only dlock's side (`Some(true)`) or only the floor (`Some(false)`).
+    pub(crate) only_dlock: Option<bool>,
 }
 
 const TTL: Duration = Duration::from_secs(30);
@@ -87,6 +89,9 @@ pub(crate) async fn many_keys(target: &Target, s: &Settings) -> Row {
         let started = Instant::now();
         let mut tasks = Vec::new();
         for t in 0..TASKS {
+            if s.only_dlock == Some(false) {
+                break;
+            }
             let (locker, latencies) = (locker.clone(), latencies.clone());
             tasks.push(tokio::spawn(async move {
                 let mut mine = Vec::with_capacity(per_task);
@@ -111,6 +116,9 @@ pub(crate) async fn many_keys(target: &Target, s: &Settings) -> Row {
         let started = Instant::now();
         let mut tasks = Vec::new();
         for t in 0..TASKS {
+            if s.only_dlock == Some(true) {
+                break;
+            }
             let (mut raw, latencies) = (target.raw(), latencies.clone());
             tasks.push(tokio::spawn(async move {
                 let mut mine = Vec::with_capacity(per_task);
