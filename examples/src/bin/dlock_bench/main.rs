@@ -2,7 +2,7 @@
 //!
 //! Run with: `cargo run --release -p dlock-examples --bin dlock-bench -- --servers auto`
 //! (starts redis-server itself; memory needs no server), or `--url redis://127.0.0.1:6379`.
-//! `--scenario uncontended|many-keys|contended|reentrant|watchdog|all`, `--json`,
+//! `--scenario uncontended|many-keys|contended|reentrant|macro|watchdog|all`, `--json`,
 //! `--reps N` (median of N, after one warm-up), `--hold 1ms`.
 
 mod scenarios;
@@ -113,6 +113,9 @@ async fn run_target(target: &Target, args: &Args) -> Vec<Row> {
     }
     if wanted("reentrant") {
         rows.push(scenarios::reentrant(target, s).await);
+    }
+    if wanted("macro") {
+        rows.push(scenarios::macro_overhead(target, s).await);
     }
     if wanted("watchdog") {
         rows.push(scenarios::watchdog(target, s).await);

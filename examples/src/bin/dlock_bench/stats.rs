@@ -44,6 +44,7 @@ pub(crate) struct Row {
     pub(crate) max_us: f64,
     pub(crate) floor_ops_per_sec: f64,
     /// dlock's throughput over the floor's (higher is better; 1.0 = as fast as the floor).
+    /// Not a number where a scenario has no floor (serialised as `null`).
     pub(crate) ratio: f64,
     pub(crate) note: String,
 }
@@ -65,7 +66,11 @@ impl Row {
             p99_us: us(run.percentile(99.0)),
             max_us: us(run.percentile(100.0)),
             floor_ops_per_sec: floor_ops,
-            ratio: run.ops_per_sec() / floor_ops.max(f64::EPSILON),
+            ratio: if floor_ops.is_finite() && floor_ops > 0.0 {
+                run.ops_per_sec() / floor_ops
+            } else {
+                f64::NAN
+            },
             note,
         }
     }
@@ -83,17 +88,24 @@ fn human_us(us: f64) -> String {
 pub(crate) fn print_table(rows: &[Row]) {
     println!("| backend | scenario | ops/s | p50 | p99 | max | floor ops/s | ratio | notes |");
     println!("|---|---|---:|---:|---:|---:|---:|---:|---|");
+    let number = |value: f64, precision: usize| {
+        if value.is_finite() {
+            format!("{value:.precision$}")
+        } else {
+            "—".to_owned()
+        }
+    };
     for row in rows {
         println!(
-            "| {} | {} | {:.0} | {} | {} | {} | {:.0} | {:.2} | {} |",
+            "| {} | {} | {:.0} | {} | {} | {} | {} | {} | {} |",
             row.backend,
             row.scenario,
             row.ops_per_sec,
             human_us(row.p50_us),
             human_us(row.p99_us),
             human_us(row.max_us),
-            row.floor_ops_per_sec,
-            row.ratio,
+            number(row.floor_ops_per_sec, 0),
+            number(row.ratio, 2),
             row.note
         );
     }
