@@ -185,4 +185,45 @@ impl Raw {
             }
         }
     }
+
+    /// The same work as dlock's Redis acquire + release, raw: `MULTI SET NX PX / INCR fence /
+    /// PTTL` and an owner-checked delete that also `PUBLISH`es. Tells how much of the gap to
+    /// the floor is the fencing token and the release notification rather than dlock's code.
+    /// `None` for backends without such a variant.
+    pub(crate) async fn cycle_with_fencing_and_notify(
+        &mut self,
+        key: &str,
+        owner: &str,
+        ttl: Duration,
+    ) -> Option<()> {
+        let Self::Redis(conn, _) = self else {
+            return None;
+        };
+        const RELEASE: &str = "if redis.call('get', KEYS[1]) ~= ARGV[1] then return -1 end \
+            redis.call('del', KEYS[1]) return redis.call('publish', ARGV[2], ARGV[1])";
+        let (set, _token, _pttl): (Option<String>, i64, i64) = redis::pipe()
+            .atomic()
+            .cmd("SET")
+            .arg(key)
+            .arg(owner)
+            .arg("NX")
+            .arg("PX")
+            .arg(ttl.as_millis() as u64)
+            .cmd("INCR")
+            .arg(format!("{key}:fence"))
+            .cmd("PTTL")
+            .arg(key)
+            .query_async(conn)
+            .await
+            .expect("MULTI");
+        assert!(set.is_some(), "key {key} unexpectedly held");
+        let _: i64 = redis::Script::new(RELEASE)
+            .key(key)
+            .arg(owner)
+            .arg(format!("{key}:released"))
+            .invoke_async(conn)
+            .await
+            .expect("EVAL");
+        Some(())
+    }
 }
