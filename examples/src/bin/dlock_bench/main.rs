@@ -16,6 +16,7 @@ use scenarios::Settings;
 use stats::Row;
 use target::Target;
 
+#[derive(Clone)]
 struct Args {
     urls: Vec<String>,
     auto_servers: bool,
@@ -148,7 +149,11 @@ async fn main() -> ExitCode {
         match target {
             Ok(target) => {
                 eprintln!("dlock-bench: measuring {} ...", target.name());
-                rows.extend(run_target(&target, &args).await);
+                // Measure inside a task, as a service would run: code polled by `block_on` on
+                // the main thread pays a thread hop on every wake-up.
+                let args = args.clone();
+                let measured = tokio::spawn(async move { run_target(&target, &args).await });
+                rows.extend(measured.await.expect("a scenario panicked"));
             }
             Err(error) => {
                 eprintln!("dlock-bench: {error}");
