@@ -14,6 +14,8 @@ use crate::lease::{
     AcquireOutcome, AcquireRequest, Lease, LostLease, ReleaseOutcome, RenewOutcome,
 };
 
+#[cfg(feature = "etcd")]
+pub(crate) mod etcd;
 #[cfg(feature = "memory")]
 pub(crate) mod memory;
 #[cfg(feature = "redis")]
@@ -191,11 +193,12 @@ pub struct Capabilities {
     /// The kind of fencing token issued.
     pub fencing: Fencing,
     /// Leases stay alive by the backend's own means (an etcd keepalive, a ZooKeeper
-    /// session). The core still calls [`LockBackend::renew`] every cadence, and the backend
-    /// answers from what it knows, without a round trip, with `valid_from` set to its last
-    /// successful keepalive's send time. The core releases a lease whose local deadline
-    /// passed (`.watchdog(false)`, or keepalives failing), since the server would not expire
-    /// it on its own.
+    /// session). The core still calls [`LockBackend::renew`] every cadence; the backend answers
+    /// from what it knows — at most a cheap batched check that the lock keys still exist, never
+    /// a keepalive per lock — with `valid_from` set to its last successful keepalive's send
+    /// time. The core releases a lease whose local deadline passed (`.watchdog(false)`, or
+    /// keepalives failing) once its full ttl has run, since the server would not expire it on
+    /// its own while the session lives.
     pub self_renewing: bool,
     /// The most leases [`LockBackend::renew`] accepts in one call.
     pub max_renew_batch: usize,

@@ -357,9 +357,9 @@ mod tests {
             ("ttl = \"10x\"", "ttl", "10x"),
             ("wait = 5", "wait", "5"),
             (
-                "backend = \"etcd://127.0.0.1:2379\"",
+                "backend = \"mongodb://127.0.0.1:27017\"",
                 "backend",
-                "etcd://127.0.0.1:2379",
+                "mongodb://127.0.0.1:27017",
             ),
             ("operation_timeout = \"0s\"", "operation_timeout", "0s"),
         ] {

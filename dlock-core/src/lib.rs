@@ -30,6 +30,8 @@
 //! | feature       | default | what it adds                                                       |
 //! |---------------|---------|--------------------------------------------------------------------|
 //! | `memory`      | yes     | [`MemoryBackend`], `memory://` URLs                                |
+//! | `redis`       | no      | `RedisBackend`: `redis://`, `redis+cluster://` URLs                |
+//! | `etcd`        | no      | `EtcdBackend`: `etcd://` URLs, interoperable with `etcdctl lock`   |
 //! | `macros`      | no      | the `#[distributed_lock]` attribute on `async fn`s                 |
 //! | `conformance` | no      | `dlock_core::conformance`, the suite every backend must pass       |
 //! | `harness`     | no      | `dlock_core::harness`, real test servers started from system binaries |
@@ -57,6 +59,8 @@ pub mod conformance;
 #[cfg(feature = "harness")]
 pub mod harness;
 
+#[cfg(feature = "etcd")]
+pub use backend::etcd::EtcdBackend;
 #[cfg(feature = "memory")]
 pub use backend::memory::MemoryBackend;
 #[cfg(feature = "redis")]

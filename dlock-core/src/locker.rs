@@ -1,13 +1,12 @@
 //! [`Locker`]: the handle applications lock through.
 
-use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
-use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
+use std::sync::{Arc, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
 use crate::backend::{Capabilities, LockBackend};
-use crate::backend_url::{BackendKind, BackendUrl};
+use crate::backend_url::BackendUrl;
 use crate::config::DlockConfig;
 use crate::guard::LockGuard;
 use crate::hold::Hold;
@@ -80,13 +79,6 @@ impl fmt::Debug for Locker {
 }
 
 static GLOBAL: RwLock<Option<Locker>> = RwLock::new(None);
-
-fn memory_table(name: &str) -> crate::MemoryBackend {
-    static TABLES: OnceLock<Mutex<HashMap<String, crate::MemoryBackend>>> = OnceLock::new();
-    let tables = TABLES.get_or_init(Mutex::default);
-    let mut tables = tables.lock().unwrap_or_else(PoisonError::into_inner);
-    tables.entry(name.to_owned()).or_default().clone()
-}
 
 impl Locker {
     /// A Locker over a fresh, private in-process lock table, with default settings.
@@ -188,16 +180,29 @@ impl Locker {
     /// let locker = Locker::connect(&config).await?;
     /// # drop(locker); Ok(()) }
     /// ```
-    #[cfg_attr(not(feature = "redis"), allow(clippy::unused_async))]
+    #[cfg_attr(
+        not(any(feature = "redis", feature = "etcd")),
+        allow(clippy::unused_async)
+    )]
+    #[cfg_attr(
+        not(any(feature = "memory", feature = "redis", feature = "etcd")),
+        allow(unreachable_code, unused_variables)
+    )]
     pub async fn connect(config: &DlockConfig) -> Result<Self> {
         config.validate()?;
         let url = BackendUrl::parse(&config.backend.to_url())?;
         let backend: Arc<dyn LockBackend> = match url.kind() {
             #[cfg(feature = "memory")]
-            BackendKind::Memory => Arc::new(memory_table(url.memory_table_name())),
+            crate::BackendKind::Memory => {
+                Arc::new(crate::MemoryBackend::shared_table(url.memory_table_name()))
+            }
             #[cfg(feature = "redis")]
-            BackendKind::Redis | BackendKind::RedisCluster => {
+            crate::BackendKind::Redis | crate::BackendKind::RedisCluster => {
                 Arc::new(crate::RedisBackend::connect(&url, config.operation_timeout).await?)
+            }
+            #[cfg(feature = "etcd")]
+            crate::BackendKind::Etcd => {
+                Arc::new(crate::EtcdBackend::connect(&url, config.operation_timeout).await?)
             }
             other => {
                 return Err(Error::config(

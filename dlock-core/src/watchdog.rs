@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::backend::LockBackend;
 use crate::lease::{Lease, LostLease, LostReason, OwnerId, RenewOutcome};
-use crate::lease_watch::LeaseWatch;
+use crate::lease_watch::{LeaseWatch, drift_margin};
 
 /// The watchdog of one Locker.
 #[derive(Debug)]
@@ -228,7 +228,7 @@ fn tick(shared: &Arc<Shared>, settings: &Settings) -> Option<Instant> {
     let mut entries = shared.entries();
     entries.retain(|_, entry| {
         if !entry.watch.check_deadline() {
-            expired.push(entry.lease.clone());
+            expired.push((entry.lease.clone(), entry.watch.deadline()));
             return false;
         }
         if let Some(cadence) = entry.cadence {
@@ -259,15 +259,18 @@ fn tick(shared: &Arc<Shared>, settings: &Settings) -> Option<Instant> {
         ));
     }
     if settings.release_expired {
-        for lease in expired {
-            tokio::spawn(release_expired(settings.clone(), lease));
+        for (lease, deadline) in expired {
+            tokio::spawn(release_expired(settings.clone(), lease, deadline));
         }
     }
     next_wake
 }
 
-/// Ends a lease the backend would otherwise keep alive past its local deadline.
-async fn release_expired(settings: Settings, lease: Lease) {
+/// Ends a lease the backend would otherwise keep alive, once its full ttl has run: the local
+/// deadline is a drift margin early, and the lock must not free before the ttl promised to
+/// the holder's peers.
+async fn release_expired(settings: Settings, lease: Lease, deadline: Instant) {
+    tokio::time::sleep_until((deadline + drift_margin(lease.ttl)).into()).await;
     let outcome =
         tokio::time::timeout(settings.operation_timeout, settings.backend.release(&lease)).await;
     tracing::debug!(key = %lease.key, ?outcome, "dlock: released a lease past its local deadline");

@@ -198,6 +198,26 @@ impl MemoryBackend {
         Self::default()
     }
 
+    /// The process-wide table called `name` (what `memory://name` URLs connect to): every
+    /// call with the same name returns a clone of one table.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use dlock_core::MemoryBackend;
+    /// let a = MemoryBackend::shared_table("jobs");
+    /// let _ = MemoryBackend::shared_table("jobs"); // the same table as `a`
+    /// # drop(a);
+    /// ```
+    #[must_use]
+    pub fn shared_table(name: &str) -> Self {
+        static TABLES: std::sync::OnceLock<Mutex<HashMap<String, MemoryBackend>>> =
+            std::sync::OnceLock::new();
+        let tables = TABLES.get_or_init(Mutex::default);
+        let mut tables = tables.lock().unwrap_or_else(PoisonError::into_inner);
+        tables.entry(name.to_owned()).or_default().clone()
+    }
+
     /// How many keys are currently held or waited on (expired holders not yet noticed count
     /// until the next operation on their key). Useful to show that nothing leaked.
     #[must_use]

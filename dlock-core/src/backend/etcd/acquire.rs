@@ -1,0 +1,427 @@
+//! Acquire: put-if-absent under the lock's range, then watch the predecessor.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use etcd_client::{
+    Compare, CompareOp, EventType, GetOptions, PutOptions, SortOrder, SortTarget, Txn,
+    TxnOpResponse, TxnResponse, WatchFilterType, WatchOptions,
+};
+
+use super::keys::LockName;
+use super::session::Session;
+use super::{Delete, EtcdGrant, Held, Inner, QueuedMark, call};
+use crate::lease::{AcquireOutcome, AcquireRequest, Lease};
+use crate::{Error, Result};
+
+/// A grant's `valid_from` is refreshed by a keepalive when the lease's last answered one is
+/// older than this fraction of the ttl.
+const FRESHNESS: u32 = 10;
+
+/// How a waiting turn ended.
+enum Turn {
+    Granted(Lease),
+    Busy,
+    /// The queued key vanished (its lease was lost, or it was deleted by an admin): queue
+    /// again from the start.
+    Requeue(&'static str),
+}
+
+/// What woke a waiter.
+enum Wake {
+    /// The watched key was deleted, the watch broke, or it is time for the periodic re-check.
+    Recheck,
+    Deadline,
+    SessionLost,
+}
+
+/// An etcd key this acquire owns or may own. Dropping it (the acquire failed, gave up, or was
+/// cancelled) deletes the key in the background.
+struct PendingKey {
+    inner: Arc<Inner>,
+    key: String,
+    session: Option<Arc<Session>>,
+    delete: Delete,
+}
+
+impl PendingKey {
+    fn session(&self) -> &Arc<Session> {
+        self.session.as_ref().expect("present until handed over")
+    }
+
+    /// The key is held now: the lock table takes over key and session.
+    fn hand_over(mut self) -> (String, Arc<Session>) {
+        let session = self.session.take().expect("present until handed over");
+        (std::mem::take(&mut self.key), session)
+    }
+}
+
+impl Drop for PendingKey {
+    fn drop(&mut self) {
+        if let Some(session) = self.session.take() {
+            let delete = std::mem::replace(&mut self.delete, Delete::Nothing);
+            self.inner
+                .finish_key(std::mem::take(&mut self.key), session, delete);
+        }
+    }
+}
+
+fn get_ranges(response: &TxnResponse) -> Vec<Vec<etcd_client::KeyValue>> {
+    response
+        .op_responses()
+        .into_iter()
+        .filter_map(|op| match op {
+            TxnOpResponse::Get(mut get) => Some(get.take_kvs()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn revision(response: &TxnResponse) -> Result<i64> {
+    response
+        .header()
+        .map(etcd_client::ResponseHeader::revision)
+        .ok_or_else(|| Error::backend("etcd", "a transaction reply without header"))
+}
+
+/// Keys only, newest first (by create revision), at most `limit`.
+fn newest(limit: i64) -> GetOptions {
+    GetOptions::new()
+        .with_prefix()
+        .with_sort(SortTarget::Create, SortOrder::Descend)
+        .with_limit(limit)
+        .with_keys_only()
+}
+
+impl Inner {
+    pub(super) async fn acquire(
+        self: &Arc<Self>,
+        req: &AcquireRequest,
+        deadline: Option<Instant>,
+    ) -> Result<AcquireOutcome> {
+        let name = LockName::new(&self.namespace, &req.key);
+        if deadline.is_some_and(|d| d <= Instant::now()) {
+            return self.try_once(req, &name).await;
+        }
+        loop {
+            match self.enqueue_and_wait(req, &name, deadline).await? {
+                Turn::Granted(lease) => return Ok(AcquireOutcome::Acquired(lease)),
+                Turn::Busy => return Ok(AcquireOutcome::Busy { retry_after: None }),
+                Turn::Requeue(why) => {
+                    tracing::debug!(key = %req.key, why, "dlock: etcd waiter queues again");
+                    if deadline.is_some_and(|d| d <= Instant::now()) {
+                        return Ok(AcquireOutcome::Busy { retry_after: None });
+                    }
+                }
+            }
+        }
+    }
+
+    /// Exactly one attempt: put our key only if the lock's range is empty, so a busy answer
+    /// leaves nothing behind.
+    async fn try_once(
+        self: &Arc<Self>,
+        req: &AcquireRequest,
+        name: &LockName,
+    ) -> Result<AcquireOutcome> {
+        if !self.sessions.has_live(req.ttl) {
+            // Without a lease yet, look before granting one: a busy lock costs one read
+            // instead of a lease grant and revoke.
+            let found = call(self.timeout, "acquire", || {
+                let mut kv = self.client.kv_client();
+                let options = GetOptions::new().with_prefix().with_count_only();
+                let prefix = name.prefix().to_owned();
+                async move { kv.get(prefix, Some(options)).await }
+            })
+            .await?;
+            if found.count() > 0 {
+                return Ok(AcquireOutcome::Busy { retry_after: None });
+            }
+        }
+        let mut pending = self.pending_key(req, name).await?;
+        let session = Arc::clone(pending.session());
+        let txn = Txn::new()
+            .when([Compare::create_revision(name.prefix(), CompareOp::Equal, 0).with_prefix()])
+            .and_then([etcd_client::TxnOp::put(
+                pending.key.as_str(),
+                req.owner.as_str(),
+                Some(PutOptions::new().with_lease(session.id)),
+            )]);
+        let (reply, valid_from) = tokio::join!(
+            self.txn("acquire", txn),
+            session.fresh(session.ttl / FRESHNESS)
+        );
+        let reply = reply?;
+        if !reply.succeeded() {
+            pending.delete = Delete::Nothing;
+            return Ok(AcquireOutcome::Busy { retry_after: None });
+        }
+        let create_revision = revision(&reply)?;
+        pending.delete = Delete::Exact(create_revision);
+        Ok(AcquireOutcome::Acquired(self.granted(
+            req,
+            pending,
+            create_revision,
+            valid_from,
+        )))
+    }
+
+    /// A session for the request's ttl and a reserved key on it.
+    async fn pending_key(
+        self: &Arc<Self>,
+        req: &AcquireRequest,
+        name: &LockName,
+    ) -> Result<PendingKey> {
+        let session = self.checkout(req.ttl).await?;
+        let key = self.reserve_key(name, &session);
+        Ok(PendingKey {
+            inner: Arc::clone(self),
+            key,
+            session: Some(session),
+            delete: Delete::Unknown(req.owner.clone()),
+        })
+    }
+
+    /// Puts our key (queueing behind any existing ones) and waits for our turn.
+    async fn enqueue_and_wait(
+        self: &Arc<Self>,
+        req: &AcquireRequest,
+        name: &LockName,
+        deadline: Option<Instant>,
+    ) -> Result<Turn> {
+        let mut pending = self.pending_key(req, name).await?;
+        let session = Arc::clone(pending.session());
+        let key = pending.key.clone();
+        // Put-if-absent and, in the same revision, the two newest keys of the range: ours and
+        // the one just before it, if any.
+        let txn = Txn::new()
+            .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
+            .and_then([
+                etcd_client::TxnOp::put(
+                    key.as_str(),
+                    req.owner.as_str(),
+                    Some(PutOptions::new().with_lease(session.id)),
+                ),
+                etcd_client::TxnOp::get(name.prefix(), Some(newest(2))),
+            ])
+            .or_else([etcd_client::TxnOp::get(key.as_str(), None)]);
+        // A recent keepalive, in parallel, in case the lock is free at once.
+        let (reply, fresh) = tokio::join!(
+            self.txn("acquire", txn),
+            session.fresh(session.ttl / FRESHNESS)
+        );
+        let reply = reply?;
+        let mut fresh = Some(fresh);
+        if !reply.succeeded() {
+            pending.delete = Delete::Nothing; // not ours: leave it alone
+            return Err(Error::backend(
+                "etcd",
+                format!("etcd key `{key}` already exists although this backend does not use it"),
+            ));
+        }
+        let create_revision = revision(&reply)?;
+        pending.delete = Delete::Exact(create_revision);
+        let mut seen = create_revision;
+        let mut predecessor = get_ranges(&reply)
+            .into_iter()
+            .flatten()
+            .find(|kv| kv.create_revision() < create_revision)
+            .map(|kv| kv.key().to_vec());
+        let mut queued: Option<QueuedMark> = None;
+        let mut retry_in = Duration::from_millis(20);
+        loop {
+            if predecessor.is_some() {
+                queued.get_or_insert_with(|| self.mark_queued(&req.key));
+                fresh = None; // stale by the time our turn comes
+            }
+            let wake = match &predecessor {
+                None => {
+                    // Our turn: our key exists (just put, or seen by the re-check) and no
+                    // older key is left.
+                    let valid_from = match fresh.take() {
+                        Some(valid_from) => valid_from,
+                        None => session.fresh(session.ttl / FRESHNESS).await,
+                    };
+                    if session.is_lost() {
+                        pending.delete = Delete::Nothing;
+                        return Ok(Turn::Requeue("the lease was lost as the turn came"));
+                    }
+                    return Ok(Turn::Granted(self.granted(
+                        req,
+                        pending,
+                        create_revision,
+                        valid_from,
+                    )));
+                }
+                Some(watched) => self.wait_deleted(watched, seen, &session, deadline).await,
+            };
+            match wake {
+                Wake::Recheck => {}
+                Wake::Deadline => {
+                    self.give_up(pending).await;
+                    return Ok(Turn::Busy);
+                }
+                Wake::SessionLost => {
+                    pending.delete = Delete::Nothing; // gone with the lease
+                    return Ok(Turn::Requeue("the lease was lost while waiting"));
+                }
+            }
+            // Our key still there (etcd #11456)? And the newest key below ours?
+            let check = Txn::new().and_then([
+                etcd_client::TxnOp::get(key.as_str(), Some(GetOptions::new().with_keys_only())),
+                etcd_client::TxnOp::get(
+                    name.prefix(),
+                    Some(newest(1).with_max_create_revision(create_revision - 1)),
+                ),
+            ]);
+            let reply = match self.txn("acquire", check).await {
+                Ok(reply) => reply,
+                Err(error) => {
+                    tracing::debug!(key = %req.key, %error, "dlock: etcd waiter re-check failed; retrying");
+                    if self.pause(retry_in, &session, deadline).await {
+                        retry_in = (retry_in * 2).min(Duration::from_secs(1));
+                    }
+                    continue;
+                }
+            };
+            retry_in = Duration::from_millis(20);
+            seen = revision(&reply)?;
+            let mut ranges = get_ranges(&reply).into_iter();
+            let ours = ranges.next().unwrap_or_default();
+            if !ours
+                .iter()
+                .any(|kv| kv.create_revision() == create_revision)
+            {
+                pending.delete = Delete::Nothing;
+                return Ok(Turn::Requeue("the queued key was deleted"));
+            }
+            predecessor = ranges
+                .next()
+                .unwrap_or_default()
+                .first()
+                .map(|kv| kv.key().to_vec());
+        }
+    }
+
+    /// Waits (bounded by the deadline, the session, and one ttl) until `watched` is deleted
+    /// after revision `seen`.
+    async fn wait_deleted(
+        &self,
+        watched: &[u8],
+        seen: i64,
+        session: &Session,
+        deadline: Option<Instant>,
+    ) -> Wake {
+        let until_deadline = async {
+            match deadline {
+                Some(at) => tokio::time::sleep_until(at.into()).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::pin!(until_deadline);
+        let recheck = tokio::time::sleep(session.effective_ttl());
+        tokio::pin!(recheck);
+        let watch = || {
+            let mut watcher = self.client.watch_client();
+            let options = WatchOptions::new()
+                .with_start_revision(seen + 1)
+                .with_filters([WatchFilterType::NoPut]);
+            let watched = watched.to_vec();
+            async move { watcher.watch(watched, Some(options)).await }
+        };
+        let opened = tokio::select! {
+            () = session.lost() => return Wake::SessionLost,
+            () = &mut until_deadline => return Wake::Deadline,
+            opened = call(self.timeout, "watch", watch) => opened,
+        };
+        let mut stream = match opened {
+            Ok(stream) => stream,
+            Err(error) => {
+                tracing::debug!(%error, "dlock: etcd watch failed; re-checking");
+                // Do not spin on a failing watch: wait a little before the re-check.
+                tokio::select! {
+                    () = session.lost() => return Wake::SessionLost,
+                    () = &mut until_deadline => return Wake::Deadline,
+                    () = tokio::time::sleep(Duration::from_millis(50)) => return Wake::Recheck,
+                }
+            }
+        };
+        loop {
+            tokio::select! {
+                () = session.lost() => return Wake::SessionLost,
+                () = &mut until_deadline => return Wake::Deadline,
+                () = &mut recheck => return Wake::Recheck,
+                message = stream.message() => match message {
+                    Ok(Some(response)) => {
+                        let deleted = response
+                            .events()
+                            .iter()
+                            .any(|event| event.event_type() == EventType::Delete);
+                        if deleted || response.canceled() {
+                            return Wake::Recheck;
+                        }
+                    }
+                    Ok(None) | Err(_) => return Wake::Recheck,
+                },
+            }
+        }
+    }
+
+    /// Sleeps `delay` unless the session is lost or the deadline comes first. Returns `true`
+    /// if it slept the whole delay.
+    async fn pause(&self, delay: Duration, session: &Session, deadline: Option<Instant>) -> bool {
+        let until = deadline.map_or(Instant::now() + delay, |d| d.min(Instant::now() + delay));
+        tokio::select! {
+            () = session.lost() => false,
+            () = tokio::time::sleep_until(until.into()) => true,
+        }
+    }
+
+    /// The deadline passed while queued: delete our key now, so a Busy answer leaves nothing
+    /// behind (a failed delete is retried in the background).
+    async fn give_up(&self, mut pending: PendingKey) {
+        let Delete::Exact(create_revision) = pending.delete else {
+            return;
+        };
+        if self
+            .delete_exact(&pending.key, create_revision)
+            .await
+            .is_ok()
+        {
+            pending.delete = Delete::Nothing; // deleted now, or already gone
+        }
+    }
+
+    /// Records a grant and builds its lease.
+    fn granted(
+        &self,
+        req: &AcquireRequest,
+        pending: PendingKey,
+        create_revision: i64,
+        valid_from: Instant,
+    ) -> Lease {
+        let (key, session) = pending.hand_over();
+        let ttl = session.effective_ttl();
+        let token = u64::try_from(create_revision).unwrap_or_default();
+        let mut lease = Lease::new(req, valid_from)
+            .with_fencing_token(token)
+            .with_extension(Arc::new(EtcdGrant {
+                key: key.clone(),
+                create_revision,
+            }));
+        lease.ttl = ttl;
+        self.grants().held.insert(
+            req.owner.clone(),
+            Held {
+                key,
+                create_revision,
+                session,
+                ttl,
+                valid_from,
+                end_at_ttl: false,
+            },
+        );
+        self.reaper_wake.notify_one();
+        lease
+    }
+}

@@ -1,0 +1,525 @@
+//! The etcd backend (`etcd://h1:2379,h2:2379[/namespace]`), laid out like etcd's own mutex so
+//! that dlock, `etcdctl lock` and Go's `concurrency.Mutex` exclude each other on one name.
+//!
+//! Modules: [`config`] (URL, connection), [`keys`] (key layout), [`session`] (shared leases
+//! and their keepalive), [`acquire`] (enqueue and watch the predecessor), [`release`] (renew,
+//! release, force release, background deletes). The user-facing documentation is on
+//! [`EtcdBackend`].
+
+mod acquire;
+mod config;
+mod keys;
+mod release;
+mod session;
+
+use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use etcd_client::{Client, Txn, TxnResponse};
+use tokio::runtime::Handle;
+use tokio::sync::{Notify, broadcast};
+use tokio_util::sync::CancellationToken;
+
+use self::config::EtcdUrl;
+use self::session::{Session, Sessions};
+use crate::backend::{Capabilities, Fencing, LockBackend};
+use crate::backend_url::BackendUrl;
+use crate::lease::{
+    AcquireOutcome, AcquireRequest, Lease, LostLease, LostReason, OwnerId, ReleaseOutcome,
+    RenewOutcome,
+};
+use crate::{Error, Result};
+
+/// etcd's default `--max-txn-ops`: one renewal transaction checks at most this many locks.
+const RENEW_BATCH: usize = 128;
+
+/// Locks in etcd, with etcd's own mutex layout: fair (FIFO by create revision), fenced by the
+/// lock key's create revision, kept alive by a shared lease.
+///
+/// Build it with [`EtcdBackend::connect`], or through [`Locker::connect`](crate::Locker::connect)
+/// with an `etcd://[user:password@]h1:2379,h2:2379[/namespace]` URL (the namespace, if any, is
+/// prepended to every etcd key).
+///
+/// # How a lock is held
+///
+/// * **Keys.** Lock `N` (the Locker's full key, e.g. `dlock:order:42`) is the etcd range `N/`.
+///   An acquire puts `N/<lease id in hex>` — attached to its lease, value = the grant's owner id
+///   — if that key does not exist, in one transaction that also reads the two newest keys of
+///   the range: the holder is the key with the **lowest create revision**. This is exactly
+///   `concurrency.Mutex`, so `etcdctl lock N` and Go services contend with dlock on the same
+///   name (use a Locker with `key_prefix = ""` to share a name literally). A second key of the
+///   same lease under the same name (two tasks of one Locker: etcd issue #11360) gets a suffix,
+///   `N/<lease hex>.<n>`, so the tasks still exclude each other.
+/// * **Waiting** watches only the key with the next-lower create revision (no herd): when it
+///   is deleted, the waiter checks that its own key still exists (etcd #11456: a waiter whose
+///   lease expired must not think it holds the lock) and that no lower key remains. A waiter
+///   also re-checks once per ttl in case a watch stalled. Cancelling a waiting acquire deletes
+///   its key in the background; a `try_lock` (wait of zero) writes only if the range is empty.
+/// * **Leases.** All locks of one backend with the same ttl share one etcd lease (like Go's
+///   `Session`), kept alive by a keepalive stream every ttl/3 and revoked as soon as its last
+///   lock is released or the backend is dropped. etcd leases are whole seconds, and at least
+///   the cluster's minimum (1.5 × its election timeout): a lock asked for 2.5 s has a 3 s lease.
+///   A crashed process stops its keepalives, so its locks free when the lease runs out. A lock
+///   whose owner stops renewing it (a leaked guard with `.watchdog(false)`, a raw grant never
+///   renewed) is deleted by the backend when its ttl ends, although the shared lease lives on.
+/// * **Renewal** answers from the keepalives — `valid_from` is the send time of the lease's
+///   last answered keepalive — after checking, in **one transaction for up to 128 locks**,
+///   that every lock key still exists with its create revision (an admin may have deleted it).
+/// * **Loss.** etcd answering a keepalive with ttl 0 (lease expired or revoked), or no
+///   keepalive answered for the lease's ttl, loses every lock on that lease: they are pushed to
+///   the Locker at once and answer `NotOwner` at their next renewal.
+/// * **Timeouts.** Every round trip is bounded by the operation timeout; a broken keepalive or
+///   watch stream is reopened (possibly on another member).
+///
+/// # What etcd guarantees
+///
+/// * etcd's key-value store is linearizable (Raft, fsync'ed log): a granted lock survives a
+///   leader change or the crash of a minority of members, and the fencing token — the lock
+///   key's **create revision** — is strictly increasing and durable across restarts and
+///   failover (`Fencing::Durable`).
+/// * Leases are counted by the leader; a new leader extends every lease by its full ttl, so a
+///   failover never shortens a lease. Keepalives go unanswered during the election (one to two
+///   election timeouts), though, and the holder's local deadline keeps running: choose a ttl
+///   well above election time + ttl/3 (the tests hold a 6 s lock across a leader kill with a
+///   1 s election timeout), or a failover can make the holder give its lock up.
+/// * Like every lease-based lock, it cannot stop a holder that paused longer than its ttl from
+///   acting afterwards: Jepsen showed lost updates on etcd 3.4.3 locks under process pauses.
+///   etcd's own docs: "the lock APIs cannot be used as mutual exclusion mechanism by
+///   themselves". The protected resource must check the fencing token.
+/// * Lock names nest as in etcd's mutex: keys of lock `jobs/nightly` live inside the range
+///   `jobs/` of lock `jobs`, so holders of `jobs/nightly` also make `jobs` wait (never the
+///   reverse, never a double grant). Avoid names that are `/`-prefixes of others.
+///
+/// # Checking the fencing token where the data lives
+///
+/// A resource refuses a stale holder by storing the highest token it has accepted next to the
+/// data and comparing it on every write — in SQL, `UPDATE orders SET state = $2, fence = $3
+/// WHERE id = $1 AND fence <= $3`. In etcd itself the comparison is a transaction guard
+/// (tokens zero-padded, so that etcd's byte comparison orders them numerically):
+///
+/// ```no_run
+/// # async fn settle(locker: &dlock_core::Locker, mut etcd: etcd_client::Client)
+/// # -> Result<(), Box<dyn std::error::Error>> {
+/// use etcd_client::{Compare, CompareOp, Txn, TxnOp};
+///
+/// let pad = |token: u64| format!("{token:020}");
+/// // Once, when the resource is created: its fence starts at token 0.
+/// etcd.txn(Txn::new()
+///     .when([Compare::create_revision("order:42:fence", CompareOp::Equal, 0)])
+///     .and_then([TxnOp::put("order:42:fence", pad(0), None)]))
+///     .await?;
+///
+/// let guard = locker.lock("order:42").await?;
+/// let token = guard.fencing_token().expect("etcd issues tokens");
+/// let written = etcd.txn(Txn::new()
+///     // fence <= token, i.e. fence < token + 1
+///     .when([Compare::value("order:42:fence", CompareOp::Less, pad(token + 1))])
+///     .and_then([
+///         TxnOp::put("order:42:fence", pad(token), None),
+///         TxnOp::put("order:42:state", "paid", None),
+///     ]))
+///     .await?;
+/// assert!(written.succeeded(), "a newer holder already wrote: this one is stale");
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+///
+/// # Examples
+///
+/// ```no_run
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> dlock_core::Result<()> {
+/// use dlock_core::{DlockConfig, Locker};
+/// let config = DlockConfig::from_toml_str(r#"backend = "etcd://127.0.0.1:2379""#)?;
+/// let locker = Locker::connect(&config).await?;
+/// let guard = locker.lock("order:42").await?;
+/// println!("fencing token (create revision) {:?}", guard.fencing_token());
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct EtcdBackend {
+    inner: Arc<Inner>,
+}
+
+/// The state shared by the backend and its background tasks.
+pub(super) struct Inner {
+    client: Client,
+    namespace: String,
+    timeout: Duration,
+    sessions: Sessions,
+    grants: Mutex<Grants>,
+    /// Wakes the reaper when a lock's end moved.
+    reaper_wake: Notify,
+    lost_tx: broadcast::Sender<LostLease>,
+    shutdown: CancellationToken,
+    runtime: Handle,
+}
+
+impl std::fmt::Debug for Inner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdBackend")
+            .field("namespace", &self.namespace)
+            .field("timeout", &self.timeout)
+            .field("sessions", &self.sessions)
+            .field("held", &self.grants().held.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// What this backend holds or has queued in etcd.
+#[derive(Debug, Default)]
+struct Grants {
+    /// Granted locks, by owner.
+    held: HashMap<OwnerId, Held>,
+    /// etcd keys in use (queued, held, or being deleted): never reused meanwhile.
+    reserved: HashSet<String>,
+    /// How many acquires wait in etcd's queue, by full key.
+    queued: HashMap<String, usize>,
+}
+
+/// One granted lock.
+#[derive(Debug, Clone)]
+pub(super) struct Held {
+    key: String,
+    create_revision: i64,
+    session: Arc<Session>,
+    ttl: Duration,
+    /// The latest `valid_from` reported to the core for this lock.
+    valid_from: Instant,
+    /// Released at or after its local deadline: deleted when its ttl ends, not reported lost.
+    end_at_ttl: bool,
+}
+
+impl Held {
+    fn ends_at(&self) -> Instant {
+        self.valid_from + self.ttl
+    }
+}
+
+/// What a [`Lease`] of this backend carries: the etcd key and its create revision.
+#[derive(Debug)]
+pub(super) struct EtcdGrant {
+    key: String,
+    create_revision: i64,
+}
+
+/// How the key of a lock that is given up must be deleted.
+#[derive(Debug)]
+pub(super) enum Delete {
+    /// It is known not to exist (never created, or already deleted).
+    Nothing,
+    /// It exists with this create revision.
+    Exact(i64),
+    /// A put with this owner as value may or may not have been applied (its reply was lost
+    /// or its request cancelled): delete it if it is there, and once more after a while.
+    Unknown(OwnerId),
+}
+
+impl EtcdBackend {
+    /// Connects to the members `url` names, with `timeout` bounding every round trip, and
+    /// checks that the cluster answers (it has a leader).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] for a URL that is not `etcd://[user:password@]host:port,...[/namespace]`
+    /// (TLS, `etcds://`, is not supported); [`Error::Backend`] / [`Error::Timeout`] when the
+    /// cluster cannot be reached or refuses the credentials within `timeout`.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> dlock_core::Result<()> {
+    /// use std::time::Duration;
+    /// use dlock_core::{BackendUrl, EtcdBackend, Locker};
+    /// let url = BackendUrl::parse("etcd://127.0.0.1:2379,127.0.0.1:22379/app1/")?;
+    /// let locker = Locker::from_backend(EtcdBackend::connect(&url, Duration::from_secs(2)).await?);
+    /// # drop(locker); Ok(()) }
+    /// ```
+    pub async fn connect(url: &BackendUrl, timeout: Duration) -> Result<Self> {
+        let runtime = Handle::try_current().map_err(|_| {
+            Error::backend(
+                "etcd",
+                "EtcdBackend::connect must run inside a tokio runtime",
+            )
+        })?;
+        let url = EtcdUrl::parse(url)?;
+        let client = url.connect(timeout).await?;
+        let (lost_tx, _) = broadcast::channel(1024);
+        let inner = Arc::new(Inner {
+            sessions: Sessions::new(client.clone(), timeout),
+            client,
+            namespace: url.namespace,
+            timeout,
+            grants: Mutex::default(),
+            reaper_wake: Notify::new(),
+            lost_tx,
+            shutdown: CancellationToken::new(),
+            runtime,
+        });
+        inner.runtime.spawn(release::reaper(Arc::clone(&inner)));
+        Ok(Self { inner })
+    }
+
+    /// How many acquires through this backend wait in etcd's queue for `key` (a full key, the
+    /// Locker's prefix included): their key is in etcd, behind the holder's.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn probe(backend: &dlock_core::EtcdBackend) {
+    /// assert_eq!(backend.waiters("dlock:order:42"), 0);
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn waiters(&self, key: &str) -> usize {
+        self.inner.grants().queued.get(key).copied().unwrap_or(0)
+    }
+}
+
+impl Drop for EtcdBackend {
+    fn drop(&mut self) {
+        self.inner.shut_down();
+    }
+}
+
+#[async_trait]
+impl LockBackend for EtcdBackend {
+    async fn acquire(
+        &self,
+        req: &AcquireRequest,
+        deadline: Option<Instant>,
+    ) -> Result<AcquireOutcome> {
+        self.inner.acquire(req, deadline).await
+    }
+
+    async fn renew(&self, leases: &[Lease]) -> Result<Vec<RenewOutcome>> {
+        self.inner.renew(leases).await
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
+        self.inner.release(lease).await
+    }
+
+    async fn force_release(&self, key: &str) -> Result<bool> {
+        self.inner.force_release(key).await
+    }
+
+    fn lost_leases(&self) -> Option<broadcast::Receiver<LostLease>> {
+        Some(self.inner.lost_tx.subscribe())
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::new("etcd")
+            .fair(true)
+            .fencing(Fencing::Durable)
+            .self_renewing(true)
+            .max_renew_batch(RENEW_BATCH)
+    }
+}
+
+/// Runs one etcd request, bounded by `timeout`. A request that surely never reached etcd's
+/// state machine — the connection to the member it was routed to was refused (a member is
+/// down: the client balances over every endpoint given), or the member knows no leader — is
+/// sent again, to whichever member the balancer picks, until `timeout` runs out.
+pub(super) async fn call<T, F, Fut>(
+    timeout: Duration,
+    operation: &'static str,
+    mut request: F,
+) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = std::result::Result<T, etcd_client::Error>>,
+{
+    let give_up = Instant::now() + timeout;
+    let mut pause = Duration::from_millis(5);
+    loop {
+        let left = give_up.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, request()).await {
+            Ok(Ok(answer)) => return Ok(answer),
+            Ok(Err(error)) if never_applied(&error) && Instant::now() + pause < give_up => {
+                tracing::trace!(operation, %error, "dlock: etcd request not delivered; retrying");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_millis(100));
+            }
+            Ok(Err(error)) => return Err(Error::backend("etcd", error)),
+            Err(_) => {
+                return Err(Error::Timeout {
+                    backend: "etcd",
+                    operation,
+                    after: timeout,
+                });
+            }
+        }
+    }
+}
+
+/// Whether `error` proves the request was never applied, so sending it again is safe.
+fn never_applied(error: &etcd_client::Error) -> bool {
+    match error {
+        etcd_client::Error::TransportError(_) => true,
+        etcd_client::Error::GRpcStatus(status) => {
+            let message = status.message().to_ascii_lowercase();
+            message.contains("connect error")
+                || message.contains("connection refused")
+                || message.contains("etcdserver: no leader")
+        }
+        _ => false,
+    }
+}
+
+impl Inner {
+    fn grants(&self) -> MutexGuard<'_, Grants> {
+        self.grants.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Runs `work` in the background, on the current runtime or the one the backend was
+    /// connected on.
+    fn spawn(&self, work: impl Future<Output = ()> + Send + 'static) {
+        match Handle::try_current() {
+            Ok(current) => drop(current.spawn(work)),
+            Err(_) => drop(self.runtime.spawn(work)),
+        }
+    }
+
+    /// One transaction, bounded by the operation timeout.
+    async fn txn(&self, operation: &'static str, txn: Txn) -> Result<TxnResponse> {
+        call(self.timeout, operation, || {
+            let mut kv = self.client.kv_client();
+            let txn = txn.clone();
+            async move { kv.txn(txn).await }
+        })
+        .await
+    }
+
+    /// A session for `ttl` with one more user, its keepalive started if it is new.
+    async fn checkout(self: &Arc<Self>, ttl: Duration) -> Result<Arc<Session>> {
+        let (session, new) = self.sessions.checkout(ttl).await?;
+        if new {
+            let weak = Arc::downgrade(self);
+            self.spawn(session::keep_alive(
+                Arc::clone(&session),
+                self.client.lease_client(),
+                self.timeout,
+                move |lost| {
+                    if let Some(inner) = weak.upgrade() {
+                        inner.session_lost(lost);
+                    }
+                },
+            ));
+        }
+        Ok(session)
+    }
+
+    /// One user of `session` is done; revokes the lease if it was the last.
+    fn end_use(&self, session: &Arc<Session>) {
+        if self.sessions.checkin(session) && !self.shutdown.is_cancelled() {
+            self.revoke(session.id);
+        }
+    }
+
+    /// Revokes lease `id` in the background (best effort: it expires anyway).
+    fn revoke(&self, id: i64) {
+        let client = self.client.clone();
+        let timeout = self.timeout;
+        self.spawn(async move {
+            let outcome = call(timeout, "lease revoke", || {
+                let mut leases = client.lease_client();
+                async move { leases.revoke(id).await }
+            })
+            .await;
+            tracing::debug!(lease = %format!("{id:x}"), ok = outcome.is_ok(), "dlock: etcd lease revoked");
+        });
+    }
+
+    /// Reserves an etcd key for a new grant of `session` under `name`.
+    fn reserve_key(&self, name: &keys::LockName, session: &Session) -> String {
+        let mut grants = self.grants();
+        let mut n = 0;
+        loop {
+            let key = name.key(session.id, n);
+            if grants.reserved.insert(key.clone()) {
+                return key;
+            }
+            n += 1;
+        }
+    }
+
+    /// Gives up `key` (of `session`): deletes it as `delete` says — in the background, retried
+    /// until it is gone or its lease is — then frees the reservation and the session use.
+    fn finish_key(self: &Arc<Self>, key: String, session: Arc<Session>, delete: Delete) {
+        if matches!(delete, Delete::Nothing) || session.is_lost() || self.shutdown.is_cancelled() {
+            self.grants().reserved.remove(&key);
+            self.end_use(&session);
+            return;
+        }
+        let inner = Arc::clone(self);
+        self.spawn(async move { inner.delete_in_background(key, session, delete).await });
+    }
+
+    /// Every lock on a lost session is lost: pushes each to the Lockers.
+    fn session_lost(self: &Arc<Self>, session: &Arc<Session>) {
+        self.sessions.forget(session);
+        let mut lost = Vec::new();
+        self.grants().held.retain(|owner, held| {
+            let on_it = Arc::ptr_eq(&held.session, session);
+            if on_it {
+                lost.push((owner.clone(), held.clone()));
+            }
+            !on_it
+        });
+        let reason = session.lost_reason();
+        for (owner, held) in lost {
+            if !held.end_at_ttl {
+                let _ = self.lost_tx.send(LostLease {
+                    owner,
+                    reason: LostReason::Backend(reason.clone()),
+                });
+            }
+            self.finish_key(held.key, held.session, Delete::Nothing);
+        }
+        // If etcd still has it (we only stopped hearing back), make sure its keys go.
+        if !self.shutdown.is_cancelled() {
+            self.revoke(session.id);
+        }
+    }
+
+    /// Marks one more acquire of `full_key` as queued in etcd, until the mark is dropped.
+    fn mark_queued(self: &Arc<Self>, full_key: &str) -> QueuedMark {
+        *self.grants().queued.entry(full_key.to_owned()).or_insert(0) += 1;
+        QueuedMark {
+            inner: Arc::clone(self),
+            key: full_key.to_owned(),
+        }
+    }
+
+    /// Stops every task and revokes every lease (in the background).
+    fn shut_down(&self) {
+        self.shutdown.cancel();
+        for session in self.sessions.drain() {
+            session.mark_lost("the etcd backend was dropped");
+            self.revoke(session.id);
+        }
+    }
+}
+
+/// One acquire queued in etcd, counted for [`EtcdBackend::waiters`] while it lives.
+#[derive(Debug)]
+struct QueuedMark {
+    inner: Arc<Inner>,
+    key: String,
+}
+
+impl Drop for QueuedMark {
+    fn drop(&mut self) {
+        let mut grants = self.inner.grants();
+        if let Some(count) = grants.queued.get_mut(&self.key) {
+            *count -= 1;
+            if *count == 0 {
+                grants.queued.remove(&self.key);
+            }
+        }
+    }
+}

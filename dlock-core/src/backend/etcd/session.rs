@@ -1,0 +1,399 @@
+//! Sessions: one etcd lease per requested ttl, shared by every lock (held or queued) of one
+//! backend with that ttl — like Go's `concurrency.Session` — and kept alive by a keepalive
+//! stream at ttl/3.
+//!
+//! A session counts its users (each lock key attached to the lease). When the last one is done
+//! the lease is revoked at once, so its keys vanish and the next acquire grants a new lease. The
+//! session is *lost* when etcd answers a keepalive with ttl 0 (the lease expired or was
+//! revoked) or when no keepalive was answered for the lease's whole ttl; every lock on it is
+//! then lost.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::time::{Duration, Instant};
+
+use etcd_client::{Client, LeaseClient, LeaseKeepAliveStream, LeaseKeeper};
+use tokio::sync::{Notify, watch};
+use tokio_util::sync::CancellationToken;
+
+use super::call;
+use crate::{Error, Result};
+
+/// Keepalives are never sent more often than this, whatever the ttl.
+const MIN_CADENCE: Duration = Duration::from_millis(10);
+
+/// The longest pause between two attempts to reopen a broken keepalive stream.
+const MAX_REOPEN_DELAY: Duration = Duration::from_millis(200);
+
+/// One etcd lease and its keepalive.
+#[derive(Debug)]
+pub(super) struct Session {
+    /// The etcd lease id.
+    pub(super) id: i64,
+    /// The ttl the locks on it asked for.
+    pub(super) ttl: Duration,
+    /// What etcd granted: whole seconds, at least the cluster's minimum.
+    pub(super) server_ttl: Duration,
+    /// Locks (held, queued, or being deleted) attached to the lease. Changed only under
+    /// [`Sessions`]' map lock.
+    users: AtomicUsize,
+    /// Send time of the latest keepalive (or the grant) etcd answered: the lease lives at least
+    /// until then + ttl.
+    alive: watch::Sender<Instant>,
+    lost: CancellationToken,
+    reason: OnceLock<String>,
+    kick: Notify,
+    /// Stops the keepalive task.
+    stop: CancellationToken,
+}
+
+impl Session {
+    fn new(id: i64, ttl: Duration, server_ttl: Duration, granted_at: Instant) -> Self {
+        Self {
+            id,
+            ttl,
+            server_ttl,
+            users: AtomicUsize::new(1),
+            alive: watch::Sender::new(granted_at),
+            lost: CancellationToken::new(),
+            reason: OnceLock::new(),
+            kick: Notify::new(),
+            stop: CancellationToken::new(),
+        }
+    }
+
+    /// The ttl every lock on this session really has: the shorter of asked and granted.
+    pub(super) fn effective_ttl(&self) -> Duration {
+        self.ttl.min(self.server_ttl)
+    }
+
+    /// Send time of the latest keepalive etcd answered.
+    pub(super) fn last_ok(&self) -> Instant {
+        *self.alive.borrow()
+    }
+
+    pub(super) fn is_lost(&self) -> bool {
+        self.lost.is_cancelled()
+    }
+
+    /// Resolves when the session is lost.
+    pub(super) async fn lost(&self) {
+        self.lost.cancelled().await;
+    }
+
+    /// Why the session was lost.
+    pub(super) fn lost_reason(&self) -> String {
+        self.reason
+            .get()
+            .cloned()
+            .unwrap_or_else(|| "the etcd lease ended".to_owned())
+    }
+
+    pub(super) fn mark_lost(&self, reason: impl Into<String>) {
+        let _ = self.reason.set(reason.into());
+        self.lost.cancel();
+        self.stop.cancel();
+    }
+
+    fn confirmed(&self, sent: Instant) {
+        self.alive.send_if_modified(|last| {
+            let newer = sent > *last;
+            if newer {
+                *last = sent;
+            }
+            newer
+        });
+    }
+
+    /// A recent [`last_ok`](Self::last_ok): if the latest answered keepalive is older than
+    /// `max_age`, sends one now and waits (at most `max_age`, so a slow cluster delays a grant
+    /// only that much) for its answer. Gives the older value if none comes.
+    pub(super) async fn fresh(&self, max_age: Duration) -> Instant {
+        let asked = Instant::now();
+        if self.last_ok() + max_age >= asked || self.is_lost() {
+            return self.last_ok();
+        }
+        let mut answered = self.alive.subscribe();
+        self.kick.notify_one();
+        tokio::select! {
+            _ = tokio::time::timeout(max_age, answered.wait_for(|last| *last >= asked)) => {}
+            () = self.lost.cancelled() => {}
+        }
+        self.last_ok()
+    }
+
+    /// The reason to give up on the lease if no keepalive was answered for its whole ttl.
+    fn overdue(&self) -> Option<String> {
+        (Instant::now() > self.last_ok() + self.server_ttl).then(|| {
+            format!(
+                "no keepalive of etcd lease {:x} was answered for its ttl ({:?})",
+                self.id, self.server_ttl
+            )
+        })
+    }
+}
+
+/// The live sessions of one backend, by requested ttl.
+pub(super) struct Sessions {
+    client: Client,
+    timeout: Duration,
+    live: Mutex<HashMap<Duration, Arc<Session>>>,
+    /// Serialises grants, so concurrent first acquires with one ttl share one lease.
+    granting: tokio::sync::Mutex<()>,
+}
+
+impl std::fmt::Debug for Sessions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sessions")
+            .field("live", &*self.live())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Sessions {
+    pub(super) fn new(client: Client, timeout: Duration) -> Self {
+        Self {
+            client,
+            timeout,
+            live: Mutex::default(),
+            granting: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    fn live(&self) -> MutexGuard<'_, HashMap<Duration, Arc<Session>>> {
+        self.live.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether a usable session for `ttl` exists now.
+    pub(super) fn has_live(&self, ttl: Duration) -> bool {
+        self.live().get(&ttl).is_some_and(|s| !s.is_lost())
+    }
+
+    fn reuse(&self, ttl: Duration) -> Option<Arc<Session>> {
+        let live = self.live();
+        let session = live.get(&ttl).filter(|s| !s.is_lost())?;
+        session.users.fetch_add(1, Ordering::SeqCst);
+        Some(Arc::clone(session))
+    }
+
+    /// A session for `ttl` with one more user: the live one, or a new lease (the caller then
+    /// starts its keepalive: the `bool` is `true`).
+    pub(super) async fn checkout(&self, ttl: Duration) -> Result<(Arc<Session>, bool)> {
+        if let Some(session) = self.reuse(ttl) {
+            return Ok((session, false));
+        }
+        let _granting = self.granting.lock().await;
+        if let Some(session) = self.reuse(ttl) {
+            return Ok((session, false));
+        }
+        let seconds = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
+        let seconds = i64::try_from(seconds.max(1)).unwrap_or(i64::MAX);
+        let sent = Instant::now();
+        let granted = call(self.timeout, "lease grant", || {
+            let mut leases = self.client.lease_client();
+            async move { leases.grant(seconds, None).await }
+        })
+        .await?;
+        let server_seconds = u64::try_from(granted.ttl()).unwrap_or(0);
+        if server_seconds == 0 {
+            return Err(Error::backend(
+                "etcd",
+                format!("etcd granted no lease: {}", granted.error()),
+            ));
+        }
+        let session = Arc::new(Session::new(
+            granted.id(),
+            ttl,
+            Duration::from_secs(server_seconds),
+            sent,
+        ));
+        let replaced = self.live().insert(ttl, Arc::clone(&session));
+        if let Some(old) = replaced {
+            old.stop.cancel(); // a lost one: nothing more to keep alive
+        }
+        tracing::debug!(lease = %format!("{:x}", session.id), ?ttl, server_ttl = ?session.server_ttl, "dlock: etcd lease granted");
+        Ok((session, true))
+    }
+
+    /// One user of `session` is done. Returns `true` if it was the last: the lease is no
+    /// longer used (its keepalive is stopped) and should be revoked.
+    pub(super) fn checkin(&self, session: &Arc<Session>) -> bool {
+        let mut live = self.live();
+        if session.users.fetch_sub(1, Ordering::SeqCst) != 1 {
+            return false;
+        }
+        if live
+            .get(&session.ttl)
+            .is_some_and(|s| Arc::ptr_eq(s, session))
+        {
+            live.remove(&session.ttl);
+        }
+        session.stop.cancel();
+        !session.is_lost()
+    }
+
+    /// Takes a lost `session` out of use, so the next acquire grants a new lease.
+    pub(super) fn forget(&self, session: &Arc<Session>) {
+        let mut live = self.live();
+        if live
+            .get(&session.ttl)
+            .is_some_and(|s| Arc::ptr_eq(s, session))
+        {
+            live.remove(&session.ttl);
+        }
+    }
+
+    /// Every live session, taken out of use (the backend is shutting down).
+    pub(super) fn drain(&self) -> Vec<Arc<Session>> {
+        self.live().drain().map(|(_, s)| s).collect()
+    }
+}
+
+/// Why a keepalive stream ended.
+enum StreamEnd {
+    /// The lease is gone: stop for good.
+    Lost(String),
+    /// The stream broke or stalled: open another one.
+    Broken(String),
+    /// The session was stopped.
+    Stopped,
+}
+
+/// Keeps `session`'s lease alive until it is stopped or lost, reopening the keepalive stream
+/// (possibly to another member) whenever it breaks or an answer is late by more than
+/// `timeout`. Calls `on_lost` once if the lease is lost.
+pub(super) async fn keep_alive(
+    session: Arc<Session>,
+    mut leases: LeaseClient,
+    timeout: Duration,
+    on_lost: impl FnOnce(&Arc<Session>) + Send,
+) {
+    let cadence = (session.effective_ttl() / 3).max(MIN_CADENCE);
+    let mut retry_in = Duration::from_millis(20);
+    let lost = loop {
+        if session.stop.is_cancelled() {
+            return;
+        }
+        let end = match open(&session, &mut leases, timeout).await {
+            Ok((keeper, stream)) => {
+                retry_in = Duration::from_millis(20);
+                run_stream(&session, keeper, stream, cadence, timeout).await
+            }
+            Err(end) => end,
+        };
+        match end {
+            StreamEnd::Stopped => return,
+            StreamEnd::Lost(reason) => break reason,
+            StreamEnd::Broken(why) => {
+                if let Some(reason) = session.overdue() {
+                    break reason;
+                }
+                tracing::debug!(lease = %format!("{:x}", session.id), %why, "dlock: etcd keepalive stream broken; reopening");
+            }
+        }
+        tokio::select! {
+            () = session.stop.cancelled() => return,
+            () = tokio::time::sleep(retry_in) => {}
+        }
+        // Retry briskly: a failover takes a few hundred milliseconds to a few seconds, and
+        // every keepalive missed meanwhile eats into the locks' local deadline.
+        retry_in = (retry_in * 2).min(cadence).min(MAX_REOPEN_DELAY);
+    };
+    if session.stop.is_cancelled() && !session.is_lost() {
+        return; // stopped while failing: not a loss
+    }
+    tracing::warn!(lease = %format!("{:x}", session.id), reason = %lost, "dlock: etcd lease lost");
+    session.mark_lost(lost);
+    on_lost(&session);
+}
+
+async fn open(
+    session: &Session,
+    leases: &mut LeaseClient,
+    timeout: Duration,
+) -> std::result::Result<(LeaseKeeper, LeaseKeepAliveStream), StreamEnd> {
+    let sent = Instant::now();
+    let opened = tokio::select! {
+        () = session.stop.cancelled() => return Err(StreamEnd::Stopped),
+        opened = tokio::time::timeout(timeout, leases.keep_alive(session.id)) => opened,
+    };
+    match opened {
+        Ok(Ok(pair)) => {
+            session.confirmed(sent);
+            Ok(pair)
+        }
+        Ok(Err(etcd_client::Error::LeaseKeepAliveError(message)))
+            if message.contains("not found") =>
+        {
+            Err(StreamEnd::Lost(format!(
+                "etcd lease {:x} expired or was revoked",
+                session.id
+            )))
+        }
+        Ok(Err(etcd_client::Error::GRpcStatus(status)))
+            if status.message().contains("lease not found") =>
+        {
+            Err(StreamEnd::Lost(format!(
+                "etcd lease {:x} expired or was revoked ({})",
+                session.id,
+                status.message()
+            )))
+        }
+        Ok(Err(error)) => Err(StreamEnd::Broken(error.to_string())),
+        Err(_) => Err(StreamEnd::Broken(format!(
+            "no answer to a keepalive within {timeout:?}"
+        ))),
+    }
+}
+
+async fn run_stream(
+    session: &Session,
+    mut keeper: LeaseKeeper,
+    mut stream: LeaseKeepAliveStream,
+    cadence: Duration,
+    timeout: Duration,
+) -> StreamEnd {
+    let mut pending: VecDeque<Instant> = VecDeque::new();
+    let mut next_send = session.last_ok() + cadence;
+    loop {
+        let stalled_at = pending.front().map(|sent| *sent + timeout);
+        let stalled = async {
+            match stalled_at {
+                Some(at) => tokio::time::sleep_until(at.into()).await,
+                None => std::future::pending().await,
+            }
+        };
+        let send = tokio::select! {
+            () = session.stop.cancelled() => return StreamEnd::Stopped,
+            () = tokio::time::sleep_until(next_send.into()) => true,
+            () = session.kick.notified() => true,
+            () = stalled => return StreamEnd::Broken(format!("a keepalive got no answer within {timeout:?}")),
+            message = stream.message() => match message {
+                Ok(Some(answer)) => {
+                    let sent = pending.pop_front();
+                    if answer.ttl() <= 0 {
+                        return StreamEnd::Lost(format!("etcd lease {:x} expired or was revoked", session.id));
+                    }
+                    if let Some(sent) = sent {
+                        session.confirmed(sent);
+                    }
+                    false
+                }
+                Ok(None) => return StreamEnd::Broken("the server closed the keepalive stream".to_owned()),
+                Err(error) => return StreamEnd::Broken(error.to_string()),
+            },
+        };
+        if let Some(reason) = session.overdue() {
+            return StreamEnd::Lost(reason);
+        }
+        if send {
+            let now = Instant::now();
+            if keeper.keep_alive().await.is_err() {
+                return StreamEnd::Broken("the keepalive stream is closed".to_owned());
+            }
+            pending.push_back(now);
+            next_send = now + cadence;
+        }
+    }
+}

@@ -1,0 +1,64 @@
+//! The conformance suite against real etcd: one member, and a 3-member cluster, each started by
+//! the harness for the test and stopped after it.
+//!
+//! etcd leases are whole seconds and at least 1.5 × the election timeout (the harness uses 1 s),
+//! so the timing scenarios run with a 3 s ttl.
+
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use dlock_core::conformance::{Expectations, Target};
+use dlock_core::harness::{EtcdCluster, EtcdServer};
+use dlock_core::{BackendUrl, EtcdBackend};
+
+const TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A target whose clients are new `EtcdBackend`s (a Locker each: its own connection, leases
+/// and watches) on `url`, keeping `server` alive as long as the target. The queue probe counts
+/// the waiters of every client made so far.
+async fn target<S: Send + Sync + 'static>(server: S, url: String) -> Target<EtcdBackend> {
+    let server = Arc::new(server);
+    let url = BackendUrl::parse(&url).expect("harness URL");
+    let probe = EtcdBackend::connect(&url, TIMEOUT).await.expect("connect");
+    let expect = Expectations::of(&probe)
+        .ttl(Duration::from_secs(3))
+        .slack(Duration::from_millis(800));
+    let clients: Arc<Mutex<Vec<Weak<EtcdBackend>>>> = Arc::default();
+    let counted = Arc::clone(&clients);
+    Target::new(
+        move || {
+            let (url, server, clients) = (url.clone(), Arc::clone(&server), Arc::clone(&clients));
+            async move {
+                let _alive = server;
+                let client = Arc::new(EtcdBackend::connect(&url, TIMEOUT).await.expect("connect"));
+                clients.lock().unwrap().push(Arc::downgrade(&client));
+                client
+            }
+        },
+        expect,
+    )
+    .with_queue_probe(move |key| {
+        counted
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(Weak::upgrade)
+            .map(|client| client.waiters(key))
+            .sum()
+    })
+}
+
+async fn single() -> Target<EtcdBackend> {
+    let server = EtcdServer::start().await.expect("etcd");
+    let url = server.url();
+    target(server, url).await
+}
+
+async fn cluster() -> Target<EtcdBackend> {
+    let cluster = EtcdCluster::start(3).await.expect("etcd cluster");
+    let url = cluster.url();
+    target(cluster, url).await
+}
+
+dlock_core::conformance_tests!(etcd_single, single());
+dlock_core::conformance_tests!(etcd_cluster, cluster());

@@ -1,0 +1,688 @@
+//! The etcd backend against real etcd: interop with `etcdctl lock` both ways, faults on a
+//! 3-member cluster (leader killed, holder process killed, every member stopped), an
+//! unreachable cluster, and contention (FIFO grants, no double holders).
+//!
+//! Waiting for a condition polls the condition (with a limit); no assertion depends on a sleep
+//! being long enough.
+
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use dlock_core::harness::{EtcdCluster, EtcdServer};
+use dlock_core::{BackendUrl, DlockConfig, Error, EtcdBackend, LockBackend, Locker, LostReason};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+const OPERATION_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The environment variable that turns [`holder_process`] into a lock holder.
+const HOLDER_URL: &str = "DLOCK_ETCD_TEST_HOLDER_URL";
+
+/// A Locker on a new backend (a client of its own), with `prefix` and `ttl`; the backend too,
+/// to look at its queue.
+async fn locker(url: &str, prefix: &str, ttl: Duration) -> (Locker, Arc<EtcdBackend>) {
+    let url = BackendUrl::parse(url).expect("url");
+    let backend = Arc::new(
+        EtcdBackend::connect(&url, OPERATION_TIMEOUT)
+            .await
+            .expect("connect"),
+    );
+    let config = DlockConfig {
+        key_prefix: prefix.to_owned(),
+        ttl,
+        operation_timeout: OPERATION_TIMEOUT,
+        ..DlockConfig::default()
+    };
+    let locker =
+        Locker::with_config(Arc::clone(&backend) as Arc<dyn LockBackend>, &config).expect("config");
+    (locker, backend)
+}
+
+/// Polls `condition` every few milliseconds until it holds; panics after `limit`.
+async fn until(what: &str, limit: Duration, mut condition: impl FnMut() -> bool) {
+    let give_up = Instant::now() + limit;
+    while !condition() {
+        assert!(Instant::now() < give_up, "{what}: not within {limit:?}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+fn etcdctl(endpoint: &str) -> Command {
+    let mut command = Command::new("etcdctl");
+    command
+        .env("ETCDCTL_API", "3")
+        .arg(format!("--endpoints={endpoint}"))
+        .kill_on_drop(true);
+    command
+}
+
+/// `etcdctl lock --ttl <ttl> <name>`, holding (or waiting for) the lock until signalled; its
+/// stdout (the lock key, once held) piped.
+fn etcdctl_lock(endpoint: &str, name: &str, ttl_secs: u64) -> Child {
+    etcdctl(endpoint)
+        .args(["lock", "--ttl", &ttl_secs.to_string(), name])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("etcdctl (Debian package etcd-client) not found: run scripts/install-test-deps.sh")
+}
+
+/// The keys under `prefix`, read with etcdctl.
+async fn etcd_keys(endpoint: &str, prefix: &str) -> Vec<String> {
+    let output = etcdctl(endpoint)
+        .args(["get", prefix, "--prefix", "--keys-only"])
+        .output()
+        .await
+        .expect("etcdctl get");
+    assert!(output.status.success(), "etcdctl get failed: {output:?}");
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter(|line| !line.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+fn signal(child: &Child, signal: &str) {
+    let pid = child.id().expect("running").to_string();
+    let status = std::process::Command::new("kill")
+        .args([&format!("-{signal}"), &pid])
+        .status()
+        .expect("kill");
+    assert!(status.success(), "kill -{signal} {pid}");
+}
+
+/// The first line `child` prints, and when it came. The rest of its output is drained, not
+/// dropped: a Go program writing to a closed pipe dies of SIGPIPE (without unlocking).
+fn first_line(child: &mut Child) -> tokio::task::JoinHandle<(String, Instant)> {
+    let stdout = child.stdout.take().expect("piped stdout");
+    let (first_tx, first_rx) = tokio::sync::oneshot::channel();
+    tokio::spawn(async move {
+        let mut lines = BufReader::new(stdout).lines();
+        let mut first_tx = Some(first_tx);
+        while let Ok(Some(line)) = lines.next_line().await {
+            if let Some(tx) = first_tx.take() {
+                let _ = tx.send((line, Instant::now()));
+            }
+        }
+    });
+    tokio::spawn(async move {
+        first_rx
+            .await
+            .expect("etcdctl exited without printing the lock key")
+    })
+}
+
+/// `etcdctl lock` holds a name: a dlock acquire of the same name (a Locker without key
+/// prefix) is refused by `try_lock`, queues, and gets the lock as soon as `etcdctl` releases
+/// (SIGTERM: it unlocks), long before etcdctl's 10 s lease could run out. Then the reverse:
+/// dlock holds, `etcdctl lock` queues behind it and prints its key only after dlock's release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dlock_and_etcdctl_lock_exclude_each_other() {
+    let server = EtcdServer::start().await.expect("etcd");
+    let (locker, backend) = locker(&server.url(), "", Duration::from_secs(10)).await;
+    let name = "nightly-report";
+
+    let mut etcdctl_holder = etcdctl_lock(&server.endpoint(), name, 10);
+    let (key, _) = first_line(&mut etcdctl_holder).await.expect("reader");
+    assert!(
+        key.starts_with("nightly-report/"),
+        "etcdctl printed {key:?}"
+    );
+    assert!(
+        matches!(locker.try_lock(name).await, Err(Error::Busy { .. })),
+        "dlock got a lock etcdctl holds"
+    );
+    let waiting = tokio::spawn({
+        let locker = locker.clone();
+        async move {
+            let guard = locker.lock(name).wait(Duration::from_secs(30)).await;
+            (guard, Instant::now())
+        }
+    });
+    until("the dlock waiter queues", Duration::from_secs(5), || {
+        backend.waiters(name) == 1
+    })
+    .await;
+    assert!(!waiting.is_finished(), "granted while etcdctl holds");
+    let released = Instant::now();
+    signal(&etcdctl_holder, "TERM");
+    let (guard, acquired) = waiting.await.expect("waiter");
+    let guard = guard.expect("dlock acquires after etcdctl unlocked");
+    let latency = acquired - released;
+    println!("dlock acquired {latency:?} after etcdctl was told to unlock");
+    assert!(
+        latency < Duration::from_secs(5),
+        "woken by the lease expiry, not by the unlock: {latency:?}"
+    );
+    assert!(
+        etcdctl_holder
+            .wait()
+            .await
+            .expect("etcdctl exits")
+            .success()
+    );
+
+    // The reverse: dlock holds, etcdctl waits.
+    let mut etcdctl_waiter = etcdctl_lock(&server.endpoint(), name, 10);
+    let printed = first_line(&mut etcdctl_waiter);
+    let endpoint = server.endpoint();
+    let give_up = Instant::now() + Duration::from_secs(5);
+    while etcd_keys(&endpoint, "nightly-report/").await.len() < 2 {
+        assert!(Instant::now() < give_up, "etcdctl never queued its key");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(!printed.is_finished(), "etcdctl got a lock dlock holds");
+    let released = Instant::now();
+    guard.release().await.expect("release");
+    let (key, acquired) = tokio::time::timeout(Duration::from_secs(5), printed)
+        .await
+        .expect("etcdctl acquires after dlock's release")
+        .expect("reader");
+    assert!(
+        key.starts_with("nightly-report/"),
+        "etcdctl printed {key:?}"
+    );
+    println!(
+        "etcdctl acquired {:?} after dlock's release",
+        acquired - released
+    );
+    assert!(acquired >= released);
+    assert!(
+        matches!(locker.try_lock(name).await, Err(Error::Busy { .. })),
+        "dlock got the lock etcdctl now holds"
+    );
+    signal(&etcdctl_waiter, "TERM");
+    assert!(
+        etcdctl_waiter
+            .wait()
+            .await
+            .expect("etcdctl exits")
+            .success()
+    );
+}
+
+/// Killing the etcd leader while a lock is held (and another client waits for it): the
+/// holder keeps its lease through the election — its guard is never lost — and the waiter
+/// gets nothing until the holder releases, then gets it with a higher token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_the_leader_neither_loses_the_lock_nor_grants_it_twice() {
+    let ttl = Duration::from_secs(6);
+    let cluster = EtcdCluster::start(3).await.expect("etcd cluster");
+    let (holder, _) = locker(&cluster.url(), "dlock:", ttl).await;
+    let (contender, contender_backend) = locker(&cluster.url(), "dlock:", ttl).await;
+    let guard = holder.lock("ledger").await.expect("acquire");
+    let first_token = guard.fencing_token().expect("token");
+    let waiting = tokio::spawn({
+        let contender = contender.clone();
+        async move {
+            let guard = contender.lock("ledger").wait(Duration::from_secs(60)).await;
+            (guard.map(|g| (g.fencing_token(), g)), Instant::now())
+        }
+    });
+    until("the contender queues", Duration::from_secs(5), || {
+        contender_backend.waiters("dlock:ledger") == 1
+    })
+    .await;
+
+    let old_leader = cluster.leader().await.expect("leader");
+    cluster
+        .member(old_leader)
+        .kill()
+        .await
+        .expect("kill leader");
+    let killed = Instant::now();
+    let new_leader = cluster.leader().await.expect("a new leader");
+    assert_ne!(new_leader, old_leader);
+    println!("new leader elected {:?} after the kill", killed.elapsed());
+    // Hold through two more ttls after the election: the lease must survive the failover.
+    let hold_until = Instant::now() + ttl * 2;
+    while Instant::now() < hold_until {
+        assert!(
+            guard.is_held(),
+            "lease lost across the failover: {:?}",
+            guard.lost_reason()
+        );
+        assert!(!waiting.is_finished(), "the lock was granted twice");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let released = Instant::now();
+    guard.release().await.expect("release after the failover");
+    let (granted, at) = waiting.await.expect("contender");
+    let (second_token, second) = granted.expect("the contender gets the lock after the release");
+    assert!(at >= released);
+    println!("hand-over {:?} after the release", at - released);
+    assert!(
+        second_token.expect("token") > first_token,
+        "fencing token did not increase across the failover"
+    );
+    second.release().await.expect("release");
+}
+
+/// Not a test of its own: the body of the child process that
+/// [`killing_a_holder_process_frees_the_lock_within_its_ttl`] starts and kills. Without
+/// `DLOCK_ETCD_TEST_HOLDER_URL` it does nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holder_process() {
+    let Ok(url) = std::env::var(HOLDER_URL) else {
+        return;
+    };
+    let (locker, _) = locker(&url, "dlock:", Duration::from_secs(3)).await;
+    let guard = locker.lock("payroll").await.expect("child acquires");
+    println!("HELD {}", guard.fencing_token().expect("token"));
+    std::future::pending::<()>().await;
+}
+
+/// A process holding a lock (a child running [`holder_process`]) is killed with SIGKILL: its
+/// keepalives stop, etcd expires its lease, and a waiter in this process gets the lock within
+/// the ttl (3 s) plus etcd's expiry granularity — without anyone releasing it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_a_holder_process_frees_the_lock_within_its_ttl() {
+    let ttl = Duration::from_secs(3);
+    let cluster = EtcdCluster::start(3).await.expect("etcd cluster");
+    let mut child = Command::new(std::env::current_exe().expect("test binary"))
+        .args([
+            "holder_process",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(HOLDER_URL, cluster.url())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn the holder process");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let held_token: u64 = tokio::time::timeout(Duration::from_secs(20), async {
+        loop {
+            let line = lines
+                .next_line()
+                .await
+                .expect("read")
+                .expect("the holder process exited before holding the lock");
+            // libtest may print `test holder_process ... ` on the same line.
+            if let Some((_, token)) = line.split_once("HELD ") {
+                break token.parse().expect("token");
+            }
+        }
+    })
+    .await
+    .expect("the holder process never held the lock");
+
+    let (waiter, waiter_backend) = locker(&cluster.url(), "dlock:", ttl).await;
+    assert!(matches!(
+        waiter.try_lock("payroll").await,
+        Err(Error::Busy { .. })
+    ));
+    let waiting = tokio::spawn({
+        let waiter = waiter.clone();
+        async move {
+            let guard = waiter.lock("payroll").wait(Duration::from_secs(30)).await;
+            (guard, Instant::now())
+        }
+    });
+    until("the waiter queues", Duration::from_secs(5), || {
+        waiter_backend.waiters("dlock:payroll") == 1
+    })
+    .await;
+    child.start_kill().expect("SIGKILL the holder process");
+    let killed = Instant::now();
+    child.wait().await.expect("reap");
+    let (guard, acquired) = waiting.await.expect("waiter");
+    let guard = guard.expect("the waiter gets the lock of the killed holder");
+    let freed_after = acquired - killed;
+    println!("lock freed {freed_after:?} after the holder process was killed (ttl {ttl:?})");
+    assert!(
+        freed_after <= ttl + Duration::from_secs(1),
+        "a killed holder's lock took {freed_after:?} to free (ttl {ttl:?})"
+    );
+    assert!(guard.fencing_token().expect("token") > held_token);
+    guard.release().await.expect("release");
+}
+
+/// Every member is stopped (SIGSTOP): keepalives go unanswered, and the holder's guard
+/// reports the lease lost within its ttl, cancelling the work. Once the members resume, the
+/// lock is free again for another client.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stopping_every_member_reports_the_holder_lost_within_its_ttl() {
+    let ttl = Duration::from_secs(3);
+    let cluster = EtcdCluster::start(3).await.expect("etcd cluster");
+    let (holder, _) = locker(&cluster.url(), "dlock:", ttl).await;
+    let (other, _) = locker(&cluster.url(), "dlock:", ttl).await;
+    let guard = holder.lock("invoices").await.expect("acquire");
+    let first_token = guard.fencing_token().expect("token");
+    for member in cluster.members() {
+        member.pause().expect("SIGSTOP");
+    }
+    let stopped = Instant::now();
+    let work = guard.run(std::future::pending::<()>());
+    let outcome = tokio::time::timeout(ttl * 2, work).await;
+    let lost_after = stopped.elapsed();
+    println!("guard lost {lost_after:?} after every member stopped (ttl {ttl:?})");
+    match outcome {
+        Ok(Err(Error::LeaseLost { reason, .. })) => assert!(
+            matches!(reason, LostReason::Expired | LostReason::Backend(_)),
+            "{reason:?}"
+        ),
+        other => panic!("the work was not cancelled by the loss: {other:?}"),
+    }
+    assert!(lost_after <= ttl, "lost only after {lost_after:?}");
+    assert!(!guard.is_held());
+
+    for member in cluster.members() {
+        member.resume().expect("SIGCONT");
+    }
+    let resumed = Instant::now();
+    let next = other
+        .lock("invoices")
+        .wait(Duration::from_secs(30))
+        .await
+        .expect("the lock frees once the cluster is back");
+    println!(
+        "another client got the lock {:?} after the members resumed",
+        resumed.elapsed()
+    );
+    assert!(next.fencing_token().expect("token") > first_token);
+    drop(guard);
+    next.release().await.expect("release");
+}
+
+/// A cluster that cannot be reached gives an error within about the operation timeout, on
+/// connect and on acquire — never a hang.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_cluster_errors_within_the_operation_timeout() {
+    let server = EtcdServer::start().await.expect("etcd");
+    let url = server.url();
+    let (cut_off, _) = locker(&url, "dlock:", Duration::from_secs(5)).await;
+    server.kill().await.expect("kill");
+    let started = Instant::now();
+    let outcome = cut_off.lock("k").wait(Duration::from_secs(30)).await;
+    assert!(
+        matches!(outcome, Err(Error::Backend { .. } | Error::Timeout { .. })),
+        "{outcome:?}"
+    );
+    assert!(
+        started.elapsed() < OPERATION_TIMEOUT * 3,
+        "acquire took {:?}",
+        started.elapsed()
+    );
+
+    let started = Instant::now();
+    let connected =
+        EtcdBackend::connect(&BackendUrl::parse(&url).unwrap(), OPERATION_TIMEOUT).await;
+    assert!(
+        matches!(
+            connected,
+            Err(Error::Backend { .. } | Error::Timeout { .. })
+        ),
+        "{connected:?}"
+    );
+    assert!(
+        started.elapsed() < OPERATION_TIMEOUT * 2,
+        "connect took {:?}",
+        started.elapsed()
+    );
+
+    // Paused (SIGSTOP), the server accepts connections but never answers.
+    let paused = EtcdServer::start().await.expect("etcd");
+    let (frozen, _) = locker(&paused.url(), "dlock:", Duration::from_secs(5)).await;
+    paused.pause().expect("SIGSTOP");
+    let started = Instant::now();
+    let outcome = frozen.try_lock("k").await;
+    assert!(
+        matches!(outcome, Err(Error::Backend { .. } | Error::Timeout { .. })),
+        "{outcome:?}"
+    );
+    assert!(
+        started.elapsed() < OPERATION_TIMEOUT * 3,
+        "try_lock took {:?}",
+        started.elapsed()
+    );
+    paused.resume().expect("SIGCONT");
+}
+
+/// With etcd's auth enabled, credentials in the URL (percent-encoded) authenticate every
+/// request, streams included; missing or wrong ones fail at connect.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn credentials_in_the_url_authenticate() {
+    let server = EtcdServer::start().await.expect("etcd");
+    let endpoint = server.endpoint();
+    for args in [
+        &["user", "add", "root:s3cr%t", "--interactive=false"][..],
+        &["auth", "enable"][..],
+    ] {
+        let output = etcdctl(&endpoint)
+            .args(args)
+            .output()
+            .await
+            .expect("etcdctl");
+        assert!(output.status.success(), "etcdctl {args:?}: {output:?}");
+    }
+    let port = server.port();
+    let ttl = Duration::from_secs(2);
+    // Through the config, as an application would.
+    let config = DlockConfig::from_toml_str(&format!(
+        "backend = \"etcd://root:s3cr%25t@127.0.0.1:{port}\"\nttl = \"2s\"\noperation_timeout = \"2s\""
+    ))
+    .expect("config");
+    let locker = Locker::connect(&config)
+        .await
+        .expect("connect with credentials");
+    assert_eq!(locker.capabilities().name, "etcd");
+    let guard = locker
+        .lock("audited")
+        .await
+        .expect("acquire with credentials");
+    assert!(guard.fencing_token().is_some());
+    // Authenticated keepalives and renewals keep the lock past twice its ttl.
+    tokio::time::sleep(ttl * 2 + ttl / 4).await;
+    assert!(guard.is_held(), "lost: {:?}", guard.lost_reason());
+    guard.release().await.expect("release");
+
+    for url in [
+        format!("etcd://root:wrong@127.0.0.1:{port}"),
+        format!("etcd://127.0.0.1:{port}"),
+    ] {
+        let connected =
+            EtcdBackend::connect(&BackendUrl::parse(&url).unwrap(), OPERATION_TIMEOUT).await;
+        assert!(
+            matches!(connected, Err(Error::Backend { .. })),
+            "{url}: {connected:?}"
+        );
+    }
+}
+
+/// The etcd leases that exist, read with etcdctl.
+async fn etcd_leases(endpoint: &str) -> Vec<String> {
+    let output = etcdctl(endpoint)
+        .args(["lease", "list"])
+        .output()
+        .await
+        .expect("etcdctl lease list");
+    assert!(
+        output.status.success(),
+        "etcdctl lease list failed: {output:?}"
+    );
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .skip(1) // "found N leases"
+        .filter(|line| !line.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// One Locker's locks with one ttl share one etcd lease (etcd's `Session`), yet two tasks of
+/// that Locker locking the same name exclude each other (etcd issue #11360: a shared lease
+/// would give both the key `<name>/<lease>`): the second task queues under a suffixed key.
+/// The lease is revoked as soon as the last lock on it is released, and when the backend is
+/// dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_lease_per_ttl_two_tasks_still_exclude_each_other() {
+    let server = EtcdServer::start().await.expect("etcd");
+    let endpoint = server.endpoint();
+    let (locker, backend) = locker(&server.url(), "", Duration::from_secs(10)).await;
+    let first = locker.lock("shared").await.expect("acquire");
+    let other = locker.lock("other").await.expect("acquire");
+    let second_task = tokio::spawn({
+        let locker = locker.clone();
+        async move {
+            let guard = locker.lock("shared").wait(Duration::from_secs(30)).await;
+            (guard, Instant::now())
+        }
+    });
+    until("the second task queues", Duration::from_secs(5), || {
+        backend.waiters("shared") == 1
+    })
+    .await;
+    let leases = etcd_leases(&endpoint).await;
+    assert_eq!(leases.len(), 1, "one lease per Locker and ttl: {leases:?}");
+    let keys = etcd_keys(&endpoint, "shared/").await;
+    assert_eq!(keys.len(), 2, "{keys:?}");
+    assert_eq!(
+        keys.iter()
+            .filter(|k| k.starts_with(&format!("shared/{}", leases[0])))
+            .count(),
+        2,
+        "both keys on the one lease: {keys:?}, lease {leases:?}"
+    );
+    assert!(
+        !second_task.is_finished(),
+        "the second task got a held lock"
+    );
+    let released = Instant::now();
+    first.release().await.expect("release");
+    let (second, at) = second_task.await.expect("task");
+    let second = second.expect("the second task gets the lock");
+    assert!(at >= released);
+    second.release().await.expect("release");
+    other.release().await.expect("release");
+    let give_up = Instant::now() + Duration::from_secs(5);
+    while !etcd_leases(&endpoint).await.is_empty() {
+        assert!(Instant::now() < give_up, "the lease outlived its last lock");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    // Dropping the backend revokes its leases, and with them the keys of its locks.
+    let raw = EtcdBackend::connect(
+        &BackendUrl::parse(&server.url()).unwrap(),
+        OPERATION_TIMEOUT,
+    )
+    .await
+    .expect("connect");
+    let request = dlock_core::AcquireRequest::new(
+        "abandoned",
+        dlock_core::OwnerId::random("raw"),
+        Duration::from_secs(30),
+    );
+    let granted = raw.acquire(&request, None).await.expect("acquire");
+    assert!(matches!(granted, dlock_core::AcquireOutcome::Acquired(_)));
+    assert_eq!(etcd_keys(&endpoint, "abandoned/").await.len(), 1);
+    drop(raw);
+    let give_up = Instant::now() + Duration::from_secs(5);
+    while !etcd_keys(&endpoint, "abandoned/").await.is_empty() {
+        assert!(
+            Instant::now() < give_up,
+            "a dropped backend's lock outlived it"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(etcd_leases(&endpoint).await.is_empty());
+}
+
+/// 8 tasks on 2 Lockers contend for one key.
+///
+/// First, with the lock held, they queue one after another (each seen in etcd's queue before
+/// the next starts): they are granted in exactly that order. Then all 8 loop 25 times over a
+/// non-atomic read-sleep-write: no two are ever inside at once, no update is lost, and every
+/// grant's fencing token — the create revision of the key it *queued* with — is above the
+/// previous grant's, i.e. every grant went to the oldest waiter (FIFO).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn contended_lock_is_fifo_without_double_holders() {
+    const TASKS: usize = 8;
+    const ROUNDS: usize = 25;
+    let server = EtcdServer::start().await.expect("etcd");
+    let ttl = Duration::from_secs(10);
+    let (a, backend_a) = locker(&server.url(), "dlock:", ttl).await;
+    let (b, backend_b) = locker(&server.url(), "dlock:", ttl).await;
+    let lockers = [a, b];
+    let queued = || backend_a.waiters("dlock:hot") + backend_b.waiters("dlock:hot");
+
+    // Phase 1: an ordered queue.
+    let held = lockers[0].lock("hot").await.expect("acquire");
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for worker in 0..TASKS {
+        let locker = lockers[worker % 2].clone();
+        let order = Arc::clone(&order);
+        tasks.push(tokio::spawn(async move {
+            let guard = locker
+                .lock("hot")
+                .wait(Duration::from_secs(30))
+                .await
+                .expect("acquire");
+            order.lock().unwrap().push(worker);
+            guard.release().await.expect("release");
+        }));
+        until("the worker queues", Duration::from_secs(5), || {
+            queued() == worker + 1
+        })
+        .await;
+    }
+    held.release().await.expect("release");
+    for task in tasks {
+        task.await.expect("worker");
+    }
+    assert_eq!(
+        *order.lock().unwrap(),
+        (0..TASKS).collect::<Vec<_>>(),
+        "grants out of queue order"
+    );
+
+    // Phase 2: free-for-all over a non-atomic read-sleep-write.
+    let value = Arc::new(Mutex::new(0_u64));
+    let inside = Arc::new(Mutex::new(None::<usize>));
+    let grants = Arc::new(Mutex::new(Vec::<u64>::new()));
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for worker in 0..TASKS {
+        let locker = lockers[worker % 2].clone();
+        let (value, inside, grants) =
+            (Arc::clone(&value), Arc::clone(&inside), Arc::clone(&grants));
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..ROUNDS {
+                let guard = locker.lock("hot").await.expect("acquire");
+                let other = inside.lock().unwrap().replace(worker);
+                assert_eq!(other, None, "two holders at once");
+                grants
+                    .lock()
+                    .unwrap()
+                    .push(guard.fencing_token().expect("token"));
+                let read = *value.lock().unwrap();
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                *value.lock().unwrap() = read + 1;
+                inside.lock().unwrap().take();
+                guard.release().await.expect("release");
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("worker");
+    }
+    let acquisitions = TASKS * ROUNDS;
+    println!(
+        "{acquisitions} contended acquisitions in {:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        *value.lock().unwrap(),
+        acquisitions as u64,
+        "updates were lost"
+    );
+    let grants = grants.lock().unwrap().clone();
+    assert_eq!(grants.len(), acquisitions);
+    assert!(
+        grants.windows(2).all(|w| w[0] < w[1]),
+        "a grant skipped an older waiter: {grants:?}"
+    );
+}
