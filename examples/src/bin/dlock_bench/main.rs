@@ -1,7 +1,8 @@
 //! dlock-bench: every scenario next to its raw-client floor, in one process and run.
 //!
 //! Run with: `cargo run --release -p dlock-examples --bin dlock-bench -- --servers auto`
-//! (starts redis-server itself; memory needs no server), or `--url redis://127.0.0.1:6379`.
+//! (starts redis-server and etcd itself; memory needs no server), or
+//! `--url redis://127.0.0.1:6379` / `--url etcd://127.0.0.1:2379`.
 //! `--scenario uncontended|many-keys|contended|reentrant|macro|watchdog|all`, `--json`,
 //! `--reps N` (median of N, after one warm-up), `--hold 1ms`.
 
@@ -140,6 +141,7 @@ async fn main() -> ExitCode {
     if args.auto_servers {
         targets.push(Ok(Target::Memory(dlock_core::MemoryBackend::new())));
         targets.push(Target::redis_started().await);
+        targets.push(Target::etcd_started().await);
     }
     for url in &args.urls {
         targets.push(Target::from_url(url).await);

@@ -355,7 +355,7 @@ pub(crate) async fn watchdog(target: &Target, s: &Settings) -> Row {
             )
         }
         _ => format!(
-            "{held}/{} held after {:?} (in-process: no round trips)",
+            "{held}/{} held after {:?} (renewal round trips are counted on Redis only; memory makes none)",
             s.watchdog_locks, s.watchdog_for
         ),
     };

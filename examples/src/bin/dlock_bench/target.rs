@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use dlock_core::harness::RedisServer;
+use dlock_core::harness::{EtcdServer, RedisServer};
 use dlock_core::{
     AcquireOutcome, AcquireRequest, BackendKind, BackendUrl, DlockConfig, LockBackend, Locker,
     MemoryBackend, OwnerId,
@@ -18,6 +18,11 @@ pub(crate) enum Target {
         raw: ConnectionManager,
         _server: Option<Arc<RedisServer>>,
     },
+    Etcd {
+        url: String,
+        raw: etcd_client::KvClient,
+        _server: Option<Arc<EtcdServer>>,
+    },
 }
 
 const COMPARE_AND_DELETE: &str =
@@ -29,6 +34,7 @@ impl Target {
         match parsed.kind() {
             BackendKind::Memory => Ok(Self::Memory(MemoryBackend::new())),
             BackendKind::Redis => Self::redis(url.to_owned(), None).await,
+            BackendKind::Etcd => Self::etcd(url.to_owned(), None).await,
             other => Err(format!(
                 "dlock-bench does not know a floor for the {other} backend yet"
             )),
@@ -39,6 +45,29 @@ impl Target {
         let server = RedisServer::start().await.map_err(|e| e.to_string())?;
         let url = server.url();
         Self::redis(url, Some(Arc::new(server))).await
+    }
+
+    pub(crate) async fn etcd_started() -> Result<Self, String> {
+        let server = EtcdServer::start().await.map_err(|e| e.to_string())?;
+        let url = server.url();
+        Self::etcd(url, Some(Arc::new(server))).await
+    }
+
+    async fn etcd(url: String, server: Option<Arc<EtcdServer>>) -> Result<Self, String> {
+        let hosts = url
+            .trim_start_matches("etcd://")
+            .split('/')
+            .next()
+            .unwrap_or_default();
+        let endpoints: Vec<String> = hosts.split(',').map(|h| format!("http://{h}")).collect();
+        let client = etcd_client::Client::connect(endpoints, None)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(Self::Etcd {
+            url,
+            raw: client.kv_client(),
+            _server: server,
+        })
     }
 
     async fn redis(url: String, server: Option<Arc<RedisServer>>) -> Result<Self, String> {
@@ -57,6 +86,7 @@ impl Target {
         match self {
             Self::Memory(_) => "memory",
             Self::Redis { .. } => "redis",
+            Self::Etcd { .. } => "etcd",
         }
     }
 
@@ -70,7 +100,7 @@ impl Target {
                 };
                 return Locker::with_config(Arc::new(table.clone()), &config).expect("config");
             }
-            Self::Redis { url, .. } => url.clone(),
+            Self::Redis { url, .. } | Self::Etcd { url, .. } => url.clone(),
         };
         let config = DlockConfig::from_toml_str(&format!(
             "backend = \"{backend_url}\"\nttl = \"{}\"",
@@ -88,27 +118,33 @@ impl Target {
                 raw.clone(),
                 Arc::new(redis::Script::new(COMPARE_AND_DELETE)),
             ),
+            Self::Etcd { raw, .. } => Raw::Etcd(raw.clone()),
         }
     }
 
-    /// One network round trip (PING), the unit of the floors; zero for memory.
+    /// One network round trip (PING / a read of a missing key), the unit of the floors;
+    /// zero for memory. The best of 200.
     pub(crate) async fn round_trip(&self) -> Duration {
-        match self {
-            Self::Memory(_) => Duration::ZERO,
-            Self::Redis { raw, .. } => {
-                let mut conn = raw.clone();
-                let mut best = Duration::MAX;
-                for _ in 0..200 {
-                    let started = Instant::now();
+        let mut best = Duration::MAX;
+        for _ in 0..200 {
+            let started = Instant::now();
+            match self {
+                Self::Memory(_) => return Duration::ZERO,
+                Self::Redis { raw, .. } => {
+                    let mut conn = raw.clone();
                     let _: String = redis::cmd("PING")
                         .query_async(&mut conn)
                         .await
                         .expect("PING");
-                    best = best.min(started.elapsed());
                 }
-                best
+                Self::Etcd { raw, .. } => {
+                    let mut kv = raw.clone();
+                    kv.get("dlock:bench:rtt", None).await.expect("etcd get");
+                }
             }
+            best = best.min(started.elapsed());
         }
+        best
     }
 
     /// Scripts Redis ran so far (`EVALSHA` + `EVAL`), to count renewal round trips.
@@ -138,6 +174,8 @@ impl Target {
 pub(crate) enum Raw {
     Memory(MemoryBackend),
     Redis(ConnectionManager, Arc<redis::Script>),
+    /// etcd's floor: a put-if-absent transaction, then a delete.
+    Etcd(etcd_client::KvClient),
 }
 
 impl Raw {
@@ -164,6 +202,13 @@ impl Raw {
                     .expect("SET");
                 set.is_some()
             }
+            Self::Etcd(kv) => {
+                use etcd_client::{Compare, CompareOp, Txn, TxnOp};
+                let txn = Txn::new()
+                    .when([Compare::create_revision(key, CompareOp::Equal, 0)])
+                    .and_then([TxnOp::put(key, owner, None)]);
+                kv.txn(txn).await.expect("etcd txn").succeeded()
+            }
         }
     }
 
@@ -182,6 +227,9 @@ impl Raw {
                     .invoke_async(conn)
                     .await
                     .expect("EVAL");
+            }
+            Self::Etcd(kv) => {
+                kv.delete(key, None).await.expect("etcd delete");
             }
         }
     }
