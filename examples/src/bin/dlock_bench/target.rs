@@ -20,7 +20,7 @@ pub(crate) enum Target {
     },
     Etcd {
         url: String,
-        raw: etcd_client::KvClient,
+        raw: Box<etcd_client::KvClient>,
         _server: Option<Arc<EtcdServer>>,
     },
 }
@@ -65,7 +65,7 @@ impl Target {
             .map_err(|e| e.to_string())?;
         Ok(Self::Etcd {
             url,
-            raw: client.kv_client(),
+            raw: Box::new(client.kv_client()),
             _server: server,
         })
     }
@@ -138,7 +138,7 @@ impl Target {
                         .expect("PING");
                 }
                 Self::Etcd { raw, .. } => {
-                    let mut kv = raw.clone();
+                    let mut kv = (**raw).clone();
                     kv.get("dlock:bench:rtt", None).await.expect("etcd get");
                 }
             }
@@ -175,7 +175,7 @@ pub(crate) enum Raw {
     Memory(MemoryBackend),
     Redis(ConnectionManager, Arc<redis::Script>),
     /// etcd's floor: a put-if-absent transaction, then a delete.
-    Etcd(etcd_client::KvClient),
+    Etcd(Box<etcd_client::KvClient>),
 }
 
 impl Raw {
