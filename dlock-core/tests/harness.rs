@@ -46,6 +46,18 @@ async fn four_letter_word(port: u16, word: &str) -> String {
     reply
 }
 
+/// The pid and port of each server of a cluster, read before it is dropped.
+fn pids_and_ports<T>(servers: &[T], pid_and_port: impl Fn(&T) -> (u32, u16)) -> Vec<(u32, u16)> {
+    servers.iter().map(pid_and_port).collect()
+}
+
+/// [`assert_gone`] for every server of a dropped cluster.
+fn assert_all_gone(gone: Vec<(u32, u16)>) {
+    for (pid, port) in gone {
+        assert_gone(pid, port);
+    }
+}
+
 /// Asserts that the process is gone (`kill -0` fails) and its port can be bound again.
 fn assert_gone(pid: u32, port: u16) {
     let alive = std::process::Command::new("kill")
@@ -214,11 +226,9 @@ async fn redis_nodes_are_independent() {
     for node in &nodes.nodes()[1..] {
         assert_eq!(node.command(&["GET", "only-here"]).await.unwrap(), "(nil)");
     }
-    let gone: Vec<(u32, u16)> = nodes.nodes().iter().map(|n| (n.pid(), n.port())).collect();
+    let gone = pids_and_ports(nodes.nodes(), |n| (n.pid(), n.port()));
     drop(nodes);
-    for (pid, port) in gone {
-        assert_gone(pid, port);
-    }
+    assert_all_gone(gone);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -288,15 +298,9 @@ async fn etcd_cluster_serves_survives_a_leader_kill_and_is_cleaned_up() {
         "v"
     );
 
-    let gone: Vec<(u32, u16)> = cluster
-        .members()
-        .iter()
-        .map(|m| (m.pid(), m.port()))
-        .collect();
+    let gone = pids_and_ports(cluster.members(), |m| (m.pid(), m.port()));
     drop(cluster);
-    for (pid, port) in gone {
-        assert_gone(pid, port);
-    }
+    assert_all_gone(gone);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -364,15 +368,9 @@ async fn zookeeper_ensemble_elects_one_leader_and_is_cleaned_up() {
         Some("follower")
     );
 
-    let gone: Vec<(u32, u16)> = ensemble
-        .members()
-        .iter()
-        .map(|m| (m.pid(), m.port()))
-        .collect();
+    let gone = pids_and_ports(ensemble.members(), |m| (m.pid(), m.port()));
     drop(ensemble);
-    for (pid, port) in gone {
-        assert_gone(pid, port);
-    }
+    assert_all_gone(gone);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -67,18 +67,14 @@ pub(crate) async fn uncontended(target: &Target, s: &Settings) -> Row {
         }
     }
     let (run, floor) = (median_run(dlock_runs), median_run(floor_runs));
-    let featured = median(featured_runs);
-    let note = match featured {
-        Some(ops) => format!(
-            "floor p50 {:.0} µs; raw with dlock's fencing INCR + release PUBLISH: {ops:.0} ops/s ({:.2} of the floor)",
-            floor.percentile(50.0).as_secs_f64() * 1e6,
-            ops / floor.ops_per_sec()
-        ),
-        None => format!(
+    let note = with_protocol_cost(
+        format!(
             "floor p50 {:.0} µs",
             floor.percentile(50.0).as_secs_f64() * 1e6
         ),
-    };
+        median(featured_runs),
+        &floor,
+    );
     Row::new(
         target.name(),
         "uncontended",
@@ -161,15 +157,23 @@ pub(crate) async fn many_keys(target: &Target, s: &Settings) -> Row {
         }
     }
     let (run, floor) = (median_run(dlock_runs), median_run(floor_runs));
-    let featured = median(featured_runs);
-    let note = match featured {
+    let note = with_protocol_cost(
+        format!("{TASKS} tasks, {KEYS} keys"),
+        median(featured_runs),
+        &floor,
+    );
+    Row::new(target.name(), "many-keys", &run, floor.ops_per_sec(), note)
+}
+
+/// `note`, plus what dlock's own protocol achieves sent raw (when measured).
+fn with_protocol_cost(note: String, protocol_ops: Option<f64>, floor: &Samples) -> String {
+    match protocol_ops {
         Some(ops) => format!(
-            "{TASKS} tasks, {KEYS} keys; raw with dlock's fencing INCR + release PUBLISH: {ops:.0} ops/s ({:.2} of the floor)",
+            "{note}; raw with dlock's fencing INCR + release PUBLISH: {ops:.0} ops/s ({:.2} of the floor)",
             ops / floor.ops_per_sec()
         ),
-        None => format!("{TASKS} tasks, {KEYS} keys"),
-    };
-    Row::new(target.name(), "many-keys", &run, floor.ops_per_sec(), note)
+        None => note,
+    }
 }
 
 fn median(mut values: Vec<f64>) -> Option<f64> {
