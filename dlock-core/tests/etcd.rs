@@ -79,12 +79,7 @@ async fn etcd_keys(endpoint: &str, prefix: &str) -> Vec<String> {
     String::from_utf8_lossy(&output.stdout)
         .lines()
         .filter(|line| !line.is_empty())
-        // etcdctl zero-pads the id (`0e45…`); lock keys use Go's `%x` like etcd's own mutex
-        // (`e45…`): normalise to the latter.
-        .map(|id| {
-            u64::from_str_radix(id.trim(), 16)
-                .map_or_else(|_| id.to_owned(), |id| format!("{id:x}"))
-        })
+        .map(str::to_owned)
         .collect()
 }
 
@@ -513,7 +508,12 @@ async fn etcd_leases(endpoint: &str) -> Vec<String> {
         .lines()
         .skip(1) // "found N leases"
         .filter(|line| !line.is_empty())
-        .map(str::to_owned)
+        // etcdctl zero-pads the id (`0e45…`); lock keys use Go's `%x` like etcd's own mutex
+        // (`e45…`): normalise to the latter.
+        .map(|id| {
+            u64::from_str_radix(id.trim(), 16)
+                .map_or_else(|_| id.to_owned(), |id| format!("{id:x}"))
+        })
         .collect()
 }
 
