@@ -44,9 +44,9 @@ pub struct LockGuard {
 }
 
 impl LockGuard {
-    /// A guard holding one share of `hold` for the current task.
-    pub(crate) fn new(hold: Arc<Hold>, nested: bool) -> Self {
-        let owner = Some(HolderId::current());
+    /// A guard holding one share of `hold` for `holder` (the current task).
+    pub(crate) fn new(hold: Arc<Hold>, nested: bool, holder: HolderId) -> Self {
+        let owner = Some(holder);
         hold.add_share(owner);
         Self {
             hold,
@@ -154,7 +154,12 @@ impl LockGuard {
     /// ```
     #[must_use]
     pub fn lost_reason(&self) -> Option<LostReason> {
-        self.hold.lost_error().and(self.hold.watch().lost_reason())
+        let watch = self.hold.watch();
+        if watch.check_deadline() {
+            None
+        } else {
+            watch.lost_reason()
+        }
     }
 
     /// A future that resolves, with the reason, when the lease is lost. It never resolves
@@ -311,7 +316,7 @@ impl HandOff {
     pub fn adopt(self) -> LockGuard {
         // The new share is added before this hand-off's share goes, so the hold never
         // reaches zero shares in between.
-        LockGuard::new(Arc::clone(&self.hold), true)
+        LockGuard::new(Arc::clone(&self.hold), true, HolderId::current())
     }
 }
 

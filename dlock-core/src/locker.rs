@@ -423,7 +423,7 @@ impl Locker {
                 return Err(lost);
             }
             tracing::trace!(key = options.key, "dlock: re-entered");
-            return Ok(LockGuard::new(hold, true));
+            return Ok(LockGuard::new(hold, true, holder));
         }
 
         let request = AcquireRequest::new(full_key, OwnerId::random(&shared.id), ttl);
@@ -465,7 +465,7 @@ impl Locker {
             .watchdog
             .watch(lease.clone(), Arc::clone(&watch), cadence);
         let hold = Arc::new(Hold::new(Arc::clone(shared), lease, watch));
-        let guard = LockGuard::new(hold, false);
+        let guard = LockGuard::new(hold, false, holder);
         tracing::debug!(
             key = options.key,
             fencing_token = guard.fencing_token(),

@@ -40,6 +40,18 @@ async fn locker(url: &str, prefix: &str, ttl: Duration) -> (Locker, Arc<EtcdBack
 }
 
 /// Polls `condition` every few milliseconds until it holds; panics after `limit`.
+/// A task that waits up to 30 s for `name` and reports the guard and when it got it.
+fn spawn_waiter(
+    locker: &Locker,
+    name: &str,
+) -> tokio::task::JoinHandle<(dlock_core::Result<dlock_core::LockGuard>, Instant)> {
+    let (locker, name) = (locker.clone(), name.to_owned());
+    tokio::spawn(async move {
+        let guard = locker.lock(&name).wait(Duration::from_secs(30)).await;
+        (guard, Instant::now())
+    })
+}
+
 async fn until(what: &str, limit: Duration, mut condition: impl FnMut() -> bool) {
     let give_up = Instant::now() + limit;
     while !condition() {
@@ -133,13 +145,7 @@ async fn dlock_and_etcdctl_lock_exclude_each_other() {
         matches!(locker.try_lock(name).await, Err(Error::Busy { .. })),
         "dlock got a lock etcdctl holds"
     );
-    let waiting = tokio::spawn({
-        let locker = locker.clone();
-        async move {
-            let guard = locker.lock(name).wait(Duration::from_secs(30)).await;
-            (guard, Instant::now())
-        }
-    });
+    let waiting = spawn_waiter(&locker, name);
     until("the dlock waiter queues", Duration::from_secs(5), || {
         backend.waiters(name) == 1
     })
@@ -315,13 +321,7 @@ async fn killing_a_holder_process_frees_the_lock_within_its_ttl() {
         waiter.try_lock("payroll").await,
         Err(Error::Busy { .. })
     ));
-    let waiting = tokio::spawn({
-        let waiter = waiter.clone();
-        async move {
-            let guard = waiter.lock("payroll").wait(Duration::from_secs(30)).await;
-            (guard, Instant::now())
-        }
-    });
+    let waiting = spawn_waiter(&waiter, "payroll");
     until("the waiter queues", Duration::from_secs(5), || {
         waiter_backend.waiters("dlock:payroll") == 1
     })
@@ -529,13 +529,7 @@ async fn one_lease_per_ttl_two_tasks_still_exclude_each_other() {
     let (locker, backend) = locker(&server.url(), "", Duration::from_secs(10)).await;
     let first = locker.lock("shared").await.expect("acquire");
     let other = locker.lock("other").await.expect("acquire");
-    let second_task = tokio::spawn({
-        let locker = locker.clone();
-        async move {
-            let guard = locker.lock("shared").wait(Duration::from_secs(30)).await;
-            (guard, Instant::now())
-        }
-    });
+    let second_task = spawn_waiter(&locker, "shared");
     until("the second task queues", Duration::from_secs(5), || {
         backend.waiters("shared") == 1
     })

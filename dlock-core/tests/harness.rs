@@ -37,6 +37,17 @@ async fn run_with_stderr(program: impl AsRef<std::ffi::OsStr>, args: &[&str]) ->
     (stdout, stderr)
 }
 
+/// Writes four keys through the node on port `write` and reads them back through the node
+/// on port `read`; `redis-cli -c` follows the MOVED redirections in between.
+async fn write_through_read_through(write: &str, read: &str, value: &str) {
+    for key in ["a", "b", "c", "d"] {
+        let set = run("redis-cli", &["-c", "-p", write, "SET", key, value]).await;
+        assert_eq!(set.trim(), "OK");
+        let got = run("redis-cli", &["-c", "-p", read, "GET", key]).await;
+        assert_eq!(got.trim(), value);
+    }
+}
+
 /// Sends a ZooKeeper four-letter word.
 async fn four_letter_word(port: u16, word: &str) -> String {
     let mut stream = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
@@ -171,40 +182,14 @@ async fn redis_cluster_serves_and_is_cleaned_up() {
     assert_eq!(cluster.urls()[0], format!("redis://{}", addrs[0]));
     // `-c` follows MOVED redirections: a key written through one node is read through another.
     let (p0, p2) = (nodes[0].port().to_string(), nodes[2].port().to_string());
-    for key in ["a", "b", "c", "d"] {
-        assert_eq!(
-            run("redis-cli", &["-c", "-p", &p0, "SET", key, "cluster-value"])
-                .await
-                .trim(),
-            "OK"
-        );
-        assert_eq!(
-            run("redis-cli", &["-c", "-p", &p2, "GET", key])
-                .await
-                .trim(),
-            "cluster-value"
-        );
-    }
+    write_through_read_through(&p0, &p2, "cluster-value").await;
     // A killed node comes back with its nodes.conf and the cluster heals.
     let started = Instant::now();
     nodes[1].kill().await.unwrap();
     must(nodes[1].restart().await);
     cluster.wait_until_healthy().await.unwrap();
     timed("redis cluster node restart", started);
-    for key in ["a", "b", "c", "d"] {
-        assert_eq!(
-            run("redis-cli", &["-c", "-p", &p0, "SET", key, "healed"])
-                .await
-                .trim(),
-            "OK"
-        );
-        assert_eq!(
-            run("redis-cli", &["-c", "-p", &p2, "GET", key])
-                .await
-                .trim(),
-            "healed"
-        );
-    }
+    write_through_read_through(&p0, &p2, "healed").await;
 
     let gone: Vec<(u32, u16)> = nodes.iter().map(|n| (n.pid(), n.port())).collect();
     drop(cluster);

@@ -186,14 +186,24 @@ impl RedisBackend {
         operation: &'static str,
         round_trip: impl std::future::Future<Output = redis::RedisResult<T>>,
     ) -> Result<T> {
+        self.within_timeout(operation, round_trip)
+            .await?
+            .map_err(|e| Error::backend("redis", e))
+    }
+
+    /// Bounds `round_trip` by the operation timeout, leaving its Redis error to the caller.
+    async fn within_timeout<T>(
+        &self,
+        operation: &'static str,
+        round_trip: impl std::future::Future<Output = T>,
+    ) -> Result<T> {
         tokio::time::timeout(self.timeout, round_trip)
             .await
             .map_err(|_| Error::Timeout {
                 backend: "redis",
                 operation,
                 after: self.timeout,
-            })?
-            .map_err(|e| Error::backend("redis", e))
+            })
     }
 
     async fn call<T: FromRedisValue>(
@@ -228,16 +238,12 @@ impl RedisBackend {
             .cmd("PTTL")
             .arg(&keys.lock);
         let mut conn = self.conn.clone();
-        let reply = tokio::time::timeout(
-            self.timeout,
-            transaction.query_async::<(Option<String>, i64, i64)>(&mut conn),
-        )
-        .await
-        .map_err(|_| Error::Timeout {
-            backend: "redis",
-            operation: "acquire",
-            after: self.timeout,
-        })?;
+        let reply = self
+            .within_timeout(
+                "acquire",
+                transaction.query_async::<(Option<String>, i64, i64)>(&mut conn),
+            )
+            .await?;
         match reply {
             Ok((Some(_), token, _)) => Ok(Attempt::Granted(u64::try_from(token).unwrap_or(0))),
             Ok((None, _, pttl)) if pttl >= 0 => Ok(Attempt::Held(Some(Duration::from_millis(
@@ -313,9 +319,7 @@ impl LockBackend for RedisBackend {
         let mut retry_after = None;
         // Fast path: nobody of ours queues for this key and we did not just yield it to
         // other Lockers, so try at once.
-        if !self.waiters.has_waiters(&keys.channel)
-            && self.waiters.barred_until(&keys.channel).is_none()
-        {
+        if self.waiters.may_try_at_once(&keys.channel) {
             let sent = Instant::now();
             match self.attempt(req, &keys).await? {
                 Attempt::Granted(token) => return Ok(Self::lease(req, sent, token)),

@@ -148,6 +148,22 @@ impl Waiters {
         }
     }
 
+    /// Whether a new acquire may ask Redis at once: nobody of this backend queues on
+    /// `channel` and this backend did not just yield its lock to other Lockers. One look at
+    /// the queues, for the uncontended fast path.
+    pub(super) fn may_try_at_once(&self, channel: &str) -> bool {
+        let queues = self.queues();
+        let queued = queues
+            .by_channel
+            .get(channel)
+            .is_some_and(|q| !q.waiters.is_empty());
+        let barred = queues
+            .bars
+            .get(channel)
+            .is_some_and(|until| Instant::now() < *until);
+        !queued && !barred
+    }
+
     /// Whether anyone of this backend waits on `channel`.
     pub(super) fn has_waiters(&self, channel: &str) -> bool {
         self.queues()

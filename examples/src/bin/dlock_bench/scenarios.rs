@@ -28,6 +28,40 @@ fn owner(i: usize) -> String {
     format!("bench-owner-{i}")
 }
 
+/// Runs `$tasks` tasks at once, each with its own client (`$client` of the task's index),
+/// each timing `$per_task` cycles of `$cycle` (given the client, the task index and the cycle
+/// index), and returns all latencies and the wall time.
+macro_rules! timed_tasks {
+    ($tasks:expr, $per_task:expr, |$t0:ident| $client:expr, |$c:ident, $t:ident, $j:ident| $cycle:block) => {{
+        let (tasks, per_task) = ($tasks, $per_task);
+        let started = Instant::now();
+        let mut handles = Vec::with_capacity(tasks);
+        for task in 0..tasks {
+            let $t0 = task;
+            let mut client = $client;
+            handles.push(tokio::spawn(async move {
+                let mut latencies = Vec::with_capacity(per_task);
+                for $j in 0..per_task {
+                    let $t = task;
+                    let $c = &mut client;
+                    let at = Instant::now();
+                    $cycle
+                    latencies.push(at.elapsed());
+                }
+                latencies
+            }));
+        }
+        let mut latencies = Vec::with_capacity(tasks * per_task);
+        for handle in handles {
+            latencies.extend(handle.await.expect("task"));
+        }
+        Samples {
+            latencies,
+            elapsed: started.elapsed(),
+        }
+    }};
+}
+
 /// One task, N acquire+release cycles on fresh keys.
 pub(crate) async fn uncontended(target: &Target, s: &Settings) -> Row {
     let locker = target.locker(TTL).await;
@@ -95,59 +129,23 @@ pub(crate) async fn many_keys(target: &Target, s: &Settings) -> Row {
     let mut floor_runs = Vec::new();
     let mut featured_runs = Vec::new();
     for rep in 0..=s.reps {
-        let latencies = Arc::new(Mutex::new(Vec::new()));
-        let started = Instant::now();
-        let mut tasks = Vec::new();
-        for t in 0..TASKS {
-            if s.only_dlock == Some(false) {
-                break;
-            }
-            let (locker, latencies) = (locker.clone(), latencies.clone());
-            tasks.push(tokio::spawn(async move {
-                let mut mine = Vec::with_capacity(per_task);
-                for j in 0..per_task {
-                    let key = format!("bench:m:{rep}:{}", (t + TASKS * j) % KEYS);
-                    let at = Instant::now();
-                    let guard = locker.lock(&key).await.expect("acquire");
-                    guard.release().await.expect("release");
-                    mine.push(at.elapsed());
-                }
-                latencies.lock().unwrap().extend(mine);
-            }));
-        }
-        for task in tasks {
-            task.await.expect("task");
-        }
-        let run = Samples {
-            latencies: std::mem::take(&mut *latencies.lock().unwrap()),
-            elapsed: started.elapsed(),
+        let run = if s.only_dlock == Some(false) {
+            Samples::default()
+        } else {
+            timed_tasks!(TASKS, per_task, |_t| locker.clone(), |locker, t, j| {
+                let key = format!("bench:m:{rep}:{}", (t + TASKS * j) % KEYS);
+                let guard = locker.lock(&key).await.expect("acquire");
+                guard.release().await.expect("release");
+            })
         };
-
-        let started = Instant::now();
-        let mut tasks = Vec::new();
-        for t in 0..TASKS {
-            if s.only_dlock == Some(true) {
-                break;
-            }
-            let (mut raw, latencies) = (target.raw(), latencies.clone());
-            tasks.push(tokio::spawn(async move {
-                let mut mine = Vec::with_capacity(per_task);
-                for j in 0..per_task {
-                    let key = format!("dlock:bench:mf:{rep}:{}", (t + TASKS * j) % KEYS);
-                    let at = Instant::now();
-                    assert!(raw.acquire(&key, &owner(t), TTL).await);
-                    raw.release(&key, &owner(t), TTL).await;
-                    mine.push(at.elapsed());
-                }
-                latencies.lock().unwrap().extend(mine);
-            }));
-        }
-        for task in tasks {
-            task.await.expect("task");
-        }
-        let floor = Samples {
-            latencies: std::mem::take(&mut *latencies.lock().unwrap()),
-            elapsed: started.elapsed(),
+        let floor = if s.only_dlock == Some(true) {
+            Samples::default()
+        } else {
+            timed_tasks!(TASKS, per_task, |_t| target.raw(), |raw, t, j| {
+                let key = format!("dlock:bench:mf:{rep}:{}", (t + TASKS * j) % KEYS);
+                assert!(raw.acquire(&key, &owner(t), TTL).await);
+                raw.release(&key, &owner(t), TTL).await;
+            })
         };
         let featured = featured_floor(target, per_task, TASKS, KEYS).await;
         if rep > 0 {
@@ -191,22 +189,12 @@ async fn featured_floor(
     if target.name() != "redis" {
         return None;
     }
-    let started = Instant::now();
-    let mut handles = Vec::new();
-    for t in 0..tasks {
-        let mut raw = target.raw();
-        handles.push(tokio::spawn(async move {
-            for j in 0..per_task {
-                let key = format!("{{dlock:bench:mx:{}}}", (t + tasks * j) % keys);
-                raw.cycle_with_fencing_and_notify(&key, &owner(t), TTL)
-                    .await;
-            }
-        }));
-    }
-    for handle in handles {
-        handle.await.expect("task");
-    }
-    Some((per_task * tasks) as f64 / started.elapsed().as_secs_f64())
+    let run = timed_tasks!(tasks, per_task, |_t| target.raw(), |raw, t, j| {
+        let key = format!("{{dlock:bench:mx:{}}}", (t + tasks * j) % keys);
+        raw.cycle_with_fencing_and_notify(&key, &owner(t), TTL)
+            .await;
+    });
+    Some(run.ops_per_sec())
 }
 
 /// 8 tasks over 2 Lockers on one key, holding it `hold` each time. Latencies are waits
