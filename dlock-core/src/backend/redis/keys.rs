@@ -10,31 +10,78 @@
 //! | the release notification channel | `{K}:released` |
 //!
 //! Braces and `%` inside `K` are percent-escaped, so the tag is always the whole key.
+//!
+//! The names are written straight into the command being built ([`RedisName`] is a
+//! [`ToRedisArgs`]), so the hot path allocates no strings for them.
 
-/// The Redis names of one lock.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct LockKeys {
-    pub(super) lock: String,
-    pub(super) fence: String,
-    pub(super) channel: String,
+use std::io::Write as _;
+
+use redis::{RedisWrite, ToRedisArgs};
+
+/// Suffix of the fencing counter's name.
+pub(super) const FENCE: &str = ":fence";
+/// Suffix of the release channel's name (the scripts append it to `KEYS[1]` themselves).
+pub(super) const RELEASED: &str = ":released";
+
+/// One Redis name of the lock with full key `key`: `{key}` plus `suffix`, escaped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct RedisName<'a> {
+    key: &'a str,
+    suffix: &'static str,
 }
 
-impl LockKeys {
-    pub(super) fn new(full_key: &str) -> Self {
-        let lock = if full_key.contains(['%', '{', '}']) {
-            let tag = full_key
-                .replace('%', "%25")
-                .replace('{', "%7B")
-                .replace('}', "%7D");
-            format!("{{{tag}}}")
-        } else {
-            format!("{{{full_key}}}")
-        };
+impl<'a> RedisName<'a> {
+    /// The lock itself: `{K}`.
+    pub(super) const fn lock(key: &'a str) -> Self {
+        Self { key, suffix: "" }
+    }
+
+    /// The fencing counter: `{K}:fence`.
+    pub(super) const fn fence(key: &'a str) -> Self {
+        Self { key, suffix: FENCE }
+    }
+
+    /// The release channel: `{K}:released`.
+    pub(super) const fn channel(key: &'a str) -> Self {
         Self {
-            fence: format!("{lock}:fence"),
-            channel: format!("{lock}:released"),
-            lock,
+            key,
+            suffix: RELEASED,
         }
+    }
+
+    /// Hands the name to `emit` piece by piece (escapes included), without allocating.
+    fn write_pieces<E>(&self, mut emit: impl FnMut(&str) -> Result<(), E>) -> Result<(), E> {
+        emit("{")?;
+        let mut rest = self.key;
+        while let Some(at) = rest.find(['%', '{', '}']) {
+            emit(&rest[..at])?;
+            emit(match rest.as_bytes()[at] {
+                b'%' => "%25",
+                b'{' => "%7B",
+                _ => "%7D",
+            })?;
+            rest = &rest[at + 1..];
+        }
+        emit(rest)?;
+        emit("}")?;
+        emit(self.suffix)
+    }
+}
+
+impl std::fmt::Display for RedisName<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.write_pieces(|piece| f.write_str(piece))
+    }
+}
+
+impl ToRedisArgs for RedisName<'_> {
+    fn write_redis_args<W>(&self, out: &mut W)
+    where
+        W: ?Sized + RedisWrite,
+    {
+        let mut arg = out.writer_for_next_arg();
+        // Writing into the command's own buffer cannot fail.
+        let _ = self.write_pieces(|piece| arg.write_all(piece.as_bytes()));
     }
 }
 
@@ -42,18 +89,36 @@ impl LockKeys {
 mod tests {
     use super::*;
 
+    fn args(name: RedisName<'_>) -> Vec<u8> {
+        let mut written = name.to_redis_args();
+        assert_eq!(written.len(), 1, "one argument");
+        written.remove(0)
+    }
+
     #[test]
     fn every_name_carries_the_whole_key_as_its_hash_tag() {
-        let keys = LockKeys::new("dlock:order:42");
-        assert_eq!(keys.lock, "{dlock:order:42}");
-        assert_eq!(keys.fence, "{dlock:order:42}:fence");
-        assert_eq!(keys.channel, "{dlock:order:42}:released");
+        assert_eq!(
+            RedisName::lock("dlock:order:42").to_string(),
+            "{dlock:order:42}"
+        );
+        assert_eq!(
+            RedisName::fence("dlock:order:42").to_string(),
+            "{dlock:order:42}:fence"
+        );
+        assert_eq!(
+            RedisName::channel("dlock:order:42").to_string(),
+            "{dlock:order:42}:released"
+        );
+        assert_eq!(args(RedisName::fence("a:b")), b"{a:b}:fence");
     }
 
     #[test]
     fn braces_in_keys_cannot_split_the_tag() {
-        let keys = LockKeys::new("a}b{c%");
-        assert_eq!(keys.lock, "{a%7Db%7Bc%25}");
-        assert_ne!(LockKeys::new("a%7D").lock, LockKeys::new("a}").lock);
+        assert_eq!(RedisName::lock("a}b{c%").to_string(), "{a%7Db%7Bc%25}");
+        assert_eq!(args(RedisName::lock("a}b{c%")), b"{a%7Db%7Bc%25}");
+        assert_ne!(
+            RedisName::lock("a%7D").to_string(),
+            RedisName::lock("a}").to_string()
+        );
     }
 }

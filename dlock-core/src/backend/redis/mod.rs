@@ -73,11 +73,12 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use redis::aio::ConnectionLike;
-use redis::{FromRedisValue, Value};
+use redis::{Cmd, ErrorKind, FromRedisValue, ServerErrorKind, Value};
 
 use self::conn::Conn;
-use self::keys::LockKeys;
-use self::notify::Waiters;
+use self::keys::RedisName;
+use self::notify::{Waiters, channel_of};
+use self::scripts::Lua;
 use crate::backend::{Capabilities, Fencing, LockBackend};
 use crate::backend_url::BackendUrl;
 use crate::lease::{AcquireOutcome, AcquireRequest, Lease, OwnerId, ReleaseOutcome, RenewOutcome};
@@ -180,17 +181,6 @@ impl RedisBackend {
         }
     }
 
-    /// Runs one round trip, bounded by the operation timeout.
-    async fn timed<T>(
-        &self,
-        operation: &'static str,
-        round_trip: impl std::future::Future<Output = redis::RedisResult<T>>,
-    ) -> Result<T> {
-        self.within_timeout(operation, round_trip)
-            .await?
-            .map_err(|e| Error::backend("redis", e))
-    }
-
     /// Bounds `round_trip` by the operation timeout, leaving its Redis error to the caller.
     async fn within_timeout<T>(
         &self,
@@ -206,86 +196,64 @@ impl RedisBackend {
             })
     }
 
-    async fn call<T: FromRedisValue>(
+    /// Runs `lua` with the keys and arguments `fill` appends: `EVALSHA`, then `EVAL` if the
+    /// server does not know the script (a restarted or new server). Each round trip is
+    /// bounded by the operation timeout.
+    async fn run<T: FromRedisValue>(
         &self,
         operation: &'static str,
-        invocation: redis::ScriptInvocation<'_>,
+        lua: &Lua,
+        numkeys: usize,
+        fill: impl Fn(&mut Cmd),
     ) -> Result<T> {
         let mut conn = self.conn.clone();
-        self.timed(operation, invocation.invoke_async(&mut conn))
-            .await
+        let mut cmd = lua.evalsha(numkeys);
+        fill(&mut cmd);
+        let reply = match self
+            .within_timeout(operation, cmd.query_async(&mut conn))
+            .await?
+        {
+            Err(error) if error.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                let mut cmd = lua.eval(numkeys);
+                fill(&mut cmd);
+                self.within_timeout(operation, cmd.query_async(&mut conn))
+                    .await?
+            }
+            reply => reply,
+        };
+        reply.map_err(|e| Error::backend("redis", e))
     }
 
-    /// One acquire attempt. On a single server it is a `MULTI` of native commands (`SET NX
-    /// PX`, `INCR` of the fence, `PTTL`): atomic like the script but cheaper for Redis to
-    /// run. A failed attempt burns a token, which keeps tokens strictly increasing per grant.
-    /// Anything unusual (a key without expiry, a wrong type) is settled by the script.
-    async fn attempt(&self, req: &AcquireRequest, keys: &LockKeys) -> Result<Attempt> {
-        if self.conn.is_cluster() {
-            return self.attempt_scripted(req, keys).await;
-        }
-        let mut transaction = redis::pipe();
-        transaction
-            .atomic()
-            .cmd("SET")
-            .arg(&keys.lock)
-            .arg(req.owner.as_str())
-            .arg("NX")
-            .arg("PX")
-            .arg(millis(req.ttl))
-            .cmd("INCR")
-            .arg(&keys.fence)
-            .cmd("PTTL")
-            .arg(&keys.lock);
-        let mut conn = self.conn.clone();
-        let reply = self
-            .within_timeout(
-                "acquire",
-                transaction.query_async::<(Option<String>, i64, i64)>(&mut conn),
-            )
+    /// One acquire attempt: one script (`SET NX PX` + `INCR` of the fence, or the holder's
+    /// `PTTL`), answered with a single integer.
+    async fn attempt(&self, req: &AcquireRequest) -> Result<Attempt> {
+        let key = req.key.as_str();
+        let reply: Value = self
+            .run("acquire", &scripts::ACQUIRE, 2, |cmd| {
+                cmd.arg(RedisName::lock(key))
+                    .arg(RedisName::fence(key))
+                    .arg(req.owner.as_str())
+                    .arg(millis(req.ttl));
+            })
             .await?;
         match reply {
-            Ok((Some(_), token, _)) => Ok(Attempt::Granted(u64::try_from(token).unwrap_or(0))),
-            Ok((None, _, pttl)) if pttl >= 0 => Ok(Attempt::Held(Some(Duration::from_millis(
-                u64::try_from(pttl).unwrap_or(0),
+            Value::Int(token) if token >= 1 => Ok(Attempt::Granted(token.unsigned_abs())),
+            Value::Int(0) => Ok(Attempt::Held(None)),
+            Value::Int(negative) => Ok(Attempt::Held(Some(Duration::from_millis(
+                (negative + 1).unsigned_abs(),
             )))),
-            Ok(_) => self.attempt_scripted(req, keys).await,
-            Err(error) if error.is_io_error() || error.is_timeout() => {
-                Err(Error::backend("redis", error))
-            }
-            Err(_) => {
-                // A server error inside the transaction (e.g. the fence key has another type):
-                // undo our SET if it happened, and let the script explain.
-                self.release_owned(req.owner.as_str(), keys).await?;
-                self.attempt_scripted(req, keys).await
-            }
-        }
-    }
-
-    async fn attempt_scripted(&self, req: &AcquireRequest, keys: &LockKeys) -> Result<Attempt> {
-        let mut invocation = scripts::ACQUIRE.key(&keys.lock);
-        invocation
-            .key(&keys.fence)
-            .arg(req.owner.as_str())
-            .arg(millis(req.ttl));
-        let (status, value): (i64, Value) = self.call("acquire", invocation).await?;
-        match status {
-            1 => Ok(Attempt::Granted(
-                u64::from_redis_value(value).map_err(|e| Error::backend("redis", e))?,
-            )),
-            0 => {
-                let pttl = i64::from_redis_value(value).unwrap_or(-1);
-                Ok(Attempt::Held(
-                    u64::try_from(pttl).ok().map(Duration::from_millis),
-                ))
-            }
-            code => {
-                let kind = String::from_redis_value(value).unwrap_or_default();
-                let key = if code == -1 { &keys.lock } else { &keys.fence };
+            other => {
+                let found = String::from_redis_value(other).unwrap_or_default();
+                let (which, kind) = found.split_once(' ').unwrap_or(("lock", &found));
+                let name = if which == "fence" {
+                    RedisName::fence(key)
+                } else {
+                    RedisName::lock(key)
+                };
                 Err(Error::backend(
                     "redis",
                     format!(
-                        "Redis key `{key}` holds a {kind}, not a dlock lock: another application uses this key name (choose another key prefix)"
+                        "Redis key `{name}` holds a {kind}, not a dlock lock: another application uses this key name (choose another key prefix)"
                     ),
                 ))
             }
@@ -294,13 +262,13 @@ impl RedisBackend {
 
     /// Owner-checked delete + release notification; how many subscribers heard it, or -1 if
     /// `owner` did not hold the lock.
-    async fn release_owned(&self, owner: &str, keys: &LockKeys) -> Result<i64> {
-        let mut invocation = scripts::RELEASE.key(&keys.lock);
-        invocation
-            .arg(owner)
-            .arg(&keys.channel)
-            .arg(self.id.as_str());
-        self.call("release", invocation).await
+    async fn release_owned(&self, owner: &str, key: &str) -> Result<i64> {
+        self.run("release", &scripts::RELEASE, 1, |cmd| {
+            cmd.arg(RedisName::lock(key))
+                .arg(owner)
+                .arg(self.id.as_str());
+        })
+        .await
     }
 
     fn lease(req: &AcquireRequest, sent: Instant, token: u64) -> AcquireOutcome {
@@ -315,13 +283,12 @@ impl LockBackend for RedisBackend {
         req: &AcquireRequest,
         deadline: Option<Instant>,
     ) -> Result<AcquireOutcome> {
-        let keys = LockKeys::new(&req.key);
         let mut retry_after = None;
         // Fast path: nobody of ours queues for this key and we did not just yield it to
         // other Lockers, so try at once.
-        if self.waiters.may_try_at_once(&keys.channel) {
+        if self.waiters.may_try_at_once(&req.key) {
             let sent = Instant::now();
-            match self.attempt(req, &keys).await? {
+            match self.attempt(req).await? {
                 Attempt::Granted(token) => return Ok(Self::lease(req, sent, token)),
                 Attempt::Held(pttl) => retry_after = pttl,
             }
@@ -329,37 +296,9 @@ impl LockBackend for RedisBackend {
                 return Ok(AcquireOutcome::Busy { retry_after });
             }
         }
-        // Queue locally (subscribing to the release channel first), then try whenever we are
-        // at the head and woken: by a release, by becoming head, or at the holder's expiry.
-        let ticket = self.waiters.enqueue(&keys.channel).await?;
-        loop {
-            let barred_until = self.waiters.barred_until(&keys.channel);
-            if ticket.is_head() && barred_until.is_none() {
-                let sent = Instant::now();
-                match self.attempt(req, &keys).await? {
-                    Attempt::Granted(token) => return Ok(Self::lease(req, sent, token)),
-                    Attempt::Held(pttl) => retry_after = pttl,
-                }
-            }
-            let now = Instant::now();
-            if deadline.is_some_and(|d| d <= now) {
-                return Ok(AcquireOutcome::Busy { retry_after });
-            }
-            let recheck = match (ticket.is_head(), barred_until) {
-                // Barred by our own release: another Locker's release, or the bar's end.
-                (true, Some(until)) => Some(until),
-                // A holder without expiry (not ours) is re-checked at our own ttl.
-                (true, None) => {
-                    Some(now + retry_after.unwrap_or(req.ttl) + Duration::from_millis(1))
-                }
-                (false, _) => None,
-            };
-            let until = match (recheck, deadline) {
-                (Some(r), Some(d)) => Some(r.min(d)),
-                (r, d) => r.or(d),
-            };
-            ticket.wait(until).await;
-        }
+        // Boxed: the queue is the slow path, and keeping its state out of this future keeps
+        // the uncontended one small.
+        Box::pin(self.wait_in_queue(req, deadline, retry_after)).await
     }
 
     async fn renew(&self, leases: &[Lease]) -> Result<Vec<RenewOutcome>> {
@@ -394,20 +333,19 @@ impl LockBackend for RedisBackend {
     }
 
     async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
-        let keys = LockKeys::new(&lease.key);
         // Our own subscription hears the release too when we have waiters of our own; bar
         // ourselves before sending, so that message does not wake our head first.
-        let own_waiters = self.waiters.has_waiters(&keys.channel);
+        let own_waiters = self.waiters.has_waiters(&lease.key);
         let bar_until = Instant::now() + RELEASER_BAR;
         if own_waiters {
-            self.waiters.bar(&keys.channel, bar_until);
+            self.waiters.bar(&channel_of(&lease.key), bar_until);
         }
-        let listeners = self.release_owned(lease.owner.as_str(), &keys).await;
+        let listeners = self.release_owned(lease.owner.as_str(), &lease.key).await;
         let others_listened = matches!(listeners, Ok(n) if n > i64::from(own_waiters));
         if others_listened {
-            self.waiters.bar(&keys.channel, bar_until);
+            self.waiters.bar(&channel_of(&lease.key), bar_until);
         } else if own_waiters {
-            self.waiters.lift_bar(&keys.channel);
+            self.waiters.lift_bar(&channel_of(&lease.key));
         }
         Ok(if listeners? < 0 {
             ReleaseOutcome::NotHeld
@@ -417,10 +355,11 @@ impl LockBackend for RedisBackend {
     }
 
     async fn force_release(&self, key: &str) -> Result<bool> {
-        let keys = LockKeys::new(key);
-        let mut invocation = scripts::FORCE_RELEASE.key(&keys.lock);
-        invocation.arg(&keys.channel);
-        let removed: i64 = self.call("force_release", invocation).await?;
+        let removed: i64 = self
+            .run("force_release", &scripts::FORCE_RELEASE, 1, |cmd| {
+                cmd.arg(RedisName::lock(key));
+            })
+            .await?;
         Ok(removed > 0)
     }
 
@@ -432,19 +371,62 @@ impl LockBackend for RedisBackend {
 }
 
 impl RedisBackend {
+    /// Queues locally (subscribing to the release channel first), then tries whenever this
+    /// waiter is at the head and woken: by a release, by becoming head, or at the holder's
+    /// expiry.
+    async fn wait_in_queue(
+        &self,
+        req: &AcquireRequest,
+        deadline: Option<Instant>,
+        mut retry_after: Option<Duration>,
+    ) -> Result<AcquireOutcome> {
+        let channel = channel_of(&req.key);
+        let ticket = self.waiters.enqueue(&channel).await?;
+        loop {
+            let barred_until = self.waiters.barred_until(&channel);
+            if ticket.is_head() && barred_until.is_none() {
+                let sent = Instant::now();
+                match self.attempt(req).await? {
+                    Attempt::Granted(token) => return Ok(Self::lease(req, sent, token)),
+                    Attempt::Held(pttl) => retry_after = pttl,
+                }
+            }
+            let now = Instant::now();
+            if deadline.is_some_and(|d| d <= now) {
+                return Ok(AcquireOutcome::Busy { retry_after });
+            }
+            let recheck = match (ticket.is_head(), barred_until) {
+                // Barred by our own release: another Locker's release, or the bar's end.
+                (true, Some(until)) => Some(until),
+                // A holder without expiry (not ours) is re-checked at our own ttl.
+                (true, None) => {
+                    Some(now + retry_after.unwrap_or(req.ttl) + Duration::from_millis(1))
+                }
+                (false, _) => None,
+            };
+            let until = match (recheck, deadline) {
+                (Some(r), Some(d)) => Some(r.min(d)),
+                (r, d) => r.or(d),
+            };
+            ticket.wait(until).await;
+        }
+    }
+
     /// One renewal script over `leases` (all in one slot on Cluster: called with one lease).
     async fn renew_batch(&self, leases: &[Lease]) -> Result<Vec<bool>> {
-        let mut invocation = scripts::RENEW.prepare_invoke();
-        for lease in leases {
-            invocation.key(LockKeys::new(&lease.key).lock);
-        }
-        for lease in leases {
-            invocation.arg(lease.owner.as_str());
-        }
-        for lease in leases {
-            invocation.arg(millis(lease.ttl));
-        }
-        let flags: Vec<i64> = self.call("renew", invocation).await?;
+        let flags: Vec<i64> = self
+            .run("renew", &scripts::RENEW, leases.len(), |cmd| {
+                for lease in leases {
+                    cmd.arg(RedisName::lock(&lease.key));
+                }
+                for lease in leases {
+                    cmd.arg(lease.owner.as_str());
+                }
+                for lease in leases {
+                    cmd.arg(millis(lease.ttl));
+                }
+            })
+            .await?;
         if flags.len() != leases.len() {
             return Err(Error::backend(
                 "redis",

@@ -15,7 +15,13 @@ use tokio::sync::Notify;
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::conn::Conn;
+use super::keys::RedisName;
 use crate::{Error, Result};
+
+/// The release channel of the lock with full key `key`.
+pub(super) fn channel_of(key: &str) -> String {
+    RedisName::channel(key).to_string()
+}
 
 /// The local waiters of one backend, and its subscription connection.
 #[derive(Debug)]
@@ -148,28 +154,39 @@ impl Waiters {
         }
     }
 
-    /// Whether a new acquire may ask Redis at once: nobody of this backend queues on
-    /// `channel` and this backend did not just yield its lock to other Lockers. One look at
-    /// the queues, for the uncontended fast path.
-    pub(super) fn may_try_at_once(&self, channel: &str) -> bool {
-        let queues = self.queues();
+    /// Whether a new acquire of the lock with full key `key` may ask Redis at once: nobody
+    /// of this backend queues on its channel and this backend did not just yield it to other
+    /// Lockers. One look at the queues, and no channel name built while nobody waits at all:
+    /// this is the uncontended fast path.
+    pub(super) fn may_try_at_once(&self, key: &str) -> bool {
+        let mut queues = self.queues();
+        if queues.by_channel.is_empty() && queues.bars.is_empty() {
+            return true;
+        }
+        let channel = channel_of(key);
         let queued = queues
             .by_channel
-            .get(channel)
+            .get(&channel)
             .is_some_and(|q| !q.waiters.is_empty());
-        let barred = queues
-            .bars
-            .get(channel)
-            .is_some_and(|until| Instant::now() < *until);
+        let barred = match queues.bars.get(&channel) {
+            Some(until) if Instant::now() < *until => true,
+            Some(_) => {
+                queues.bars.remove(&channel);
+                false
+            }
+            None => false,
+        };
         !queued && !barred
     }
 
-    /// Whether anyone of this backend waits on `channel`.
-    pub(super) fn has_waiters(&self, channel: &str) -> bool {
-        self.queues()
-            .by_channel
-            .get(channel)
-            .is_some_and(|q| !q.waiters.is_empty())
+    /// Whether anyone of this backend waits on the lock with full key `key`.
+    pub(super) fn has_waiters(&self, key: &str) -> bool {
+        let queues = self.queues();
+        !queues.by_channel.is_empty()
+            && queues
+                .by_channel
+                .get(&channel_of(key))
+                .is_some_and(|q| !q.waiters.is_empty())
     }
 
     /// Queues a waiter on `channel`, subscribing to it first if needed. The returned ticket

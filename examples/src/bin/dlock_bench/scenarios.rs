@@ -92,7 +92,7 @@ pub(crate) async fn uncontended(target: &Target, s: &Settings) -> Row {
             floor.latencies.push(t.elapsed());
         }
         floor.elapsed = started.elapsed();
-        let featured = featured_floor(target, s.uncontended_ops, 1, s.uncontended_ops).await;
+        let featured = featured_floor(target, s, s.uncontended_ops, 1, s.uncontended_ops).await;
         if rep > 0 {
             // rep 0 is the warm-up
             dlock_runs.push(run);
@@ -147,7 +147,7 @@ pub(crate) async fn many_keys(target: &Target, s: &Settings) -> Row {
                 raw.release(&key, &owner(t), TTL).await;
             })
         };
-        let featured = featured_floor(target, per_task, TASKS, KEYS).await;
+        let featured = featured_floor(target, s, per_task, TASKS, KEYS).await;
         if rep > 0 {
             dlock_runs.push(run);
             floor_runs.push(floor);
@@ -182,11 +182,12 @@ fn median(mut values: Vec<f64>) -> Option<f64> {
 /// The many-keys load with the raw commands of dlock's own protocol (fencing + notification).
 async fn featured_floor(
     target: &Target,
+    s: &Settings,
     per_task: usize,
     tasks: usize,
     keys: usize,
 ) -> Option<f64> {
-    if target.name() != "redis" {
+    if target.name() != "redis" || s.only_dlock.is_some() {
         return None;
     }
     let run = timed_tasks!(tasks, per_task, |_t| target.raw(), |raw, t, j| {
