@@ -179,11 +179,7 @@ impl LockGuard {
     /// ```
     pub fn lost(&self) -> impl Future<Output = LostReason> + Send + 'static {
         let watch = Arc::clone(self.hold.watch());
-        let token = watch.lost_token().clone();
-        async move {
-            token.cancelled().await;
-            watch.lost_reason().unwrap_or(LostReason::Expired)
-        }
+        async move { watch.lost().await }
     }
 
     /// Runs `work` while holding the lock, cancelling it (dropping the future) as soon as the

@@ -6,7 +6,6 @@
 //! `release().await`, in the background on drop. If an inline release is cancelled half-way,
 //! the hold's own drop still releases in the background.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
@@ -24,7 +23,7 @@ pub(crate) struct Hold {
     locker: Arc<LockerShared>,
     lease: Lease,
     watch: Arc<LeaseWatch>,
-    shares: Mutex<HashMap<ShareOwner, usize>>,
+    shares: Mutex<ShareCounts>,
     released: AtomicBool,
 }
 
@@ -34,12 +33,12 @@ impl Hold {
             locker,
             lease,
             watch,
-            shares: Mutex::new(HashMap::new()),
+            shares: Mutex::new(ShareCounts::default()),
             released: AtomicBool::new(false),
         }
     }
 
-    pub(crate) fn full_key(&self) -> &str {
+    pub(crate) const fn full_key(&self) -> &Arc<str> {
         &self.lease.key
     }
 
@@ -51,18 +50,13 @@ impl Hold {
         &self.watch
     }
 
-    fn shares(&self) -> MutexGuard<'_, HashMap<ShareOwner, usize>> {
+    fn shares(&self) -> MutexGuard<'_, ShareCounts> {
         self.shares.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Adds a share for `owner`; a holder's first share makes its nested acquires re-enter.
     pub(crate) fn add_share(self: &Arc<Self>, owner: ShareOwner) {
-        let first = {
-            let mut shares = self.shares();
-            let count = shares.entry(owner).or_insert(0);
-            *count += 1;
-            *count == 1
-        };
+        let first = { self.shares().add(owner) };
         if let (true, Some(holder)) = (first, owner) {
             self.locker.reentrancy().register(holder, self);
         }
@@ -72,16 +66,7 @@ impl Hold {
     pub(crate) fn drop_share(&self, owner: ShareOwner) -> bool {
         let (holder_done, last) = {
             let mut shares = self.shares();
-            let holder_done = match shares.get_mut(&owner) {
-                Some(count) if *count > 1 => {
-                    *count -= 1;
-                    false
-                }
-                _ => {
-                    shares.remove(&owner);
-                    true
-                }
-            };
+            let holder_done = shares.remove_one(owner);
             (holder_done, shares.is_empty())
         };
         if let (true, Some(holder)) = (holder_done, owner) {
@@ -128,7 +113,7 @@ impl Hold {
 
 impl Drop for Hold {
     fn drop(&mut self) {
-        let owners: Vec<ShareOwner> = self.shares().drain().map(|(owner, _)| owner).collect();
+        let owners = self.shares().take_owners();
         for holder in owners.into_iter().flatten() {
             self.locker
                 .reentrancy()
@@ -139,5 +124,70 @@ impl Drop for Hold {
         }
         self.locker.watchdog().forget(&self.lease.owner);
         self.locker.release_in_background(self.lease.clone());
+    }
+}
+
+/// Share counts per owner; nearly always a single owner, kept inline.
+#[derive(Debug, Default)]
+struct ShareCounts {
+    /// `None` only when there are no shares at all.
+    first: Option<(ShareOwner, usize)>,
+    more: Vec<(ShareOwner, usize)>,
+}
+
+impl ShareCounts {
+    /// Adds a share of `owner`; returns whether it is that owner's first.
+    fn add(&mut self, owner: ShareOwner) -> bool {
+        if let Some((o, count)) = &mut self.first
+            && *o == owner
+        {
+            *count += 1;
+            return false;
+        }
+        if let Some((_, count)) = self.more.iter_mut().find(|(o, _)| *o == owner) {
+            *count += 1;
+            return false;
+        }
+        if self.first.is_none() {
+            self.first = Some((owner, 1));
+        } else {
+            self.more.push((owner, 1));
+        }
+        true
+    }
+
+    /// Removes a share of `owner`; returns whether that owner has none left.
+    fn remove_one(&mut self, owner: ShareOwner) -> bool {
+        if let Some((o, count)) = &mut self.first
+            && *o == owner
+        {
+            if *count > 1 {
+                *count -= 1;
+                return false;
+            }
+            self.first = self.more.pop();
+            return true;
+        }
+        if let Some(at) = self.more.iter().position(|(o, _)| *o == owner) {
+            if self.more[at].1 > 1 {
+                self.more[at].1 -= 1;
+                return false;
+            }
+            self.more.swap_remove(at);
+        }
+        true
+    }
+
+    fn is_empty(&self) -> bool {
+        self.first.is_none()
+    }
+
+    /// Empties the counts, returning who had shares.
+    fn take_owners(&mut self) -> Vec<ShareOwner> {
+        let first = self.first.take().map(|(owner, _)| owner);
+        first
+            .into_iter()
+            .chain(self.more.drain(..).map(|(owner, _)| owner))
+            .collect()
     }
 }

@@ -1,5 +1,7 @@
 //! Lock key validation and prefixing.
 
+use std::sync::Arc;
+
 use crate::{Error, Result};
 
 /// The longest user key accepted, in bytes. Every backend can store a key this long (plus a
@@ -59,9 +61,9 @@ pub(crate) fn validate_prefix(prefix: &str) -> std::result::Result<(), &'static 
 }
 
 /// The key a backend sees: the Locker's prefix followed by the user key.
-pub(crate) fn full_key(prefix: &str, key: &str) -> Result<String> {
+pub(crate) fn full_key(prefix: &str, key: &str) -> Result<Arc<str>> {
     validate_key(key)?;
-    Ok(format!("{prefix}{key}"))
+    Ok(crate::shared_str::shared_str(format_args!("{prefix}{key}")))
 }
 
 #[cfg(test)]

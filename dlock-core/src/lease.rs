@@ -27,7 +27,9 @@ impl OwnerId {
     #[must_use]
     pub fn random(scope: &str) -> Self {
         let bits: u128 = rand::random();
-        Self(format!("{scope}:{bits:032x}").into())
+        Self(crate::shared_str::shared_str(format_args!(
+            "{scope}:{bits:032x}"
+        )))
     }
 
     /// Wraps an id received from elsewhere (e.g. read back from a server).
@@ -63,13 +65,14 @@ impl fmt::Display for OwnerId {
 /// use std::time::Duration;
 /// use dlock_core::{AcquireRequest, OwnerId};
 /// let req = AcquireRequest::new("dlock:order:42", OwnerId::random("doc"), Duration::from_secs(10));
-/// assert_eq!(req.key, "dlock:order:42");
+/// assert_eq!(&*req.key, "dlock:order:42");
 /// ```
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct AcquireRequest {
-    /// The full key (the Locker's prefix included), already validated.
-    pub key: String,
+    /// The full key (the Locker's prefix included), already validated. Shared, not copied,
+    /// by the leases granted for it.
+    pub key: Arc<str>,
     /// The identity this grant will carry.
     pub owner: OwnerId,
     /// The lease length: how long a crashed holder keeps the lock.
@@ -79,7 +82,7 @@ pub struct AcquireRequest {
 impl AcquireRequest {
     /// A request for `key` by `owner` with lease length `ttl`.
     #[must_use]
-    pub fn new(key: impl Into<String>, owner: OwnerId, ttl: Duration) -> Self {
+    pub fn new(key: impl Into<Arc<str>>, owner: OwnerId, ttl: Duration) -> Self {
         Self {
             key: key.into(),
             owner,
@@ -107,7 +110,7 @@ impl AcquireRequest {
 #[non_exhaustive]
 pub struct Lease {
     /// The full key.
-    pub key: String,
+    pub key: Arc<str>,
     /// The identity of this grant.
     pub owner: OwnerId,
     /// The lease length.

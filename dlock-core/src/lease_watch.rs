@@ -1,9 +1,9 @@
 //! The live state of one granted lease, shared by its guards and the watchdog.
 
-use std::sync::{Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
-use tokio_util::sync::CancellationToken;
+use tokio::sync::Notify;
 
 use crate::lease::LostReason;
 
@@ -17,22 +17,32 @@ pub(crate) fn drift_margin(ttl: Duration) -> Duration {
 /// Deadline bookkeeping and the lost signal of one lease.
 #[derive(Debug)]
 pub(crate) struct LeaseWatch {
-    user_key: String,
+    /// The full key (shared with the lease); the user's key starts at `user_key_at`.
+    full_key: Arc<str>,
+    user_key_at: usize,
     ttl: Duration,
     deadline: Mutex<Instant>,
-    lost: CancellationToken,
+    /// Set once, when the lease is lost; `lost_signal` wakes whoever waits for it.
     reason: OnceLock<LostReason>,
+    lost_signal: Notify,
 }
 
 impl LeaseWatch {
-    /// A watch whose local deadline is `valid_from + ttl - drift`.
-    pub(crate) fn new(user_key: String, ttl: Duration, valid_from: Instant) -> Self {
+    /// A watch whose local deadline is `valid_from + ttl - drift`, for the lock whose full
+    /// key is `full_key` (the user's key being its suffix after `prefix_len` bytes).
+    pub(crate) fn new(
+        full_key: Arc<str>,
+        prefix_len: usize,
+        ttl: Duration,
+        valid_from: Instant,
+    ) -> Self {
         Self {
-            user_key,
+            user_key_at: prefix_len.min(full_key.len()),
+            full_key,
             ttl,
             deadline: Mutex::new(Self::deadline_from(ttl, valid_from)),
-            lost: CancellationToken::new(),
             reason: OnceLock::new(),
+            lost_signal: Notify::new(),
         }
     }
 
@@ -41,7 +51,9 @@ impl LeaseWatch {
     }
 
     pub(crate) fn user_key(&self) -> &str {
-        &self.user_key
+        self.full_key
+            .get(self.user_key_at..)
+            .unwrap_or(&self.full_key)
     }
 
     /// The local conservative deadline.
@@ -61,7 +73,7 @@ impl LeaseWatch {
     /// `true` while the lease is not known lost and its deadline has not passed; marks it
     /// lost (expired) when the deadline has passed.
     pub(crate) fn check_deadline(&self) -> bool {
-        if self.lost.is_cancelled() {
+        if self.reason.get().is_some() {
             return false;
         }
         if Instant::now() >= self.deadline() {
@@ -75,12 +87,12 @@ impl LeaseWatch {
     pub(crate) fn mark_lost(&self, reason: LostReason) {
         if self.reason.set(reason).is_ok() {
             tracing::warn!(
-                key = %self.user_key,
+                key = %self.user_key(),
                 reason = %self.reason.get().map_or(String::new(), ToString::to_string),
                 "dlock: lease lost"
             );
         }
-        self.lost.cancel();
+        self.lost_signal.notify_waiters();
     }
 
     /// Why the lease was lost, once it is.
@@ -88,8 +100,17 @@ impl LeaseWatch {
         self.reason.get().cloned()
     }
 
-    /// The token cancelled when the lease is lost.
-    pub(crate) fn lost_token(&self) -> &CancellationToken {
-        &self.lost
+    /// Resolves when the lease is lost, with the reason.
+    pub(crate) async fn lost(&self) -> LostReason {
+        loop {
+            let notified = self.lost_signal.notified();
+            tokio::pin!(notified);
+            // Registered before looking, so a loss right after the look still wakes us.
+            notified.as_mut().enable();
+            if let Some(reason) = self.reason.get() {
+                return reason.clone();
+            }
+            notified.await;
+        }
     }
 }

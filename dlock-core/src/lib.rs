@@ -50,6 +50,7 @@ mod lease_watch;
 mod locker;
 mod reentrancy;
 mod request;
+mod shared_str;
 mod watchdog;
 
 #[doc(hidden)]

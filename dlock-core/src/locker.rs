@@ -401,12 +401,12 @@ impl Locker {
     /// assert_eq!(dlock_core::Locker::memory().backend_key("a").unwrap(), "dlock:a");
     /// ```
     pub fn backend_key(&self, key: &str) -> Result<String> {
-        crate::key::full_key(&self.shared.config.key_prefix, key)
+        crate::key::full_key(&self.shared.config.key_prefix, key).map(|full| full.to_string())
     }
 
     pub(crate) async fn acquire(&self, options: AcquireOptions<'_>) -> Result<LockGuard> {
         let shared = &self.shared;
-        let full_key = self.backend_key(options.key)?;
+        let full_key = crate::key::full_key(&shared.config.key_prefix, options.key)?;
         let ttl = options.ttl.unwrap_or(shared.config.ttl);
         if ttl < Duration::from_millis(10) {
             return Err(Error::config(
@@ -435,12 +435,12 @@ impl Locker {
                 let hard_stop = deadline + shared.config.operation_timeout;
                 tokio::time::timeout_at(
                     hard_stop.into(),
-                    shared.backend.acquire(&request, Some(deadline)),
+                    shared.backend.as_ref().acquire(&request, Some(deadline)),
                 )
                 .await
                 .map_err(|_| self.timeout("acquire"))?
             }
-            None => shared.backend.acquire(&request, None).await,
+            None => shared.backend.as_ref().acquire(&request, None).await,
         }?;
         let lease = match outcome {
             AcquireOutcome::Acquired(lease) => lease,
@@ -456,7 +456,8 @@ impl Locker {
         // shorter of the two.
         let ttl = lease.ttl.min(ttl);
         let watch = Arc::new(LeaseWatch::new(
-            options.key.to_owned(),
+            Arc::clone(&lease.key),
+            shared.config.key_prefix.len(),
             ttl,
             lease.valid_from,
         ));
@@ -522,8 +523,12 @@ impl LockerShared {
 
     /// Owner-checked release, bounded by the operation timeout.
     pub(crate) async fn release_lease(&self, lease: &Lease) -> Result<ReleaseOutcome> {
+        let backend = self.backend.as_ref();
+        if self.capabilities.bounds_own_operations {
+            return backend.release(lease).await;
+        }
         let timeout = self.config.operation_timeout;
-        tokio::time::timeout(timeout, self.backend.release(lease))
+        tokio::time::timeout(timeout, backend.release(lease))
             .await
             .unwrap_or_else(|_| {
                 Err(Error::Timeout {

@@ -1,5 +1,4 @@
 //! Per-task reentrancy: which task (or, outside tasks, which thread) holds which key.
-//!
 //! Redisson keys reentrancy on `client-id:thread-id`; in async Rust the unit of execution is
 //! the tokio task, so dlock keys it on [`tokio::task::Id`]. Code running outside any task
 //! (the body of `#[tokio::main]`, `block_on`) is identified by its thread.
@@ -9,9 +8,12 @@
 //! users: futures polled concurrently inside one task (`join!`, `select!`,
 //! `FuturesUnordered`) re-enter each other's holds, and a guard moved to another task keeps
 //! counting for the task that acquired it.
+//!
+//! Entries are keyed by the full lock key, shared with the lease (no copy per lock); there is
+//! nearly always one holder per key, so it is kept inline.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::thread::ThreadId;
 
 use crate::hold::Hold;
@@ -29,40 +31,94 @@ impl HolderId {
     }
 }
 
-/// The holds of one Locker, by holder and full key.
+/// The holds of one Locker, by key and holder.
 #[derive(Debug, Default)]
 pub(crate) struct Reentrancy {
-    holds: Mutex<HashMap<(HolderId, String), Weak<Hold>>>,
+    holds: Mutex<HashMap<Arc<str>, Holders>>,
+}
+
+/// The holders of one key: almost always one.
+#[derive(Debug)]
+enum Holders {
+    One(HolderId, Weak<Hold>),
+    Many(Vec<(HolderId, Weak<Hold>)>),
+}
+
+impl Holders {
+    fn find(&self, holder: HolderId) -> Option<&Weak<Hold>> {
+        match self {
+            Self::One(id, hold) => (*id == holder).then_some(hold),
+            Self::Many(all) => all.iter().find(|(id, _)| *id == holder).map(|(_, h)| h),
+        }
+    }
+
+    /// Records `hold` for `holder` unless a live hold is recorded already.
+    fn register(&mut self, holder: HolderId, hold: &Arc<Hold>) {
+        let weak = Arc::downgrade(hold);
+        match self {
+            Self::One(id, existing) if *id == holder => {
+                if existing.strong_count() == 0 {
+                    *existing = weak;
+                }
+            }
+            Self::One(id, existing) => {
+                *self = Self::Many(vec![(*id, existing.clone()), (holder, weak)]);
+            }
+            Self::Many(all) => match all.iter_mut().find(|(id, _)| *id == holder) {
+                Some((_, existing)) if existing.strong_count() == 0 => *existing = weak,
+                Some(_) => {}
+                None => all.push((holder, weak)),
+            },
+        }
+    }
+
+    /// Drops `holder`'s entry if it is `hold` or dead; returns whether none are left.
+    fn forget(&mut self, holder: HolderId, hold: *const Hold) -> bool {
+        let stale = |id: &HolderId, w: &Weak<Hold>| {
+            *id == holder && (w.strong_count() == 0 || std::ptr::eq(w.as_ptr(), hold))
+        };
+        match self {
+            Self::One(id, existing) => stale(id, existing),
+            Self::Many(all) => {
+                all.retain(|(id, w)| !stale(id, w));
+                all.is_empty()
+            }
+        }
+    }
 }
 
 impl Reentrancy {
+    fn holds(&self) -> MutexGuard<'_, HashMap<Arc<str>, Holders>> {
+        self.holds.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// The live hold `holder` has on `key`, if any.
     pub(crate) fn find(&self, holder: HolderId, key: &str) -> Option<Arc<Hold>> {
-        let holds = self.holds.lock().unwrap_or_else(PoisonError::into_inner);
-        holds.get(&(holder, key.to_owned()))?.upgrade()
+        self.holds().get(key)?.find(holder)?.upgrade()
     }
 
     /// Records that `holder` holds `hold`, so its nested acquires re-enter. An earlier live
     /// hold of the same holder and key (taken with `.reentrant(false)`) keeps the entry.
     pub(crate) fn register(&self, holder: HolderId, hold: &Arc<Hold>) {
-        let mut holds = self.holds.lock().unwrap_or_else(PoisonError::into_inner);
-        let entry = holds
-            .entry((holder, hold.full_key().to_owned()))
-            .or_default();
-        if entry.strong_count() == 0 {
-            *entry = Arc::downgrade(hold);
+        let mut holds = self.holds();
+        if let Some(holders) = holds.get_mut(&**hold.full_key()) {
+            holders.register(holder, hold);
+        } else {
+            holds.insert(
+                Arc::clone(hold.full_key()),
+                Holders::One(holder, Arc::downgrade(hold)),
+            );
         }
     }
 
     /// Forgets that `holder` holds `key` through `hold` (its last share of it is gone).
     pub(crate) fn forget(&self, holder: HolderId, key: &str, hold: *const Hold) {
-        let mut holds = self.holds.lock().unwrap_or_else(PoisonError::into_inner);
-        let entry = (holder, key.to_owned());
+        let mut holds = self.holds();
         if holds
-            .get(&entry)
-            .is_some_and(|w| w.strong_count() == 0 || std::ptr::eq(w.as_ptr(), hold))
+            .get_mut(key)
+            .is_some_and(|holders| holders.forget(holder, hold))
         {
-            holds.remove(&entry);
+            holds.remove(key);
         }
     }
 }

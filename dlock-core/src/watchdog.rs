@@ -185,13 +185,7 @@ async fn run(
     mut pushed_losses: Option<broadcast::Receiver<LostLease>>,
 ) {
     loop {
-        let next_wake = tick(&shared, &settings);
-        let sleep = async {
-            match next_wake {
-                Some(at) => tokio::time::sleep_until(at.into()).await,
-                None => std::future::pending().await,
-            }
-        };
+        let sleep = tokio::time::sleep_until(tick(&shared, &settings).into());
         let pushed = async {
             match pushed_losses.as_mut() {
                 Some(rx) => rx.recv().await,
@@ -219,8 +213,11 @@ fn apply_pushed_loss(shared: &Shared, loss: &LostLease) {
     }
 }
 
+/// How often a watchdog with no leases looks anyway; see [`tick`].
+const IDLE_LOOK: Duration = Duration::from_secs(1);
+
 /// Expires overdue leases, starts due renewals, and returns when to look again.
-fn tick(shared: &Arc<Shared>, settings: &Settings) -> Option<Instant> {
+fn tick(shared: &Arc<Shared>, settings: &Settings) -> Instant {
     let now = Instant::now();
     let mut due = Vec::new();
     let mut expired = Vec::new();
@@ -244,12 +241,16 @@ fn tick(shared: &Arc<Shared>, settings: &Settings) -> Option<Instant> {
         next_wake = earliest(next_wake, entry.watch.deadline());
         true
     });
+    // With nothing to watch, look again in a while anyway: a lease taken meanwhile that
+    // needs attention later than that does not have to wake this task (one wake-up saved
+    // per lock of a Locker that holds one lock at a time).
+    let next_wake = next_wake.unwrap_or(now + IDLE_LOOK);
     // Published under the entries lock, so a lease inserted concurrently either was seen
     // above or sees this schedule (and wakes the task if it needs attention sooner).
     *shared
         .scheduled
         .lock()
-        .unwrap_or_else(PoisonError::into_inner) = next_wake;
+        .unwrap_or_else(PoisonError::into_inner) = Some(next_wake);
     drop(entries);
     for batch in due.chunks(settings.max_batch) {
         tokio::spawn(renew_batch(
@@ -271,8 +272,11 @@ fn tick(shared: &Arc<Shared>, settings: &Settings) -> Option<Instant> {
 /// the holder's peers.
 async fn release_expired(settings: Settings, lease: Lease, deadline: Instant) {
     tokio::time::sleep_until((deadline + drift_margin(lease.ttl)).into()).await;
-    let outcome =
-        tokio::time::timeout(settings.operation_timeout, settings.backend.release(&lease)).await;
+    let outcome = tokio::time::timeout(
+        settings.operation_timeout,
+        settings.backend.as_ref().release(&lease),
+    )
+    .await;
     tracing::debug!(key = %lease.key, ?outcome, "dlock: released a lease past its local deadline");
 }
 
@@ -283,7 +287,7 @@ fn earliest(current: Option<Instant>, candidate: Instant) -> Option<Instant> {
 async fn renew_batch(shared: Arc<Shared>, settings: Settings, batch: Vec<Lease>) {
     let sent_at = Instant::now();
     let timeout = settings.operation_timeout;
-    let outcomes = tokio::time::timeout(timeout, settings.backend.renew(&batch))
+    let outcomes = tokio::time::timeout(timeout, settings.backend.as_ref().renew(&batch))
         .await
         .unwrap_or_else(|_| {
             Err(crate::Error::Timeout {

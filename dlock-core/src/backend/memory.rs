@@ -44,7 +44,7 @@ pub struct MemoryBackend {
 
 #[derive(Debug, Default)]
 struct Table {
-    keys: HashMap<String, KeyState>,
+    keys: HashMap<Arc<str>, KeyState>,
     last_token: u64,
     last_waiter_id: u64,
 }
@@ -73,10 +73,20 @@ struct Waiter {
 }
 
 impl Table {
+    /// The state of `key`, created empty if the table has none (the key is copied only then).
+    fn state_of(&mut self, key: &str) -> &mut KeyState {
+        if !self.keys.contains_key(key) {
+            self.keys.insert(Arc::from(key), KeyState::default());
+        }
+        self.keys
+            .get_mut(key)
+            .unwrap_or_else(|| unreachable!("inserted above"))
+    }
+
     fn grant(&mut self, key: &str, owner: OwnerId, ttl: Duration, now: Instant) {
         self.last_token += 1;
         let token = self.last_token;
-        let state = self.keys.entry(key.to_owned()).or_default();
+        let state = self.state_of(key);
         state.holder = Some(Holder {
             owner,
             ttl,
@@ -117,7 +127,7 @@ impl Table {
         req: &AcquireRequest,
         wake: &Arc<Notify>,
     ) -> bool {
-        let state = self.keys.entry(key.to_owned()).or_default();
+        let state = self.state_of(key);
         let holding = state.holder.as_ref().is_some_and(|h| h.owner == req.owner);
         if holding || state.waiters.iter().any(|w| w.id == id) {
             return false;
@@ -224,7 +234,7 @@ impl MemoryBackend {
     pub fn held_keys(&self) -> usize {
         let mut table = self.table();
         let now = Instant::now();
-        let keys: Vec<String> = table.keys.keys().cloned().collect();
+        let keys: Vec<Arc<str>> = table.keys.keys().cloned().collect();
         for key in &keys {
             table.settle(key, now);
         }
@@ -321,7 +331,7 @@ impl LockBackend for MemoryBackend {
             table.last_waiter_id += 1;
             let id = table.last_waiter_id;
             let wake = Arc::new(Notify::new());
-            let state = table.keys.entry(req.key.clone()).or_default();
+            let state = table.keys.entry(Arc::clone(&req.key)).or_default();
             state.waiters.push_back(Waiter {
                 id,
                 owner: req.owner.clone(),
@@ -342,7 +352,7 @@ impl LockBackend for MemoryBackend {
                 table.settle(&lease.key, now);
                 let holder = table
                     .keys
-                    .get_mut(&lease.key)
+                    .get_mut(&*lease.key)
                     .and_then(|s| s.holder.as_mut())
                     .filter(|h| h.owner == lease.owner);
                 match holder {
@@ -360,7 +370,7 @@ impl LockBackend for MemoryBackend {
         let now = Instant::now();
         let mut table = self.table();
         table.settle(&lease.key, now);
-        let Some(state) = table.keys.get_mut(&lease.key) else {
+        let Some(state) = table.keys.get_mut(&*lease.key) else {
             return Ok(ReleaseOutcome::NotHeld);
         };
         if state.holder.as_ref().is_none_or(|h| h.owner != lease.owner) {
@@ -389,6 +399,8 @@ impl LockBackend for MemoryBackend {
             .fair(true)
             .fencing(Fencing::Volatile)
             .max_renew_batch(usize::MAX)
+            // Nothing it does waits on anything but its own table's lock.
+            .bounds_own_operations(true)
     }
 }
 

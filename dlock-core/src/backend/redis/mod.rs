@@ -227,7 +227,7 @@ impl RedisBackend {
     /// One acquire attempt: one script (`SET NX PX` + `INCR` of the fence, or the holder's
     /// `PTTL`), answered with a single integer.
     async fn attempt(&self, req: &AcquireRequest) -> Result<Attempt> {
-        let key = req.key.as_str();
+        let key = &*req.key;
         let reply: Value = self
             .run("acquire", &scripts::ACQUIRE, 2, |cmd| {
                 cmd.arg(RedisName::lock(key))
@@ -367,6 +367,7 @@ impl LockBackend for RedisBackend {
         Capabilities::new("redis")
             .fencing(Fencing::Volatile)
             .max_renew_batch(usize::MAX)
+            .bounds_own_operations(true)
     }
 }
 

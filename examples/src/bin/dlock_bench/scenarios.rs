@@ -69,29 +69,25 @@ pub(crate) async fn uncontended(target: &Target, s: &Settings) -> Row {
     let mut floor_runs = Vec::new();
     let mut featured_runs = Vec::new();
     for rep in 0..=s.reps {
-        // dlock
-        let mut run = Samples::default();
-        let started = Instant::now();
-        for i in 0..s.uncontended_ops {
-            let key = format!("bench:u:{rep}:{i}");
-            let t = Instant::now();
-            let guard = locker.lock(&key).await.expect("acquire");
-            guard.release().await.expect("release");
-            run.latencies.push(t.elapsed());
-        }
-        run.elapsed = started.elapsed();
-        // floor
-        let mut raw = target.raw();
-        let mut floor = Samples::default();
-        let started = Instant::now();
-        for i in 0..s.uncontended_ops {
-            let key = format!("dlock:bench:uf:{rep}:{i}");
-            let t = Instant::now();
-            assert!(raw.acquire(&key, &owner(i), TTL).await);
-            raw.release(&key, &owner(i), TTL).await;
-            floor.latencies.push(t.elapsed());
-        }
-        floor.elapsed = started.elapsed();
+        let ops = s.uncontended_ops;
+        let run = if s.only_dlock == Some(false) {
+            Samples::default()
+        } else {
+            timed_tasks!(1, ops, |_t| locker.clone(), |locker, _t, i| {
+                let key = format!("bench:u:{rep}:{i}");
+                let guard = locker.lock(&key).await.expect("acquire");
+                guard.release().await.expect("release");
+            })
+        };
+        let floor = if s.only_dlock == Some(true) {
+            Samples::default()
+        } else {
+            timed_tasks!(1, ops, |_t| target.raw(), |raw, _t, i| {
+                let key = format!("dlock:bench:uf:{rep}:{i}");
+                assert!(raw.acquire(&key, &owner(i), TTL).await);
+                raw.release(&key, &owner(i), TTL).await;
+            })
+        };
         let featured = featured_floor(target, s, s.uncontended_ops, 1, s.uncontended_ops).await;
         if rep > 0 {
             // rep 0 is the warm-up
