@@ -114,6 +114,38 @@ async fn a_key_of_another_type_is_a_clear_error_naming_it() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fence_key_of_another_type_is_named_and_the_lock_is_not_left_taken() {
+    let server = RedisServer::start().await.unwrap();
+    server
+        .command(&["SADD", "{dlock:cart}:fence", "x"])
+        .await
+        .unwrap();
+    let locker = locker(&server.url(), Duration::from_secs(5)).await;
+    match locker.lock("cart").wait(Duration::ZERO).await {
+        Err(Error::Backend { source, .. }) => {
+            let message = source.to_string();
+            assert!(
+                message.contains("`{dlock:cart}:fence`") && message.contains("set"),
+                "{message}"
+            );
+        }
+        other => panic!("expected a backend error naming the fence key, got {other:?}"),
+    }
+    // The SET that went through before the INCR failed was undone.
+    assert_eq!(
+        server.command(&["EXISTS", "{dlock:cart}"]).await.unwrap(),
+        "0"
+    );
+    assert_eq!(
+        server
+            .command(&["SISMEMBER", "{dlock:cart}:fence", "x"])
+            .await
+            .unwrap(),
+        "1"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_evicting_memory_policy_is_detected() {
     let risky = RedisServer::start_with(&["--maxmemory-policy", "allkeys-lru"])
         .await

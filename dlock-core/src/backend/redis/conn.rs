@@ -127,7 +127,10 @@ async fn open_single(
     let mut config = ConnectionManagerConfig::new()
         .set_connection_timeout(Some(timeout))
         .set_response_timeout(Some(timeout))
-        .set_number_of_retries(2)
+        // One reconnect attempt per failure (the next request starts another): a request
+        // waiting for a reconnect then waits at most the connect timeout, and the backend
+        // needs no timer of its own around each request.
+        .set_number_of_retries(0)
         .set_max_delay(timeout);
     if let Some(pushes) = pushes {
         config = config

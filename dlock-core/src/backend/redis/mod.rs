@@ -182,18 +182,39 @@ impl RedisBackend {
     }
 
     /// Bounds `round_trip` by the operation timeout, leaving its Redis error to the caller.
+    ///
+    /// A single server's connection bounds every request itself (its response timeout, and
+    /// one reconnect attempt bounded by the connect timeout — both the operation timeout), so
+    /// only Cluster connections, which retry on their own, get a timer here: one timer less
+    /// per lock operation on the common path.
     async fn within_timeout<T>(
         &self,
         operation: &'static str,
         round_trip: impl std::future::Future<Output = T>,
     ) -> Result<T> {
+        if !self.conn.is_cluster() {
+            return Ok(round_trip.await);
+        }
         tokio::time::timeout(self.timeout, round_trip)
             .await
-            .map_err(|_| Error::Timeout {
-                backend: "redis",
-                operation,
-                after: self.timeout,
-            })
+            .map_err(|_| self.timed_out(operation))
+    }
+
+    fn timed_out(&self, operation: &'static str) -> Error {
+        Error::Timeout {
+            backend: "redis",
+            operation,
+            after: self.timeout,
+        }
+    }
+
+    /// A Redis error as dlock's: the client's own timeouts become [`Error::Timeout`].
+    fn failed(&self, operation: &'static str, error: redis::RedisError) -> Error {
+        if error.is_timeout() {
+            self.timed_out(operation)
+        } else {
+            Error::backend("redis", error)
+        }
     }
 
     /// Runs `lua` with the keys and arguments `fill` appends: `EVALSHA`, then `EVAL` if the
@@ -221,12 +242,75 @@ impl RedisBackend {
             }
             reply => reply,
         };
-        reply.map_err(|e| Error::backend("redis", e))
+        reply.map_err(|e| self.failed(operation, e))
     }
 
-    /// One acquire attempt: one script (`SET NX PX` + `INCR` of the fence, or the holder's
-    /// `PTTL`), answered with a single integer.
+    /// One acquire attempt: `SET NX PX`, `INCR` of the fence and `PTTL`, pipelined in one
+    /// round trip as native commands — half the server time of the same work in Lua.
+    ///
+    /// Not a transaction, and it need not be: the three run back to back on one connection,
+    /// and a grant can only go to someone else between our `SET` and our `INCR` if our lock
+    /// expired in between — then our reply comes more than a ttl after we sent the request,
+    /// past the local deadline, and the core drops the grant without using its token. A failed
+    /// attempt burns a token, which keeps tokens strictly increasing per grant. Anything
+    /// unusual (a key without expiry, a wrong type) is settled by the script.
     async fn attempt(&self, req: &AcquireRequest) -> Result<Attempt> {
+        let key = &*req.key;
+        let mut pipeline = redis::pipe();
+        pipeline
+            .cmd("SET")
+            .arg(RedisName::lock(key))
+            .arg(req.owner.as_str())
+            .arg("NX")
+            .arg("PX")
+            .arg(millis(req.ttl))
+            .cmd("INCR")
+            .arg(RedisName::fence(key))
+            .cmd("PTTL")
+            .arg(RedisName::lock(key));
+        let mut conn = self.conn.clone();
+        let reply = self
+            .within_timeout(
+                "acquire",
+                pipeline.query_async::<(Option<Value>, i64, i64)>(&mut conn),
+            )
+            .await?;
+        match reply {
+            Ok((Some(_), token, _)) if token >= 1 => Ok(Attempt::Granted(token.unsigned_abs())),
+            Ok((None, _, pttl)) if pttl >= 0 => Ok(Attempt::Held(Some(Duration::from_millis(
+                pttl.unsigned_abs(),
+            )))),
+            Err(error) if error.is_io_error() || error.is_timeout() => {
+                Err(self.failed("acquire", error))
+            }
+            Ok((set, _, _)) => {
+                if set.is_some() {
+                    // Granted with a fence that is not a positive counter: undo, and let
+                    // the script explain.
+                    self.release_owned(req.owner.as_str(), key).await?;
+                }
+                self.attempt_scripted(req).await
+            }
+            Err(_) => {
+                // A server error (e.g. the fence key holds another type): undo our SET if it
+                // happened, and let the script explain.
+                self.release_owned(req.owner.as_str(), key).await?;
+                self.attempt_scripted(req).await
+            }
+        }
+    }
+
+    /// One acquire attempt as one script (`SET NX PX` + `INCR` of the fence, or the holder's
+    /// `PTTL`), which also tells what is wrong with keys of another type. Boxed: only odd
+    /// cases come here.
+    fn attempt_scripted<'a>(
+        &'a self,
+        req: &'a AcquireRequest,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Attempt>> + Send + 'a>> {
+        Box::pin(self.attempt_scripted_inline(req))
+    }
+
+    async fn attempt_scripted_inline(&self, req: &AcquireRequest) -> Result<Attempt> {
         let key = &*req.key;
         let reply: Value = self
             .run("acquire", &scripts::ACQUIRE, 2, |cmd| {
