@@ -1,11 +1,13 @@
 //! The Redis backend: a single server (`redis://`) or a Redis Cluster (`redis+cluster://`).
 //!
-//! Each operation is one Lua script, called with `EVALSHA` (loaded on `NOSCRIPT`):
+//! Each operation is one round trip:
 //!
-//! * **acquire**: `SET key owner NX PX ttl` plus `INCR` of the key's fencing counter, or the
-//!   holder's remaining `PTTL`;
-//! * **release**: owner-checked `DEL` plus `PUBLISH` on the lock's release channel;
-//! * **renew**: owner-checked `PEXPIRE` of up to 100 locks in one call (Redis Cluster: one call
+//! * **acquire**: `SET key owner NX PX ttl`, `INCR` of the key's fencing counter and the
+//!   holder's remaining `PTTL`, pipelined as native commands (a Lua script does the same when
+//!   a key turns out to be of another type, to say which);
+//! * **release**: a Lua script (`EVALSHA`, loaded on `NOSCRIPT`): owner-checked `DEL` plus
+//!   `PUBLISH` on the lock's release channel;
+//! * **renew**: a Lua script: owner-checked `PEXPIRE` of up to 100 locks in one call (Redis Cluster: one call
 //!   per lock, sent concurrently, since every lock lives in its own slot).
 //!
 //! Waiting never polls: waiters of one Locker queue locally in FIFO order behind one

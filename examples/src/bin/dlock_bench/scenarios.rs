@@ -62,56 +62,84 @@ macro_rules! timed_tasks {
     }};
 }
 
+/// dlock's runs and the floor's, taken in pairs.
+struct Paired {
+    dlock: Samples,
+    floor: Samples,
+    /// The median over pairs of dlock's throughput over the floor's.
+    ratio: f64,
+    /// The median throughput of dlock's protocol sent raw, when measured.
+    protocol_ops: Option<f64>,
+}
+
+/// Runs dlock (`$dlock`) and its floor (`$floor`) `$s.reps` times each after a warm-up, in
+/// pairs whose order alternates, and compares each run with its pair: this machine's speed
+/// drifts by tens of percent over seconds, and a ratio of neighbours is far steadier than one
+/// of medians taken seconds apart. `$protocol` measures dlock's own protocol sent raw
+/// (`Option<f64>`). Each block sees the repetition number as `$rep`. (A macro: async
+/// closures borrowing the target would make the scenario future not `Send`.)
+macro_rules! paired {
+    ($s:expr, |$rep:ident| $dlock:block, $floor:block, $protocol:block) => {{
+        let s: &Settings = $s;
+        let mut dlock_runs = Vec::new();
+        let mut floor_runs = Vec::new();
+        let mut ratios = Vec::new();
+        let mut protocol_runs = Vec::new();
+        for $rep in 0..=s.reps {
+            let mut d = Samples::default();
+            let mut f = Samples::default();
+            for first in [$rep % 2 == 0, $rep % 2 == 1] {
+                if first && s.only_dlock != Some(false) {
+                    d = $dlock;
+                } else if !first && s.only_dlock != Some(true) {
+                    f = $floor;
+                }
+            }
+            let p: Option<f64> = $protocol;
+            if $rep == 0 {
+                continue; // the warm-up
+            }
+            ratios.push(d.ops_per_sec() / f.ops_per_sec());
+            dlock_runs.push(d);
+            floor_runs.push(f);
+            protocol_runs.extend(p);
+        }
+        Paired {
+            dlock: median_run(dlock_runs),
+            floor: median_run(floor_runs),
+            ratio: median(ratios).unwrap_or(f64::NAN),
+            protocol_ops: median(protocol_runs),
+        }
+    }};
+}
+
 /// One task, N acquire+release cycles on fresh keys.
 pub(crate) async fn uncontended(target: &Target, s: &Settings) -> Row {
     let locker = target.locker(TTL).await;
-    let mut dlock_runs = Vec::new();
-    let mut floor_runs = Vec::new();
-    let mut featured_runs = Vec::new();
-    for rep in 0..=s.reps {
-        let ops = s.uncontended_ops;
-        let run = if s.only_dlock == Some(false) {
-            Samples::default()
-        } else {
+    let ops = s.uncontended_ops;
+    let runs = paired!(
+        s,
+        |rep| {
             timed_tasks!(1, ops, |_t| locker.clone(), |locker, _t, i| {
                 let key = format!("bench:u:{rep}:{i}");
                 let guard = locker.lock(&key).await.expect("acquire");
                 guard.release().await.expect("release");
             })
-        };
-        let floor = if s.only_dlock == Some(true) {
-            Samples::default()
-        } else {
+        },
+        {
             timed_tasks!(1, ops, |_t| target.raw(), |raw, _t, i| {
                 let key = format!("dlock:bench:uf:{rep}:{i}");
                 assert!(raw.acquire(&key, &owner(i), TTL).await);
                 raw.release(&key, &owner(i), TTL).await;
             })
-        };
-        let featured = featured_floor(target, s, s.uncontended_ops, 1, s.uncontended_ops).await;
-        if rep > 0 {
-            // rep 0 is the warm-up
-            dlock_runs.push(run);
-            floor_runs.push(floor);
-            featured_runs.extend(featured);
-        }
-    }
-    let (run, floor) = (median_run(dlock_runs), median_run(floor_runs));
-    let note = with_protocol_cost(
-        format!(
-            "floor p50 {:.0} µs",
-            floor.percentile(50.0).as_secs_f64() * 1e6
-        ),
-        median(featured_runs),
-        &floor,
+        },
+        { featured_floor(target, s, ops, 1, ops).await }
     );
-    Row::new(
-        target.name(),
-        "uncontended",
-        &run,
-        floor.ops_per_sec(),
-        note,
-    )
+    let note = format!(
+        "floor p50 {:.0} µs",
+        runs.floor.percentile(50.0).as_secs_f64() * 1e6
+    );
+    runs.row(target.name(), "uncontended", note)
 }
 
 /// 64 concurrent tasks over 10 000 keys (partitioned so tasks never meet), one Locker / one
@@ -121,42 +149,43 @@ pub(crate) async fn many_keys(target: &Target, s: &Settings) -> Row {
     const KEYS: usize = 10_000;
     let locker = target.locker(TTL).await;
     let per_task = s.many_keys_ops / TASKS;
-    let mut dlock_runs = Vec::new();
-    let mut floor_runs = Vec::new();
-    let mut featured_runs = Vec::new();
-    for rep in 0..=s.reps {
-        let run = if s.only_dlock == Some(false) {
-            Samples::default()
-        } else {
+    let runs = paired!(
+        s,
+        |rep| {
             timed_tasks!(TASKS, per_task, |_t| locker.clone(), |locker, t, j| {
                 let key = format!("bench:m:{rep}:{}", (t + TASKS * j) % KEYS);
                 let guard = locker.lock(&key).await.expect("acquire");
                 guard.release().await.expect("release");
             })
-        };
-        let floor = if s.only_dlock == Some(true) {
-            Samples::default()
-        } else {
+        },
+        {
             timed_tasks!(TASKS, per_task, |_t| target.raw(), |raw, t, j| {
                 let key = format!("dlock:bench:mf:{rep}:{}", (t + TASKS * j) % KEYS);
                 assert!(raw.acquire(&key, &owner(t), TTL).await);
                 raw.release(&key, &owner(t), TTL).await;
             })
-        };
-        let featured = featured_floor(target, s, per_task, TASKS, KEYS).await;
-        if rep > 0 {
-            dlock_runs.push(run);
-            floor_runs.push(floor);
-            featured_runs.extend(featured);
-        }
-    }
-    let (run, floor) = (median_run(dlock_runs), median_run(floor_runs));
-    let note = with_protocol_cost(
-        format!("{TASKS} tasks, {KEYS} keys"),
-        median(featured_runs),
-        &floor,
+        },
+        { featured_floor(target, s, per_task, TASKS, KEYS).await }
     );
-    Row::new(target.name(), "many-keys", &run, floor.ops_per_sec(), note)
+    runs.row(
+        target.name(),
+        "many-keys",
+        format!("{TASKS} tasks, {KEYS} keys"),
+    )
+}
+
+impl Paired {
+    fn row(&self, backend: &str, scenario: &'static str, note: String) -> Row {
+        let note = with_protocol_cost(note, self.protocol_ops, &self.floor);
+        Row::new(
+            backend,
+            scenario,
+            &self.dlock,
+            self.floor.ops_per_sec(),
+            note,
+        )
+        .with_ratio(self.ratio)
+    }
 }
 
 /// `note`, plus what dlock's own protocol achieves sent raw (when measured).

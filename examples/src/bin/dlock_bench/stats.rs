@@ -76,6 +76,14 @@ impl Row {
     }
 }
 
+impl Row {
+    /// Replaces the ratio (e.g. by a median of paired ratios).
+    pub(crate) const fn with_ratio(mut self, ratio: f64) -> Self {
+        self.ratio = ratio;
+        self
+    }
+}
+
 fn human_us(us: f64) -> String {
     if us >= 1000.0 {
         format!("{:.1} ms", us / 1000.0)

@@ -234,10 +234,10 @@ impl Raw {
         }
     }
 
-    /// The same work as dlock's Redis acquire + release, raw: one script that sets the lock
-    /// and `INCR`s its fencing counter, and an owner-checked delete that also `PUBLISH`es.
-    /// Tells how much of the gap to the floor is the fencing token and the release
-    /// notification rather than dlock's code. `None` for backends without such a variant.
+    /// The same work as dlock's Redis acquire + release, raw: `SET NX PX`, `INCR` of the
+    /// fencing counter and `PTTL` in one pipeline, and an owner-checked delete script that
+    /// also `PUBLISH`es. Tells how much of the gap to the floor is the fencing token and the
+    /// release notification rather than dlock's code. `None` for backends without one.
     pub(crate) async fn cycle_with_fencing_and_notify(
         &mut self,
         key: &str,
@@ -247,30 +247,31 @@ impl Raw {
         let Self::Redis(conn, _) = self else {
             return None;
         };
-        static ACQUIRE: LazyLock<redis::Script> = LazyLock::new(|| {
-            redis::Script::new(
-                "if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then \
-                 return redis.call('incr', KEYS[2]) end return -1",
-            )
-        });
         static RELEASE: LazyLock<redis::Script> = LazyLock::new(|| {
             redis::Script::new(
-                "if redis.call('get', KEYS[1]) ~= ARGV[1] then return -1 end \
-                 redis.call('del', KEYS[1]) return redis.call('publish', KEYS[1] .. ':released', ARGV[1])",
+                "if redis.pcall('get', KEYS[1]) ~= ARGV[1] then return -1 end \
+                 redis.call('del', KEYS[1]) return redis.call('publish', KEYS[1] .. ':released', ARGV[2])",
             )
         });
-        let token: i64 = ACQUIRE
-            .key(key)
-            .key(format!("{key}:fence"))
+        let (set, token, _pttl): (Option<String>, i64, i64) = redis::pipe()
+            .cmd("SET")
+            .arg(key)
             .arg(owner)
+            .arg("NX")
+            .arg("PX")
             .arg(ttl.as_millis() as u64)
-            .invoke_async(conn)
+            .cmd("INCR")
+            .arg(format!("{key}:fence"))
+            .cmd("PTTL")
+            .arg(key)
+            .query_async(conn)
             .await
-            .expect("EVALSHA acquire");
-        assert!(token >= 1, "key {key} unexpectedly held");
+            .expect("pipelined acquire");
+        assert!(set.is_some() && token >= 1, "key {key} unexpectedly held");
         let _: i64 = RELEASE
             .key(key)
             .arg(owner)
+            .arg("bench")
             .invoke_async(conn)
             .await
             .expect("EVALSHA release");
