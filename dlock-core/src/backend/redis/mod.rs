@@ -219,18 +219,19 @@ impl RedisBackend {
         }
     }
 
-    /// Runs `lua` with the keys and arguments `fill` appends: `EVALSHA`, then `EVAL` if the
-    /// server does not know the script (a restarted or new server). Each round trip is
-    /// bounded by the operation timeout.
+    /// Runs `lua` with the keys and arguments `fill` appends (`numkeys` keys, `args` keys and
+    /// arguments in all, about `bytes` bytes): `EVALSHA`, then `EVAL` if the server does not
+    /// know the script (a restarted or new server). Each round trip is bounded by the
+    /// operation timeout.
     async fn run<T: FromRedisValue>(
         &self,
         operation: &'static str,
         lua: &Lua,
-        numkeys: usize,
+        (numkeys, args, bytes): (usize, usize, usize),
         fill: impl Fn(&mut Cmd),
     ) -> Result<T> {
         let mut conn = self.conn.clone();
-        let mut cmd = lua.evalsha(numkeys);
+        let mut cmd = lua.evalsha(numkeys, args, bytes);
         fill(&mut cmd);
         let reply = match self
             .within_timeout(operation, cmd.query_async(&mut conn))
@@ -258,18 +259,25 @@ impl RedisBackend {
     /// unusual (a key without expiry, a wrong type) is settled by the script.
     async fn attempt(&self, req: &AcquireRequest) -> Result<Attempt> {
         let key = &*req.key;
-        let mut pipeline = redis::pipe();
-        pipeline
-            .cmd("SET")
+        let owner = req.owner.as_str();
+        // Commands sized up front: one that grows copies itself over and over.
+        let name = key.len() + 2 + keys::FENCE.len();
+        let mut set = Cmd::with_capacity(6, 32 + name + owner.len());
+        set.arg("SET")
             .arg(RedisName::lock(key))
-            .arg(req.owner.as_str())
+            .arg(owner)
             .arg("NX")
             .arg("PX")
-            .arg(millis(req.ttl))
-            .cmd("INCR")
-            .arg(RedisName::fence(key))
-            .cmd("PTTL")
-            .arg(RedisName::lock(key));
+            .arg(millis(req.ttl));
+        let mut incr = Cmd::with_capacity(2, 8 + name);
+        incr.arg("INCR").arg(RedisName::fence(key));
+        let mut pttl = Cmd::with_capacity(2, 8 + name);
+        pttl.arg("PTTL").arg(RedisName::lock(key));
+        let mut pipeline = redis::Pipeline::with_capacity(3);
+        pipeline
+            .add_command(set)
+            .add_command(incr)
+            .add_command(pttl);
         let mut conn = self.conn.clone();
         let reply = self
             .within_timeout(
@@ -315,12 +323,17 @@ impl RedisBackend {
     async fn attempt_scripted_inline(&self, req: &AcquireRequest) -> Result<Attempt> {
         let key = &*req.key;
         let reply: Value = self
-            .run("acquire", &scripts::ACQUIRE, 2, |cmd| {
-                cmd.arg(RedisName::lock(key))
-                    .arg(RedisName::fence(key))
-                    .arg(req.owner.as_str())
-                    .arg(millis(req.ttl));
-            })
+            .run(
+                "acquire",
+                &scripts::ACQUIRE,
+                (2, 4, 2 * key.len() + 64),
+                |cmd| {
+                    cmd.arg(RedisName::lock(key))
+                        .arg(RedisName::fence(key))
+                        .arg(req.owner.as_str())
+                        .arg(millis(req.ttl));
+                },
+            )
             .await?;
         match reply {
             Value::Int(token) if token >= 1 => Ok(Attempt::Granted(token.unsigned_abs())),
@@ -349,7 +362,8 @@ impl RedisBackend {
     /// Owner-checked delete + release notification; how many subscribers heard it, or -1 if
     /// `owner` did not hold the lock.
     async fn release_owned(&self, owner: &str, key: &str) -> Result<i64> {
-        self.run("release", &scripts::RELEASE, 1, |cmd| {
+        let bytes = key.len() + 2 + owner.len() + self.id.as_str().len();
+        self.run("release", &scripts::RELEASE, (1, 3, bytes), |cmd| {
             cmd.arg(RedisName::lock(key))
                 .arg(owner)
                 .arg(self.id.as_str());
@@ -442,9 +456,14 @@ impl LockBackend for RedisBackend {
 
     async fn force_release(&self, key: &str) -> Result<bool> {
         let removed: i64 = self
-            .run("force_release", &scripts::FORCE_RELEASE, 1, |cmd| {
-                cmd.arg(RedisName::lock(key));
-            })
+            .run(
+                "force_release",
+                &scripts::FORCE_RELEASE,
+                (1, 1, key.len() + 2),
+                |cmd| {
+                    cmd.arg(RedisName::lock(key));
+                },
+            )
             .await?;
         Ok(removed > 0)
     }
@@ -501,18 +520,27 @@ impl RedisBackend {
 
     /// One renewal script over `leases` (all in one slot on Cluster: called with one lease).
     async fn renew_batch(&self, leases: &[Lease]) -> Result<Vec<bool>> {
+        let bytes = leases
+            .iter()
+            .map(|lease| lease.key.len() + lease.owner.as_str().len() + 12)
+            .sum();
         let flags: Vec<i64> = self
-            .run("renew", &scripts::RENEW, leases.len(), |cmd| {
-                for lease in leases {
-                    cmd.arg(RedisName::lock(&lease.key));
-                }
-                for lease in leases {
-                    cmd.arg(lease.owner.as_str());
-                }
-                for lease in leases {
-                    cmd.arg(millis(lease.ttl));
-                }
-            })
+            .run(
+                "renew",
+                &scripts::RENEW,
+                (leases.len(), 3 * leases.len(), bytes),
+                |cmd| {
+                    for lease in leases {
+                        cmd.arg(RedisName::lock(&lease.key));
+                    }
+                    for lease in leases {
+                        cmd.arg(lease.owner.as_str());
+                    }
+                    for lease in leases {
+                        cmd.arg(millis(lease.ttl));
+                    }
+                },
+            )
             .await?;
         if flags.len() != leases.len() {
             return Err(Error::backend(
