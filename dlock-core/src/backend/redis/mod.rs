@@ -2,9 +2,10 @@
 //!
 //! Each operation is one round trip:
 //!
-//! * **acquire**: `SET key owner NX PX ttl`, `INCR` of the key's fencing counter and the
-//!   holder's remaining `PTTL`, pipelined as native commands (a Lua script does the same when
-//!   a key turns out to be of another type, to say which);
+//! * **acquire**: `SET key owner NX PX ttl` and `INCR` of the key's fencing counter,
+//!   pipelined as native commands; waiters (and a `try_lock` that found the lock taken) use a
+//!   Lua script that does the same and also returns the holder's remaining `PTTL` (or says
+//!   which key is of another type);
 //! * **release**: a Lua script (`EVALSHA`, loaded on `NOSCRIPT`): owner-checked `DEL` plus
 //!   `PUBLISH` on the lock's release channel;
 //! * **renew**: a Lua script: owner-checked `PEXPIRE` of up to 100 locks in one call (Redis Cluster: one call
@@ -121,7 +122,10 @@ pub struct RedisBackend {
 /// What one acquire attempt found.
 enum Attempt {
     Granted(u64),
+    /// Held, with the holder's remaining ttl if it has one.
     Held(Option<Duration>),
+    /// Held; the fast path does not ask for how long.
+    Taken,
 }
 
 impl RedisBackend {
@@ -248,15 +252,17 @@ impl RedisBackend {
         reply.map_err(|e| self.failed(operation, e))
     }
 
-    /// One acquire attempt: `SET NX PX`, `INCR` of the fence and `PTTL`, pipelined in one
-    /// round trip as native commands — half the server time of the same work in Lua.
+    /// One acquire attempt: `SET NX PX` and `INCR` of the fence, pipelined in one round trip
+    /// as native commands — less than half the server time of the same work in Lua. When the
+    /// lock is taken it does not ask for how long: a waiter's next attempt is the script,
+    /// which does.
     ///
-    /// Not a transaction, and it need not be: the three run back to back on one connection,
+    /// Not a transaction, and it need not be: the two run back to back on one connection,
     /// and a grant can only go to someone else between our `SET` and our `INCR` if our lock
     /// expired in between — then our reply comes more than a ttl after we sent the request,
     /// past the local deadline, and the core drops the grant without using its token. A failed
     /// attempt burns a token, which keeps tokens strictly increasing per grant. Anything
-    /// unusual (a key without expiry, a wrong type) is settled by the script.
+    /// unusual (a fence that is not a counter) is settled by the script.
     async fn attempt(&self, req: &AcquireRequest) -> Result<Attempt> {
         let key = &*req.key;
         let owner = req.owner.as_str();
@@ -271,40 +277,26 @@ impl RedisBackend {
             .arg(millis(req.ttl));
         let mut incr = Cmd::with_capacity(2, 8 + name);
         incr.arg("INCR").arg(RedisName::fence(key));
-        let mut pttl = Cmd::with_capacity(2, 8 + name);
-        pttl.arg("PTTL").arg(RedisName::lock(key));
-        let mut pipeline = redis::Pipeline::with_capacity(3);
-        pipeline
-            .add_command(set)
-            .add_command(incr)
-            .add_command(pttl);
+        let mut pipeline = redis::Pipeline::with_capacity(2);
+        pipeline.add_command(set).add_command(incr);
         let mut conn = self.conn.clone();
         let reply = self
             .within_timeout(
                 "acquire",
-                pipeline.query_async::<(Option<Value>, i64, i64)>(&mut conn),
+                pipeline.query_async::<(Option<Value>, i64)>(&mut conn),
             )
             .await?;
         match reply {
-            Ok((Some(_), token, _)) if token >= 1 => Ok(Attempt::Granted(token.unsigned_abs())),
-            Ok((None, _, pttl)) if pttl >= 0 => Ok(Attempt::Held(Some(Duration::from_millis(
-                pttl.unsigned_abs(),
-            )))),
+            Ok((Some(_), token)) if token >= 1 => Ok(Attempt::Granted(token.unsigned_abs())),
+            Ok((None, _)) => Ok(Attempt::Taken),
             Err(error) if error.is_io_error() || error.is_timeout() => {
                 Err(self.failed("acquire", error))
             }
-            Ok((set, _, _)) => {
-                if set.is_some() {
-                    // Granted with a fence that is not a positive counter: undo, and let
-                    // the script explain.
-                    self.release_owned(req.owner.as_str(), key).await?;
-                }
-                self.attempt_scripted(req).await
-            }
-            Err(_) => {
-                // A server error (e.g. the fence key holds another type): undo our SET if it
-                // happened, and let the script explain.
-                self.release_owned(req.owner.as_str(), key).await?;
+            Ok((Some(_), _)) | Err(_) => {
+                // Granted with a fence that is not a positive counter, or a server error
+                // (e.g. the fence key holds another type): undo our SET if it happened, and
+                // let the script explain.
+                self.release_owned(owner, key).await?;
                 self.attempt_scripted(req).await
             }
         }
@@ -391,6 +383,17 @@ impl LockBackend for RedisBackend {
             match self.attempt(req).await? {
                 Attempt::Granted(token) => return Ok(Self::lease(req, sent, token)),
                 Attempt::Held(pttl) => retry_after = pttl,
+                Attempt::Taken if deadline.is_some_and(|d| d <= Instant::now()) => {
+                    // Out of time: the script asks once more and says for how long the
+                    // lock is held (a `try_lock` that finds it taken costs two round trips).
+                    let sent = Instant::now();
+                    return Ok(match self.attempt_scripted(req).await? {
+                        Attempt::Granted(token) => Self::lease(req, sent, token),
+                        Attempt::Held(pttl) => AcquireOutcome::Busy { retry_after: pttl },
+                        Attempt::Taken => AcquireOutcome::Busy { retry_after: None },
+                    });
+                }
+                Attempt::Taken => {}
             }
             if deadline.is_some_and(|d| d <= Instant::now()) {
                 return Ok(AcquireOutcome::Busy { retry_after });
@@ -491,10 +494,13 @@ impl RedisBackend {
         loop {
             let barred_until = self.waiters.barred_until(&channel);
             if ticket.is_head() && barred_until.is_none() {
+                // The script: it also says how long the holder keeps the lock, for the
+                // re-check below.
                 let sent = Instant::now();
-                match self.attempt(req).await? {
+                match self.attempt_scripted(req).await? {
                     Attempt::Granted(token) => return Ok(Self::lease(req, sent, token)),
                     Attempt::Held(pttl) => retry_after = pttl,
+                    Attempt::Taken => {}
                 }
             }
             let now = Instant::now();
