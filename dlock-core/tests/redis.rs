@@ -86,6 +86,21 @@ async fn a_restart_without_persistence_loses_the_lease_at_the_next_renewal() {
         .expect("free after the restart");
 }
 
+/// Asserts that locking `key` fails with a backend error naming the Redis key `name` and
+/// the foreign `kind` found there.
+async fn assert_names_foreign_key(locker: &Locker, key: &str, name: &str, kind: &str) {
+    match locker.lock(key).wait(Duration::ZERO).await {
+        Err(Error::Backend { source, .. }) => {
+            let message = source.to_string();
+            assert!(
+                message.contains(name) && message.contains(kind),
+                "{message}"
+            );
+        }
+        other => panic!("expected a backend error naming {name}, got {other:?}"),
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_key_of_another_type_is_a_clear_error_naming_it() {
     let server = RedisServer::start().await.unwrap();
@@ -94,16 +109,7 @@ async fn a_key_of_another_type_is_a_clear_error_naming_it() {
         .await
         .unwrap();
     let locker = locker(&server.url(), Duration::from_secs(5)).await;
-    match locker.lock("cart").wait(Duration::ZERO).await {
-        Err(Error::Backend { source, .. }) => {
-            let message = source.to_string();
-            assert!(
-                message.contains("`{dlock:cart}`") && message.contains("hash"),
-                "{message}"
-            );
-        }
-        other => panic!("expected a backend error naming the key, got {other:?}"),
-    }
+    assert_names_foreign_key(&locker, "cart", "`{dlock:cart}`", "hash").await;
     assert_eq!(
         server
             .command(&["HGET", "{dlock:cart}", "item"])
@@ -121,16 +127,7 @@ async fn a_fence_key_of_another_type_is_named_and_the_lock_is_not_left_taken() {
         .await
         .unwrap();
     let locker = locker(&server.url(), Duration::from_secs(5)).await;
-    match locker.lock("cart").wait(Duration::ZERO).await {
-        Err(Error::Backend { source, .. }) => {
-            let message = source.to_string();
-            assert!(
-                message.contains("`{dlock:cart}:fence`") && message.contains("set"),
-                "{message}"
-            );
-        }
-        other => panic!("expected a backend error naming the fence key, got {other:?}"),
-    }
+    assert_names_foreign_key(&locker, "cart", "`{dlock:cart}:fence`", "set").await;
     // The SET that went through before the INCR failed was undone.
     assert_eq!(
         server.command(&["EXISTS", "{dlock:cart}"]).await.unwrap(),
