@@ -160,11 +160,11 @@ async fn an_evicting_memory_policy_is_detected() {
     assert_eq!(connect(safe.url()).await.eviction_risk().await, None);
 }
 
-/// Redis' own count of lock round trips (`EVALSHA` scripts and `EXEC` transactions) since
-/// the last `CONFIG RESETSTAT`.
-async fn lock_round_trips(server: &RedisServer) -> u64 {
+/// How many times Redis ran `commands` since the last `CONFIG RESETSTAT` (its own count;
+/// commands run inside scripts included).
+async fn calls(server: &RedisServer, commands: &[&str]) -> u64 {
     let stats = server.command(&["INFO", "commandstats"]).await.unwrap();
-    ["evalsha", "exec"]
+    commands
         .iter()
         .map(|command| {
             stats
@@ -174,6 +174,12 @@ async fn lock_round_trips(server: &RedisServer) -> u64 {
                 .map_or(0, |calls| calls.parse::<u64>().unwrap())
         })
         .sum()
+}
+
+/// Redis' own count of lock round trips (`EVALSHA` scripts and `EXEC` transactions) since
+/// the last `CONFIG RESETSTAT`.
+async fn lock_round_trips(server: &RedisServer) -> u64 {
+    calls(server, &["evalsha", "exec"]).await
 }
 
 fn percentile(sorted: &[Duration], p: usize) -> Duration {
@@ -312,4 +318,53 @@ async fn a_releaser_that_re_requests_at_once_does_not_starve_others() {
         .unwrap()
         .expect("the patient Locker got the lock");
     assert!(rounds <= 2, "the waiter had to wait {rounds} greedy rounds");
+}
+
+/// An uncontended release publishes nothing: it is the raw compare-and-delete. A waiter of
+/// another Locker marks the lock once subscribed, and then the release publishes, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_release_of_a_lock_someone_waits_for_publishes() {
+    let server = RedisServer::start().await.unwrap();
+    let holder = locker(&server.url(), Duration::from_secs(30)).await;
+    let waiter = locker(&server.url(), Duration::from_secs(30)).await;
+    server.command(&["CONFIG", "RESETSTAT"]).await.unwrap();
+    for _ in 0..10 {
+        holder
+            .lock("report")
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+    }
+    assert_eq!(calls(&server, &["publish"]).await, 0, "nobody waited");
+
+    let guard = holder.lock("report").await.unwrap();
+    let owner_value = server.command(&["GET", "{dlock:report}"]).await.unwrap();
+    let waiting = tokio::spawn({
+        let waiter = waiter.clone();
+        async move {
+            let guard = waiter.lock("report").wait(Duration::from_secs(20)).await;
+            guard.unwrap().release().await
+        }
+    });
+    // The waiter subscribes, then finds the lock held and marks it.
+    let marked = format!("{owner_value}|waited");
+    let give_up = Instant::now() + Duration::from_secs(10);
+    while server.command(&["GET", "{dlock:report}"]).await.unwrap() != marked {
+        assert!(Instant::now() < give_up, "the waiter never marked the lock");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(
+        calls(&server, &["publish"]).await,
+        0,
+        "nothing released yet"
+    );
+    guard.release().await.unwrap();
+    waiting.await.unwrap().unwrap();
+    assert_eq!(
+        calls(&server, &["publish"]).await,
+        1,
+        "the marked release published; the waiter's own (unmarked) did not"
+    );
 }

@@ -5,8 +5,9 @@
 //!
 //! | what | Redis name (full lock key `K`) |
 //! |---|---|
-//! | the lock: a string holding the owner id, with a PX expiry | `{K}` |
+//! | the lock: a string holding the owner id (plus `\|waited` once a waiter marked it), with a PX expiry | `{K}` |
 //! | the fencing counter (`INCR`ed by each grant; kept forever) | `{K}:fence` |
+//! | the hand-over mark a releaser leaves for its barred waiters (short PX expiry) | `{K}:handover` |
 //! | the release notification channel | `{K}:released` |
 //!
 //! Braces and `%` inside `K` are percent-escaped, so the tag is always the whole key.
@@ -20,6 +21,12 @@ use redis::{RedisWrite, ToRedisArgs};
 
 /// Suffix of the fencing counter's name.
 pub(super) const FENCE: &str = ":fence";
+/// Suffix of the hand-over mark's name.
+pub(super) const HANDOVER: &str = ":handover";
+/// Appended to a lock's value by a waiter that found it held: its release must publish.
+/// (The scripts spell it out; a test checks that they agree.)
+#[cfg(test)]
+pub(super) const WAITED: &str = "|waited";
 /// Suffix of the release channel's name (the scripts append it to `KEYS[1]` themselves).
 pub(super) const RELEASED: &str = ":released";
 
@@ -39,6 +46,15 @@ impl<'a> RedisName<'a> {
     /// The fencing counter: `{K}:fence`.
     pub(super) const fn fence(key: &'a str) -> Self {
         Self { key, suffix: FENCE }
+    }
+
+    /// The hand-over mark: `{K}:handover`, left by a releaser whose own waiters let others go
+    /// first, so the next holder's release wakes them.
+    pub(super) const fn handover(key: &'a str) -> Self {
+        Self {
+            key,
+            suffix: HANDOVER,
+        }
     }
 
     /// The release channel: `{K}:released`.
@@ -108,6 +124,10 @@ mod tests {
         assert_eq!(
             RedisName::channel("dlock:order:42").to_string(),
             "{dlock:order:42}:released"
+        );
+        assert_eq!(
+            RedisName::handover("dlock:order:42").to_string(),
+            "{dlock:order:42}:handover"
         );
         assert_eq!(args(RedisName::fence("a:b")), b"{a:b}:fence");
     }

@@ -6,20 +6,24 @@
 //!   pipelined as native commands; waiters (and a `try_lock` that found the lock taken) use a
 //!   Lua script that does the same and also returns the holder's remaining `PTTL` (or says
 //!   which key is of another type);
-//! * **release**: a Lua script (`EVALSHA`, loaded on `NOSCRIPT`): owner-checked `DEL` plus
-//!   `PUBLISH` on the lock's release channel;
+//! * **release**: a Lua script (`EVALSHA`, loaded on `NOSCRIPT`): owner-checked `DEL`, plus
+//!   `PUBLISH` on the lock's release channel when some Locker marked the lock waited for
+//!   (an uncontended release costs what the raw compare-and-delete costs);
 //! * **renew**: a Lua script: owner-checked `PEXPIRE` of up to 100 locks in one call (Redis Cluster: one call
 //!   per lock, sent concurrently, since every lock lives in its own slot).
 //!
 //! Waiting never polls: waiters of one Locker queue locally in FIFO order behind one
 //! subscription connection; a release wakes the head of the queue, which also re-checks when
-//! the holder's ttl runs out in case a message was lost. A Locker that releases a lock other
-//! Lockers are waiting for is barred from re-taking it for a few milliseconds, so their
-//! waiters go next: under contention Lockers take turns, and within a Locker waiters are
-//! served in arrival order.
+//! the holder's ttl runs out in case a message was lost. A head that finds the lock held
+//! (after subscribing) marks it waited for (`|waited` appended to the holder's value: the
+//! mark lives and dies with that lease), and only the release of a marked lock publishes.
+//! A Locker that releases a lock other Lockers are waiting for is barred from re-taking it
+//! for a few milliseconds, so their waiters go next: under contention Lockers take turns, and
+//! within a Locker waiters are served in arrival order.
 //!
 //! Key layout (hash-tagged for Cluster): see the `keys` module — the lock of full key `K` is
-//! the Redis string `{K}`; its fencing counter is `{K}:fence`.
+//! the Redis string `{K}`; its fencing counter is `{K}:fence`; the hand-over mark a releaser
+//! leaves for its own barred waiters is `{K}:handover`.
 //!
 //! # What Redis does and does not guarantee
 //!
@@ -92,6 +96,12 @@ const RENEW_BATCH: usize = 100;
 
 /// How long a Locker that released a lock other Lockers wait for lets them go first.
 const RELEASER_BAR: Duration = Duration::from_millis(10);
+
+/// How long the hand-over mark a releaser leaves for its barred waiters outlives the bar:
+/// time for another Locker's waiter to be woken and take the lock (and the mark with it). A
+/// mark nobody takes costs a later release a needless `PUBLISH`; a missed one costs the
+/// barred waiters the rest of the bar.
+const HANDOVER_SLACK: Duration = Duration::from_secs(1);
 
 /// Locks in Redis (single server or Cluster).
 ///
@@ -296,34 +306,39 @@ impl RedisBackend {
                 // Granted with a fence that is not a positive counter, or a server error
                 // (e.g. the fence key holds another type): undo our SET if it happened, and
                 // let the script explain.
-                self.release_owned(owner, key).await?;
-                self.attempt_scripted(req).await
+                self.release_owned(owner, key, false).await?;
+                self.attempt_scripted(req, false).await
             }
         }
     }
 
     /// One acquire attempt as one script (`SET NX PX` + `INCR` of the fence, or the holder's
-    /// `PTTL`), which also tells what is wrong with keys of another type. Boxed: only odd
-    /// cases come here.
+    /// `PTTL`), which also tells what is wrong with keys of another type. A queued waiter
+    /// (subscribed to the release channel) that finds the lock held marks it waited for, so
+    /// its release is published. Boxed: only waiters and odd cases come here.
     fn attempt_scripted<'a>(
         &'a self,
         req: &'a AcquireRequest,
+        queued: bool,
     ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Attempt>> + Send + 'a>> {
-        Box::pin(self.attempt_scripted_inline(req))
+        Box::pin(self.attempt_scripted_inline(req, queued))
     }
 
-    async fn attempt_scripted_inline(&self, req: &AcquireRequest) -> Result<Attempt> {
+    async fn attempt_scripted_inline(&self, req: &AcquireRequest, queued: bool) -> Result<Attempt> {
         let key = &*req.key;
+        let queued = if queued { "1" } else { "0" };
         let reply: Value = self
             .run(
                 "acquire",
                 &scripts::ACQUIRE,
-                (2, 4, 2 * key.len() + 64),
+                (3, 6, 3 * key.len() + 80),
                 |cmd| {
                     cmd.arg(RedisName::lock(key))
                         .arg(RedisName::fence(key))
+                        .arg(RedisName::handover(key))
                         .arg(req.owner.as_str())
-                        .arg(millis(req.ttl));
+                        .arg(millis(req.ttl))
+                        .arg(queued);
                 },
             )
             .await?;
@@ -351,14 +366,28 @@ impl RedisBackend {
         }
     }
 
-    /// Owner-checked delete + release notification; how many subscribers heard it, or -1 if
-    /// `owner` did not hold the lock.
-    async fn release_owned(&self, owner: &str, key: &str) -> Result<i64> {
-        let bytes = key.len() + 2 + owner.len() + self.id.as_str().len();
-        self.run("release", &scripts::RELEASE, (1, 3, bytes), |cmd| {
+    /// Owner-checked delete, and the release notification if a waiter marked the lock (or,
+    /// `own_waiters`, always, leaving the hand-over mark for this Locker's waiters, which it
+    /// bars for a moment); how many subscribers heard it, or -1 if `owner` did not hold the
+    /// lock. Without waiters of our own the script gets what the raw compare-and-delete
+    /// gets: the key and the owner (a published message is then the owner, not our id).
+    async fn release_owned(&self, owner: &str, key: &str, own_waiters: bool) -> Result<i64> {
+        if !own_waiters {
+            let bytes = key.len() + 2 + owner.len();
+            return self
+                .run("release", &scripts::RELEASE, (1, 2, bytes), |cmd| {
+                    cmd.arg(RedisName::lock(key)).arg(owner);
+                })
+                .await;
+        }
+        let keep = millis(RELEASER_BAR + HANDOVER_SLACK);
+        let bytes = 2 * key.len() + 12 + owner.len() + self.id.as_str().len() + 8;
+        self.run("release", &scripts::RELEASE, (2, 5, bytes), |cmd| {
             cmd.arg(RedisName::lock(key))
+                .arg(RedisName::handover(key))
                 .arg(owner)
-                .arg(self.id.as_str());
+                .arg(self.id.as_str())
+                .arg(keep);
         })
         .await
     }
@@ -387,7 +416,7 @@ impl LockBackend for RedisBackend {
                     // Out of time: the script asks once more and says for how long the
                     // lock is held (a `try_lock` that finds it taken costs two round trips).
                     let sent = Instant::now();
-                    return Ok(match self.attempt_scripted(req).await? {
+                    return Ok(match self.attempt_scripted(req, false).await? {
                         Attempt::Granted(token) => Self::lease(req, sent, token),
                         Attempt::Held(pttl) => AcquireOutcome::Busy { retry_after: pttl },
                         Attempt::Taken => AcquireOutcome::Busy { retry_after: None },
@@ -443,7 +472,9 @@ impl LockBackend for RedisBackend {
         if own_waiters {
             self.waiters.bar(&channel_of(&lease.key), bar_until);
         }
-        let listeners = self.release_owned(lease.owner.as_str(), &lease.key).await;
+        let listeners = self
+            .release_owned(lease.owner.as_str(), &lease.key, own_waiters)
+            .await;
         let others_listened = matches!(listeners, Ok(n) if n > i64::from(own_waiters));
         if others_listened {
             self.waiters.bar(&channel_of(&lease.key), bar_until);
@@ -497,7 +528,7 @@ impl RedisBackend {
                 // The script: it also says how long the holder keeps the lock, for the
                 // re-check below.
                 let sent = Instant::now();
-                match self.attempt_scripted(req).await? {
+                match self.attempt_scripted(req, true).await? {
                     Attempt::Granted(token) => return Ok(Self::lease(req, sent, token)),
                     Attempt::Held(pttl) => retry_after = pttl,
                     Attempt::Taken => {}

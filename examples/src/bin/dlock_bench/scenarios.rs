@@ -192,7 +192,7 @@ impl Paired {
 fn with_protocol_cost(note: String, protocol_ops: Option<f64>, floor: &Samples) -> String {
     match protocol_ops {
         Some(ops) => format!(
-            "{note}; raw with dlock's fencing INCR + release PUBLISH: {ops:.0} ops/s ({:.2} of the floor)",
+            "{note}; dlock's protocol sent raw (fencing INCR, release script): {ops:.0} ops/s ({:.2} of the floor)",
             ops / floor.ops_per_sec()
         ),
         None => note,

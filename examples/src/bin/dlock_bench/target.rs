@@ -234,10 +234,10 @@ impl Raw {
         }
     }
 
-    /// The same work as dlock's Redis acquire + release, raw: `SET NX PX`, `INCR` of the
-    /// fencing counter and `PTTL` in one pipeline, and an owner-checked delete script that
-    /// also `PUBLISH`es. Tells how much of the gap to the floor is the fencing token and the
-    /// release notification rather than dlock's code. `None` for backends without one.
+    /// The same work as dlock's uncontended Redis acquire + release, raw: `SET NX PX` and
+    /// `INCR` of the fencing counter in one pipeline, and dlock's release script (an
+    /// owner-checked delete that publishes when a waiter marked the lock). Tells how much of the gap to the floor is the protocol (the fencing token, the
+    /// release notification) rather than dlock's code. `None` for backends without one.
     pub(crate) async fn cycle_with_fencing_and_notify(
         &mut self,
         key: &str,
@@ -249,11 +249,15 @@ impl Raw {
         };
         static RELEASE: LazyLock<redis::Script> = LazyLock::new(|| {
             redis::Script::new(
-                "if redis.pcall('get', KEYS[1]) ~= ARGV[1] then return -1 end \
-                 redis.call('del', KEYS[1]) return redis.call('publish', KEYS[1] .. ':released', ARGV[2])",
+                "local holder = redis.pcall('get', KEYS[1]) \
+                 if holder == ARGV[1] then redis.call('del', KEYS[1]) if not KEYS[2] then return 0 end \
+                 elseif holder == ARGV[1] .. '|waited' then redis.call('del', KEYS[1]) \
+                 else return -1 end \
+                 if KEYS[2] then redis.call('set', KEYS[2], '1', 'PX', ARGV[3]) end \
+                 return redis.call('publish', KEYS[1] .. ':released', ARGV[2] or ARGV[1])",
             )
         });
-        let (set, token, _pttl): (Option<String>, i64, i64) = redis::pipe()
+        let (set, token): (Option<String>, i64) = redis::pipe()
             .cmd("SET")
             .arg(key)
             .arg(owner)
@@ -262,8 +266,6 @@ impl Raw {
             .arg(ttl.as_millis() as u64)
             .cmd("INCR")
             .arg(format!("{key}:fence"))
-            .cmd("PTTL")
-            .arg(key)
             .query_async(conn)
             .await
             .expect("pipelined acquire");
@@ -271,7 +273,6 @@ impl Raw {
         let _: i64 = RELEASE
             .key(key)
             .arg(owner)
-            .arg("bench")
             .invoke_async(conn)
             .await
             .expect("EVALSHA release");
