@@ -427,9 +427,13 @@ impl Locker {
         }
 
         let request = AcquireRequest::new(full_key, OwnerId::random(&shared.id), ttl);
-        let started = Instant::now();
         let wait = options.wait.unwrap_or(shared.config.wait);
-        let deadline = wait.map(|w| started + w);
+        // The clock is read only when something uses it (a deadline, the debug event): on
+        // some machines reading it is a system call.
+        let started =
+            (wait.is_some() || tracing::enabled!(tracing::Level::DEBUG)).then(Instant::now);
+        let deadline = wait.zip(started).map(|(w, started)| started + w);
+        let waited = || started.map_or(Duration::ZERO, |started| started.elapsed());
         let outcome = match deadline {
             Some(deadline) => {
                 let hard_stop = deadline + shared.config.operation_timeout;
@@ -447,7 +451,7 @@ impl Locker {
             AcquireOutcome::Busy { retry_after } => {
                 return Err(Error::Busy {
                     key: options.key.to_owned(),
-                    waited: started.elapsed(),
+                    waited: waited(),
                     retry_after,
                 });
             }
@@ -470,7 +474,7 @@ impl Locker {
         tracing::debug!(
             key = options.key,
             fencing_token = guard.fencing_token(),
-            waited_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
+            waited_us = u64::try_from(waited().as_micros()).unwrap_or(u64::MAX),
             "dlock: acquired"
         );
         if let Some(reason) = guard.lost_reason() {

@@ -13,6 +13,7 @@
 //! nearly always one holder per key, so it is kept inline.
 
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::thread::ThreadId;
 
@@ -100,25 +101,21 @@ impl Reentrancy {
     /// Records that `holder` holds `hold`, so its nested acquires re-enter. An earlier live
     /// hold of the same holder and key (taken with `.reentrant(false)`) keeps the entry.
     pub(crate) fn register(&self, holder: HolderId, hold: &Arc<Hold>) {
-        let mut holds = self.holds();
-        if let Some(holders) = holds.get_mut(&**hold.full_key()) {
-            holders.register(holder, hold);
-        } else {
-            holds.insert(
-                Arc::clone(hold.full_key()),
-                Holders::One(holder, Arc::downgrade(hold)),
-            );
+        // One lookup (the key hashed once); the entry keeps the shared key.
+        match self.holds().entry(Arc::clone(hold.full_key())) {
+            Entry::Occupied(mut holders) => holders.get_mut().register(holder, hold),
+            Entry::Vacant(place) => {
+                place.insert(Holders::One(holder, Arc::downgrade(hold)));
+            }
         }
     }
 
     /// Forgets that `holder` holds `key` through `hold` (its last share of it is gone).
-    pub(crate) fn forget(&self, holder: HolderId, key: &str, hold: *const Hold) {
-        let mut holds = self.holds();
-        if holds
-            .get_mut(key)
-            .is_some_and(|holders| holders.forget(holder, hold))
+    pub(crate) fn forget(&self, holder: HolderId, key: &Arc<str>, hold: *const Hold) {
+        if let Entry::Occupied(mut holders) = self.holds().entry(Arc::clone(key))
+            && holders.get_mut().forget(holder, hold)
         {
-            holds.remove(key);
+            holders.remove();
         }
     }
 }

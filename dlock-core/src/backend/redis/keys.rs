@@ -69,7 +69,8 @@ impl<'a> RedisName<'a> {
     fn write_pieces<E>(&self, mut emit: impl FnMut(&str) -> Result<(), E>) -> Result<(), E> {
         emit("{")?;
         let mut rest = self.key;
-        while let Some(at) = rest.find(['%', '{', '}']) {
+        // A byte scan: the three are ASCII, so they never occur inside a multi-byte character.
+        while let Some(at) = rest.bytes().position(|b| matches!(b, b'%' | b'{' | b'}')) {
             emit(&rest[..at])?;
             emit(match rest.as_bytes()[at] {
                 b'%' => "%25",
@@ -95,6 +96,21 @@ impl ToRedisArgs for RedisName<'_> {
     where
         W: ?Sized + RedisWrite,
     {
+        // The common case, a key with nothing to escape, in one piece from a stack buffer
+        // (each write into the command's argument costs a bounds-checked copy of its own).
+        let mut name = [0_u8; 160];
+        let len = 2 + self.key.len() + self.suffix.len();
+        let plain = !self.key.bytes().fold(false, |seen, b| {
+            seen | (b == b'%') | (b == b'{') | (b == b'}')
+        });
+        if len <= name.len() && plain {
+            name[0] = b'{';
+            name[1..=self.key.len()].copy_from_slice(self.key.as_bytes());
+            name[1 + self.key.len()] = b'}';
+            name[2 + self.key.len()..len].copy_from_slice(self.suffix.as_bytes());
+            out.write_arg(&name[..len]);
+            return;
+        }
         let mut arg = out.writer_for_next_arg();
         // Writing into the command's own buffer cannot fail.
         let _ = self.write_pieces(|piece| arg.write_all(piece.as_bytes()));

@@ -468,16 +468,17 @@ impl LockBackend for RedisBackend {
         // Our own subscription hears the release too when we have waiters of our own; bar
         // ourselves before sending, so that message does not wake our head first.
         let own_waiters = self.waiters.has_waiters(&lease.key);
-        let bar_until = Instant::now() + RELEASER_BAR;
-        if own_waiters {
-            self.waiters.bar(&channel_of(&lease.key), bar_until);
+        let bar_until = own_waiters.then(|| Instant::now() + RELEASER_BAR);
+        if let Some(until) = bar_until {
+            self.waiters.bar(&channel_of(&lease.key), until);
         }
         let listeners = self
             .release_owned(lease.owner.as_str(), &lease.key, own_waiters)
             .await;
         let others_listened = matches!(listeners, Ok(n) if n > i64::from(own_waiters));
         if others_listened {
-            self.waiters.bar(&channel_of(&lease.key), bar_until);
+            let until = bar_until.unwrap_or_else(|| Instant::now() + RELEASER_BAR);
+            self.waiters.bar(&channel_of(&lease.key), until);
         } else if own_waiters {
             self.waiters.lift_bar(&channel_of(&lease.key));
         }

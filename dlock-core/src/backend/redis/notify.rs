@@ -7,6 +7,8 @@
 //! when the holder's remaining ttl runs out, so a lost message costs at most one ttl.
 
 use std::collections::{HashMap, VecDeque};
+use std::ops::{Deref, DerefMut};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -29,6 +31,9 @@ pub(super) struct Waiters {
     /// The payload of this backend's own release messages.
     own_id: String,
     queues: Mutex<Queues>,
+    /// Nobody queues and no bar is set: the uncontended fast path reads this instead of
+    /// taking the lock (kept up to date by [`QueuesGuard`]).
+    idle: AtomicBool,
     /// Serialises SUBSCRIBE / UNSUBSCRIBE so they reach Redis in the order decided.
     subscriber: tokio::sync::Mutex<Conn>,
     timeout: Duration,
@@ -60,6 +65,7 @@ impl Waiters {
         let waiters = Arc::new(Self {
             own_id,
             queues: Mutex::default(),
+            idle: AtomicBool::new(true),
             subscriber: tokio::sync::Mutex::new(subscriber),
             timeout,
         });
@@ -75,8 +81,11 @@ impl Waiters {
         waiters
     }
 
-    fn queues(&self) -> MutexGuard<'_, Queues> {
-        self.queues.lock().unwrap_or_else(PoisonError::into_inner)
+    fn queues(&self) -> QueuesGuard<'_> {
+        QueuesGuard {
+            queues: self.queues.lock().unwrap_or_else(PoisonError::into_inner),
+            idle: &self.idle,
+        }
     }
 
     fn dispatch(&self, push: &PushInfo) {
@@ -159,6 +168,9 @@ impl Waiters {
     /// Lockers. One look at the queues, and no channel name built while nobody waits at all:
     /// this is the uncontended fast path.
     pub(super) fn may_try_at_once(&self, key: &str) -> bool {
+        if self.idle.load(Ordering::Acquire) {
+            return true;
+        }
         let mut queues = self.queues();
         if queues.by_channel.is_empty() && queues.bars.is_empty() {
             return true;
@@ -181,6 +193,9 @@ impl Waiters {
 
     /// Whether anyone of this backend waits on the lock with full key `key`.
     pub(super) fn has_waiters(&self, key: &str) -> bool {
+        if self.idle.load(Ordering::Acquire) {
+            return false;
+        }
         let queues = self.queues();
         !queues.by_channel.is_empty()
             && queues
@@ -278,6 +293,33 @@ impl Waiters {
                 }
             }
         }
+    }
+}
+
+/// The locked queues; on unlock, records whether they are idle.
+struct QueuesGuard<'a> {
+    queues: MutexGuard<'a, Queues>,
+    idle: &'a AtomicBool,
+}
+
+impl Deref for QueuesGuard<'_> {
+    type Target = Queues;
+
+    fn deref(&self) -> &Queues {
+        &self.queues
+    }
+}
+
+impl DerefMut for QueuesGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Queues {
+        &mut self.queues
+    }
+}
+
+impl Drop for QueuesGuard<'_> {
+    fn drop(&mut self) {
+        let idle = self.queues.by_channel.is_empty() && self.queues.bars.is_empty();
+        self.idle.store(idle, Ordering::Release);
     }
 }
 
