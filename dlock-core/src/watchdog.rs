@@ -7,6 +7,8 @@
 //! in their own tasks so a hung server never delays the deadline checks of other leases.
 
 use std::collections::HashMap;
+use std::ops::{Deref, DerefMut};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -28,6 +30,10 @@ pub(crate) struct Watchdog {
     backend: Arc<dyn LockBackend>,
     operation_timeout: Duration,
     task: Mutex<Option<JoinHandle<()>>>,
+    /// Whether the task runs, as `generation << 1 | running` (cleared by the task's future
+    /// when it ends or is dropped with its runtime, unless a newer task started): an acquire
+    /// checks this, not the task's handle under a lock.
+    running: Arc<AtomicU64>,
     /// The runtime of the latest acquire: background work spawned from outside any runtime
     /// (a guard dropped in synchronous code) goes there.
     runtime: Mutex<Option<Handle>>,
@@ -37,10 +43,7 @@ pub(crate) struct Watchdog {
 
 #[derive(Debug, Default)]
 struct Shared {
-    entries: Mutex<HashMap<OwnerId, Entry>>,
-    /// When the task will look again on its own (`None`: never, nothing to watch). A new
-    /// lease wakes the task only if it needs attention earlier, so acquiring costs no wake-up.
-    scheduled: Mutex<Option<Instant>>,
+    entries: Mutex<Table>,
     changed: Notify,
     shutdown: CancellationToken,
 }
@@ -55,9 +58,48 @@ struct Entry {
     renewing: bool,
 }
 
+/// The watched leases by owner, and the task's schedule, under one lock.
+#[derive(Debug, Default)]
+struct Table {
+    leases: HashMap<OwnerId, Entry>,
+    /// When the task will look again on its own (`None`: never, nothing to watch). A new
+    /// lease wakes the task only if it needs attention earlier, so acquiring costs no wake-up.
+    scheduled: Option<Instant>,
+}
+
+impl Deref for Table {
+    type Target = HashMap<OwnerId, Entry>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.leases
+    }
+}
+
+impl DerefMut for Table {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.leases
+    }
+}
+
 impl Shared {
-    fn entries(&self) -> MutexGuard<'_, HashMap<OwnerId, Entry>> {
+    fn entries(&self) -> MutexGuard<'_, Table> {
         self.entries.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Clears the running flag of its generation when the task's future ends or is dropped.
+struct RunningFlag {
+    flag: Arc<AtomicU64>,
+    generation: u64,
+}
+
+impl Drop for RunningFlag {
+    fn drop(&mut self) {
+        let running = self.generation << 1 | 1;
+        // A newer task's flag is left alone.
+        let _ =
+            self.flag
+                .compare_exchange(running, running & !1, Ordering::AcqRel, Ordering::Acquire);
     }
 }
 
@@ -80,6 +122,7 @@ impl Watchdog {
             backend,
             operation_timeout,
             task: Mutex::new(None),
+            running: Arc::new(AtomicU64::new(0)),
             runtime: Mutex::new(None),
             pushed_losses: Mutex::new(pushed_losses),
         }
@@ -105,11 +148,7 @@ impl Watchdog {
                 renewing: false,
             },
         );
-        let scheduled = *self
-            .shared
-            .scheduled
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let scheduled = entries.scheduled;
         drop(entries);
         if started || scheduled.is_none_or(|at| needs_attention_at < at) {
             self.shared.changed.notify_one();
@@ -148,6 +187,9 @@ impl Watchdog {
     /// its tasks with it, and the next acquire in another runtime must not go unwatched.
     /// Returns whether it (re)started the task.
     fn ensure_running(&self) -> bool {
+        if self.running.load(Ordering::Acquire) & 1 == 1 {
+            return false;
+        }
         let mut task = self.task.lock().unwrap_or_else(PoisonError::into_inner);
         if task.as_ref().is_some_and(|t| !t.is_finished()) {
             return false;
@@ -170,7 +212,17 @@ impl Watchdog {
             max_batch: capabilities.max_renew_batch.max(1),
             release_expired: capabilities.self_renewing,
         };
-        *task = Some(runtime.spawn(run(Arc::clone(&self.shared), settings, pushed_losses)));
+        let generation = (self.running.load(Ordering::Acquire) >> 1) + 1;
+        self.running.store(generation << 1 | 1, Ordering::Release);
+        let flag = RunningFlag {
+            flag: Arc::clone(&self.running),
+            generation,
+        };
+        let shared = Arc::clone(&self.shared);
+        *task = Some(runtime.spawn(async move {
+            let _flag = flag;
+            run(shared, settings, pushed_losses).await;
+        }));
         true
     }
 
@@ -247,10 +299,7 @@ fn tick(shared: &Arc<Shared>, settings: &Settings) -> Instant {
     let next_wake = next_wake.unwrap_or(now + IDLE_LOOK);
     // Published under the entries lock, so a lease inserted concurrently either was seen
     // above or sees this schedule (and wakes the task if it needs attention sooner).
-    *shared
-        .scheduled
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner) = Some(next_wake);
+    entries.scheduled = Some(next_wake);
     drop(entries);
     for batch in due.chunks(settings.max_batch) {
         tokio::spawn(renew_batch(
