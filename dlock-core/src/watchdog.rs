@@ -16,7 +16,6 @@ use std::future::Future;
 
 use tokio::runtime::Handle;
 use tokio::sync::{Notify, broadcast};
-use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::backend::LockBackend;
@@ -29,11 +28,11 @@ pub(crate) struct Watchdog {
     shared: Arc<Shared>,
     backend: Arc<dyn LockBackend>,
     operation_timeout: Duration,
-    task: Mutex<Option<JoinHandle<()>>>,
     /// Whether the task runs, as `generation << 1 | running` (cleared by the task's future
-    /// when it ends or is dropped with its runtime, unless a newer task started): an acquire
-    /// checks this, not the task's handle under a lock.
+    /// when it ends or is dropped with its runtime, unless a newer task started).
     running: Arc<AtomicU64>,
+    /// Held while (re)starting the task, so two acquires do not both start one.
+    starting: Mutex<()>,
     /// The runtime of the latest acquire: background work spawned from outside any runtime
     /// (a guard dropped in synchronous code) goes there.
     runtime: Mutex<Option<Handle>>,
@@ -121,8 +120,8 @@ impl Watchdog {
             shared: Arc::default(),
             backend,
             operation_timeout,
-            task: Mutex::new(None),
             running: Arc::new(AtomicU64::new(0)),
+            starting: Mutex::new(()),
             runtime: Mutex::new(None),
             pushed_losses: Mutex::new(pushed_losses),
         }
@@ -187,11 +186,12 @@ impl Watchdog {
     /// its tasks with it, and the next acquire in another runtime must not go unwatched.
     /// Returns whether it (re)started the task.
     fn ensure_running(&self) -> bool {
-        if self.running.load(Ordering::Acquire) & 1 == 1 {
+        let is_running = || self.running.load(Ordering::Acquire) & 1 == 1;
+        if is_running() {
             return false;
         }
-        let mut task = self.task.lock().unwrap_or_else(PoisonError::into_inner);
-        if task.as_ref().is_some_and(|t| !t.is_finished()) {
+        let _starting = self.starting.lock().unwrap_or_else(PoisonError::into_inner);
+        if is_running() {
             return false;
         }
         let Some(runtime) = self.runtime() else {
@@ -219,10 +219,10 @@ impl Watchdog {
             generation,
         };
         let shared = Arc::clone(&self.shared);
-        *task = Some(runtime.spawn(async move {
+        runtime.spawn(async move {
             let _flag = flag;
             run(shared, settings, pushed_losses).await;
-        }));
+        });
         true
     }
 

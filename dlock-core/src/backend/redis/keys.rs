@@ -96,18 +96,19 @@ impl ToRedisArgs for RedisName<'_> {
     where
         W: ?Sized + RedisWrite,
     {
-        // The common case, a key with nothing to escape, in one piece from a stack buffer
-        // (each write into the command's argument costs a bounds-checked copy of its own).
+        // Put together on the stack and handed over in one piece when it fits (each write
+        // into the command's argument costs a bounds-checked copy of its own).
         let mut name = [0_u8; 160];
-        let len = 2 + self.key.len() + self.suffix.len();
-        let plain = !self.key.bytes().fold(false, |seen, b| {
-            seen | (b == b'%') | (b == b'{') | (b == b'}')
+        let mut len = 0;
+        let fits: Result<(), ()> = self.write_pieces(|piece| {
+            let end = len + piece.len();
+            name.get_mut(len..end)
+                .ok_or(())?
+                .copy_from_slice(piece.as_bytes());
+            len = end;
+            Ok(())
         });
-        if len <= name.len() && plain {
-            name[0] = b'{';
-            name[1..=self.key.len()].copy_from_slice(self.key.as_bytes());
-            name[1 + self.key.len()] = b'}';
-            name[2 + self.key.len()..len].copy_from_slice(self.suffix.as_bytes());
+        if fits.is_ok() {
             out.write_arg(&name[..len]);
             return;
         }
