@@ -14,6 +14,7 @@ use crate::lease::{
     AcquireOutcome, AcquireRequest, Lease, LostLease, ReleaseOutcome, RenewOutcome,
 };
 
+pub(crate) mod direct;
 #[cfg(feature = "etcd")]
 pub(crate) mod etcd;
 #[cfg(feature = "memory")]

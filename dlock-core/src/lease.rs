@@ -5,7 +5,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// A unique identity for one grant of a lock: 128 random bits plus the Locker's id.
+/// A unique identity for one grant of a lock. A [`Locker`](crate::Locker) makes its own:
+/// its id (128 random bits, drawn once) and the number of the grant, counted up per Locker.
 ///
 /// Backends store it as the lock's value and compare it on renew and release, so only the
 /// grant that set it can extend or free the lock. It is never a timestamp or a thread id.
@@ -22,8 +23,8 @@ use std::time::{Duration, Instant};
 #[derive(Clone, PartialEq, Eq)]
 pub struct OwnerId(Arc<str>);
 
-/// Hashes the last 16 bytes only: in an id from [`OwnerId::random`] they are random, and the
-/// watchdog hashes every id twice per lock. (Equal ids have equal tails, so this agrees with
+/// Hashes the last 16 bytes only: in an id from [`OwnerId::random`] they are random, in a
+/// Locker's they hold the grant's number, and the watchdog hashes every id twice per lock. (Equal ids have equal tails, so this agrees with
 /// `Eq`; ids from [`OwnerId::from_string`] that share a tail only share a bucket.)
 impl std::hash::Hash for OwnerId {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
@@ -43,6 +44,23 @@ impl OwnerId {
             *digit = b"0123456789abcdef"[((bits >> (124 - 4 * at)) & 0xf) as usize];
         }
         let digits = std::str::from_utf8(&digits).unwrap_or_default();
+        Self(crate::shared_str::shared_concat(&[scope, ":", digits]))
+    }
+
+    /// `<scope>:<n in hex>`: a Locker's owner ids, its random id as the scope.
+    pub(crate) fn numbered(scope: &str, n: u64) -> Self {
+        let mut digits = [0_u8; 16];
+        let mut at = digits.len();
+        let mut rest = n;
+        loop {
+            at -= 1;
+            digits[at] = b"0123456789abcdef"[(rest & 0xf) as usize];
+            rest >>= 4;
+            if rest == 0 {
+                break;
+            }
+        }
+        let digits = std::str::from_utf8(&digits[at..]).unwrap_or_default();
         Self(crate::shared_str::shared_concat(&[scope, ":", digits]))
     }
 
@@ -307,4 +325,26 @@ pub struct LostLease {
     pub owner: OwnerId,
     /// Why.
     pub reason: LostReason,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::OwnerId;
+
+    #[test]
+    fn numbered_owner_ids_are_the_scope_and_the_number_in_hex() {
+        for (n, hex) in [
+            (0, "0"),
+            (1, "1"),
+            (15, "f"),
+            (16, "10"),
+            (0xdead_beef, "deadbeef"),
+            (u64::MAX, "ffffffffffffffff"),
+        ] {
+            assert_eq!(
+                OwnerId::numbered("scope", n).as_str(),
+                format!("scope:{hex}")
+            );
+        }
+    }
 }

@@ -2,9 +2,11 @@
 
 use std::fmt;
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
+use crate::backend::direct::Direct;
 use crate::backend::{Capabilities, LockBackend};
 use crate::backend_url::BackendUrl;
 use crate::config::DlockConfig;
@@ -47,8 +49,13 @@ pub struct Locker {
 
 /// The state behind every clone of one Locker.
 pub(crate) struct LockerShared {
+    /// 128 random bits in hex, drawn once: the scope of this Locker's owner ids.
     id: String,
+    /// How many grants this Locker asked for: the other half of an owner id.
+    grants: AtomicU64,
     backend: Arc<dyn LockBackend>,
+    /// The same backend, called without boxed futures when its type is known.
+    direct: Direct,
     capabilities: Capabilities,
     config: DlockConfig,
     reentrancy: Reentrancy,
@@ -145,13 +152,19 @@ impl Locker {
     }
 
     fn build(backend: Arc<dyn LockBackend>, config: DlockConfig) -> Self {
+        Self::build_direct(backend, Direct::Dyn, config)
+    }
+
+    fn build_direct(backend: Arc<dyn LockBackend>, direct: Direct, config: DlockConfig) -> Self {
         let capabilities = backend.capabilities();
-        let id = OwnerId::random("locker").as_str()["locker:".len()..][..12].to_owned();
+        let id = OwnerId::random("locker").as_str()["locker:".len()..].to_owned();
         let watchdog = Watchdog::new(Arc::clone(&backend), config.operation_timeout);
         Self {
             shared: Arc::new(LockerShared {
                 id,
+                grants: AtomicU64::new(0),
                 backend,
+                direct,
                 capabilities,
                 config,
                 reentrancy: Reentrancy::default(),
@@ -198,7 +211,10 @@ impl Locker {
             }
             #[cfg(feature = "redis")]
             crate::BackendKind::Redis | crate::BackendKind::RedisCluster => {
-                Arc::new(crate::RedisBackend::connect(&url, config.operation_timeout).await?)
+                let redis =
+                    Arc::new(crate::RedisBackend::connect(&url, config.operation_timeout).await?);
+                let direct = Direct::Redis(Arc::clone(&redis));
+                return Ok(Self::build_direct(redis, direct, config.clone()));
             }
             #[cfg(feature = "etcd")]
             crate::BackendKind::Etcd => {
@@ -426,7 +442,8 @@ impl Locker {
             return Ok(LockGuard::new(hold, true, holder));
         }
 
-        let request = AcquireRequest::new(full_key, OwnerId::random(&shared.id), ttl);
+        let grant = shared.grants.fetch_add(1, Ordering::Relaxed) + 1;
+        let request = AcquireRequest::new(full_key, OwnerId::numbered(&shared.id, grant), ttl);
         let wait = options.wait.unwrap_or(shared.config.wait);
         // The clock is read only when something uses it (a deadline, the debug event): on
         // some machines reading it is a system call.
@@ -434,17 +451,18 @@ impl Locker {
             (wait.is_some() || tracing::enabled!(tracing::Level::DEBUG)).then(Instant::now);
         let deadline = wait.zip(started).map(|(w, started)| started + w);
         let waited = || started.map_or(Duration::ZERO, |started| started.elapsed());
+        let backend = shared.backend.as_ref();
         let outcome = match deadline {
             Some(deadline) => {
                 let hard_stop = deadline + shared.config.operation_timeout;
                 tokio::time::timeout_at(
                     hard_stop.into(),
-                    shared.backend.as_ref().acquire(&request, Some(deadline)),
+                    shared.direct.acquire(backend, &request, Some(deadline)),
                 )
                 .await
                 .map_err(|_| self.timeout("acquire"))?
             }
-            None => shared.backend.as_ref().acquire(&request, None).await,
+            None => shared.direct.acquire(backend, &request, None).await,
         }?;
         let lease = match outcome {
             AcquireOutcome::Acquired(lease) => lease,
@@ -529,10 +547,10 @@ impl LockerShared {
     pub(crate) async fn release_lease(&self, lease: &Lease) -> Result<ReleaseOutcome> {
         let backend = self.backend.as_ref();
         if self.capabilities.bounds_own_operations {
-            return backend.release(lease).await;
+            return self.direct.release(backend, lease).await;
         }
         let timeout = self.config.operation_timeout;
-        tokio::time::timeout(timeout, backend.release(lease))
+        tokio::time::timeout(timeout, self.direct.release(backend, lease))
             .await
             .unwrap_or_else(|_| {
                 Err(Error::Timeout {

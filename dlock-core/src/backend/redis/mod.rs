@@ -290,19 +290,24 @@ impl RedisBackend {
         let mut pipeline = redis::Pipeline::with_capacity(2);
         pipeline.add_command(set).add_command(incr);
         let mut conn = self.conn.clone();
+        // The replies as they come (`Pipeline::query_async` would first copy them into a
+        // vector of its own to look for errors, then convert them).
         let reply = self
-            .within_timeout(
-                "acquire",
-                pipeline.query_async::<(Option<Value>, i64)>(&mut conn),
-            )
+            .within_timeout("acquire", conn.req_packed_commands(&pipeline, 0, 2))
             .await?;
-        match reply {
-            Ok((Some(_), token)) if token >= 1 => Ok(Attempt::Granted(token.unsigned_abs())),
-            Ok((None, _)) => Ok(Attempt::Taken),
+        let replies = match reply {
+            Ok(replies) => replies,
             Err(error) if error.is_io_error() || error.is_timeout() => {
-                Err(self.failed("acquire", error))
+                return Err(self.failed("acquire", error));
             }
-            Ok((Some(_), _)) | Err(_) => {
+            Err(_) => Vec::new(),
+        };
+        match replies.as_slice() {
+            [Value::Okay, Value::Int(token)] if *token >= 1 => {
+                Ok(Attempt::Granted(token.unsigned_abs()))
+            }
+            [Value::Nil, Value::Int(_)] => Ok(Attempt::Taken),
+            _ => {
                 // Granted with a fence that is not a positive counter, or a server error
                 // (e.g. the fence key holds another type): undo our SET if it happened, and
                 // let the script explain.
@@ -395,11 +400,10 @@ impl RedisBackend {
     fn lease(req: &AcquireRequest, sent: Instant, token: u64) -> AcquireOutcome {
         AcquireOutcome::Acquired(Lease::new(req, sent).with_fencing_token(token))
     }
-}
 
-#[async_trait]
-impl LockBackend for RedisBackend {
-    async fn acquire(
+    /// [`LockBackend::acquire`], callable without a boxed future: a
+    /// [`Locker`](crate::Locker) connected to Redis calls this directly.
+    pub(crate) async fn acquire_direct(
         &self,
         req: &AcquireRequest,
         deadline: Option<Instant>,
@@ -431,6 +435,44 @@ impl LockBackend for RedisBackend {
         // Boxed: the queue is the slow path, and keeping its state out of this future keeps
         // the uncontended one small.
         Box::pin(self.wait_in_queue(req, deadline, retry_after)).await
+    }
+
+    /// [`LockBackend::release`], callable without a boxed future (see
+    /// [`acquire_direct`](Self::acquire_direct)).
+    pub(crate) async fn release_direct(&self, lease: &Lease) -> Result<ReleaseOutcome> {
+        // Our own subscription hears the release too when we have waiters of our own; bar
+        // ourselves before sending, so that message does not wake our head first.
+        let own_waiters = self.waiters.has_waiters(&lease.key);
+        let bar_until = own_waiters.then(|| Instant::now() + RELEASER_BAR);
+        if let Some(until) = bar_until {
+            self.waiters.bar(&channel_of(&lease.key), until);
+        }
+        let listeners = self
+            .release_owned(lease.owner.as_str(), &lease.key, own_waiters)
+            .await;
+        let others_listened = matches!(listeners, Ok(n) if n > i64::from(own_waiters));
+        if others_listened {
+            let until = bar_until.unwrap_or_else(|| Instant::now() + RELEASER_BAR);
+            self.waiters.bar(&channel_of(&lease.key), until);
+        } else if own_waiters {
+            self.waiters.lift_bar(&channel_of(&lease.key));
+        }
+        Ok(if listeners? < 0 {
+            ReleaseOutcome::NotHeld
+        } else {
+            ReleaseOutcome::Released
+        })
+    }
+}
+
+#[async_trait]
+impl LockBackend for RedisBackend {
+    async fn acquire(
+        &self,
+        req: &AcquireRequest,
+        deadline: Option<Instant>,
+    ) -> Result<AcquireOutcome> {
+        self.acquire_direct(req, deadline).await
     }
 
     async fn renew(&self, leases: &[Lease]) -> Result<Vec<RenewOutcome>> {
@@ -465,28 +507,7 @@ impl LockBackend for RedisBackend {
     }
 
     async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
-        // Our own subscription hears the release too when we have waiters of our own; bar
-        // ourselves before sending, so that message does not wake our head first.
-        let own_waiters = self.waiters.has_waiters(&lease.key);
-        let bar_until = own_waiters.then(|| Instant::now() + RELEASER_BAR);
-        if let Some(until) = bar_until {
-            self.waiters.bar(&channel_of(&lease.key), until);
-        }
-        let listeners = self
-            .release_owned(lease.owner.as_str(), &lease.key, own_waiters)
-            .await;
-        let others_listened = matches!(listeners, Ok(n) if n > i64::from(own_waiters));
-        if others_listened {
-            let until = bar_until.unwrap_or_else(|| Instant::now() + RELEASER_BAR);
-            self.waiters.bar(&channel_of(&lease.key), until);
-        } else if own_waiters {
-            self.waiters.lift_bar(&channel_of(&lease.key));
-        }
-        Ok(if listeners? < 0 {
-            ReleaseOutcome::NotHeld
-        } else {
-            ReleaseOutcome::Released
-        })
+        self.release_direct(lease).await
     }
 
     async fn force_release(&self, key: &str) -> Result<bool> {
