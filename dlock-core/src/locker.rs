@@ -204,22 +204,23 @@ impl Locker {
     pub async fn connect(config: &DlockConfig) -> Result<Self> {
         config.validate()?;
         let url = BackendUrl::parse(&config.backend.to_url())?;
-        let backend: Arc<dyn LockBackend> = match url.kind() {
+        let (backend, direct): (Arc<dyn LockBackend>, Direct) = match url.kind() {
             #[cfg(feature = "memory")]
-            crate::BackendKind::Memory => {
-                Arc::new(crate::MemoryBackend::shared_table(url.memory_table_name()))
-            }
+            crate::BackendKind::Memory => (
+                Arc::new(crate::MemoryBackend::shared_table(url.memory_table_name())),
+                Direct::Dyn,
+            ),
             #[cfg(feature = "redis")]
             crate::BackendKind::Redis | crate::BackendKind::RedisCluster => {
                 let redis =
                     Arc::new(crate::RedisBackend::connect(&url, config.operation_timeout).await?);
-                let direct = Direct::Redis(Arc::clone(&redis));
-                return Ok(Self::build_direct(redis, direct, config.clone()));
+                (Arc::clone(&redis) as _, Direct::Redis(redis))
             }
             #[cfg(feature = "etcd")]
-            crate::BackendKind::Etcd => {
-                Arc::new(crate::EtcdBackend::connect(&url, config.operation_timeout).await?)
-            }
+            crate::BackendKind::Etcd => (
+                Arc::new(crate::EtcdBackend::connect(&url, config.operation_timeout).await?),
+                Direct::Dyn,
+            ),
             other => {
                 return Err(Error::config(
                     "url",
@@ -228,7 +229,7 @@ impl Locker {
                 ));
             }
         };
-        Ok(Self::build(backend, config.clone()))
+        Ok(Self::build_direct(backend, direct, config.clone()))
     }
 
     /// [`connect`](Self::connect) with the default settings and `url`.

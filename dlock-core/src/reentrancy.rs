@@ -32,10 +32,14 @@ impl HolderId {
     }
 }
 
+/// Each held key's holders (foldhash: randomly seeded per map, and much cheaper than SipHash
+/// on a short key, which every lock and unlock hashes).
+type HoldsByKey = HashMap<Arc<str>, Holders, foldhash::fast::RandomState>;
+
 /// The holds of one Locker, by key and holder.
 #[derive(Debug, Default)]
 pub(crate) struct Reentrancy {
-    holds: Mutex<HashMap<Arc<str>, Holders>>,
+    holds: Mutex<HoldsByKey>,
 }
 
 /// The holders of one key: almost always one.
@@ -89,7 +93,7 @@ impl Holders {
 }
 
 impl Reentrancy {
-    fn holds(&self) -> MutexGuard<'_, HashMap<Arc<str>, Holders>> {
+    fn holds(&self) -> MutexGuard<'_, HoldsByKey> {
         self.holds.lock().unwrap_or_else(PoisonError::into_inner)
     }
 

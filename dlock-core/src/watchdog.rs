@@ -60,14 +60,18 @@ struct Entry {
 /// The watched leases by owner, and the task's schedule, under one lock.
 #[derive(Debug, Default)]
 struct Table {
-    leases: HashMap<OwnerId, Entry>,
+    leases: LeasesByOwner,
     /// When the task will look again on its own (`None`: never, nothing to watch). A new
     /// lease wakes the task only if it needs attention earlier, so acquiring costs no wake-up.
     scheduled: Option<Instant>,
 }
 
+/// foldhash: randomly seeded per map, and much cheaper than SipHash on an owner id, which
+/// every lock and unlock hashes.
+type LeasesByOwner = HashMap<OwnerId, Entry, foldhash::fast::RandomState>;
+
 impl Deref for Table {
-    type Target = HashMap<OwnerId, Entry>;
+    type Target = LeasesByOwner;
 
     fn deref(&self) -> &Self::Target {
         &self.leases

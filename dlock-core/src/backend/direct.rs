@@ -6,7 +6,6 @@
 //! calls the backend's own methods on the hot path (acquire, release); everything else, and
 //! every backend given as a trait object, goes through the trait.
 
-use std::sync::Arc;
 use std::time::Instant;
 
 use crate::Result;
@@ -17,7 +16,7 @@ use crate::lease::{AcquireOutcome, AcquireRequest, Lease, ReleaseOutcome};
 #[derive(Debug, Clone, Default)]
 pub(crate) enum Direct {
     #[cfg(feature = "redis")]
-    Redis(Arc<crate::RedisBackend>),
+    Redis(std::sync::Arc<crate::RedisBackend>),
     /// Through the trait object.
     #[default]
     Dyn,

@@ -211,7 +211,8 @@ impl RedisBackend {
         if !self.conn.is_cluster() {
             return Ok(round_trip.await);
         }
-        tokio::time::timeout(self.timeout, round_trip)
+        // Boxed: the timer would make every call's future larger, single server too.
+        Box::pin(tokio::time::timeout(self.timeout, round_trip))
             .await
             .map_err(|_| self.timed_out(operation))
     }
@@ -252,10 +253,11 @@ impl RedisBackend {
             .await?
         {
             Err(error) if error.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                // Boxed: once per script and server, and it would make every call's
+                // future larger.
                 let mut cmd = lua.eval(numkeys);
                 fill(&mut cmd);
-                self.within_timeout(operation, cmd.query_async(&mut conn))
-                    .await?
+                Box::pin(self.within_timeout(operation, cmd.query_async(&mut conn))).await?
             }
             reply => reply,
         };
@@ -311,7 +313,9 @@ impl RedisBackend {
                 // Granted with a fence that is not a positive counter, or a server error
                 // (e.g. the fence key holds another type): undo our SET if it happened, and
                 // let the script explain.
-                self.release_owned(owner, key, false).await?;
+                // Boxed, like the script: this rare branch would double the size of
+                // every acquire's future otherwise.
+                Box::pin(self.release_owned(owner, key, false)).await?;
                 self.attempt_scripted(req, false).await
             }
         }
