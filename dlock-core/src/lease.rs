@@ -24,8 +24,9 @@ use std::time::{Duration, Instant};
 pub struct OwnerId(Arc<str>);
 
 /// Hashes the last 16 bytes only: in an id from [`OwnerId::random`] they are random, in a
-/// Locker's they hold the grant's number, and the watchdog hashes every id twice per lock. (Equal ids have equal tails, so this agrees with
-/// `Eq`; ids from [`OwnerId::from_string`] that share a tail only share a bucket.)
+/// Locker's they hold the grant's number, and the watchdog hashes every id twice per lock.
+/// (Equal ids have equal tails, so this agrees with `Eq`; ids from [`OwnerId::from_string`]
+/// that share a tail only share a bucket.)
 impl std::hash::Hash for OwnerId {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
         let bytes = self.0.as_bytes();

@@ -13,12 +13,11 @@ use crate::backend::LockBackend;
 use crate::lease::{AcquireOutcome, AcquireRequest, Lease, ReleaseOutcome};
 
 /// The backend a Locker calls directly, if it knows its type.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug)]
 pub(crate) enum Direct {
     #[cfg(feature = "redis")]
     Redis(std::sync::Arc<crate::RedisBackend>),
     /// Through the trait object.
-    #[default]
     Dyn,
 }
 
