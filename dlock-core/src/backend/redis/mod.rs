@@ -447,19 +447,24 @@ impl RedisBackend {
         // Our own subscription hears the release too when we have waiters of our own; bar
         // ourselves before sending, so that message does not wake our head first.
         let own_waiters = self.waiters.has_waiters(&lease.key);
+        // The channel's name is built once, and only when a bar is set or lifted.
+        let channel = own_waiters.then(|| channel_of(&lease.key));
         let bar_until = own_waiters.then(|| Instant::now() + RELEASER_BAR);
-        if let Some(until) = bar_until {
-            self.waiters.bar(&channel_of(&lease.key), until);
+        if let (Some(channel), Some(until)) = (&channel, bar_until) {
+            self.waiters.bar(channel, until);
         }
         let listeners = self
             .release_owned(lease.owner.as_str(), &lease.key, own_waiters)
             .await;
         let others_listened = matches!(listeners, Ok(n) if n > i64::from(own_waiters));
-        if others_listened {
-            let until = bar_until.unwrap_or_else(|| Instant::now() + RELEASER_BAR);
-            self.waiters.bar(&channel_of(&lease.key), until);
-        } else if own_waiters {
-            self.waiters.lift_bar(&channel_of(&lease.key));
+        if others_listened || own_waiters {
+            let channel = channel.unwrap_or_else(|| channel_of(&lease.key));
+            if others_listened {
+                let until = bar_until.unwrap_or_else(|| Instant::now() + RELEASER_BAR);
+                self.waiters.bar(&channel, until);
+            } else {
+                self.waiters.lift_bar(&channel);
+            }
         }
         Ok(if listeners? < 0 {
             ReleaseOutcome::NotHeld
