@@ -8,7 +8,7 @@
 //!     ::dlock_core::__private::run(
 //!         ::dlock_core::__private::Locker::global(),          // or IntoLocker::into_locker(expr)
 //!         ::std::borrow::Cow::Owned(::std::format!("order:{}", id)),
-//!         ::dlock_core::__private::Options { ttl: .., wait: .., watchdog: true },
+//!         ::dlock_core::__private::Options { ttl: .., wait: .., watchdog: true, fencing: None },
 //!         async move { body },
 //!     )
 //!     .await
@@ -24,7 +24,7 @@ pub use crate::Locker;
 use crate::current::CurrentLock;
 use crate::{Error, LockGuard, Result};
 
-/// The attribute's `ttl`, `wait` and `watchdog` arguments.
+/// The attribute's `ttl`, `wait`, `watchdog` and `fencing` arguments.
 #[derive(Debug, Clone, Copy)]
 pub struct Options {
     /// `ttl = ".."`; `None`: the Locker's default.
@@ -33,6 +33,8 @@ pub struct Options {
     pub wait: Wait,
     /// `watchdog = false` turns renewal off.
     pub watchdog: bool,
+    /// `fencing = ..`; `None`: the Locker's default.
+    pub fencing: Option<bool>,
 }
 
 /// The attribute's `wait` argument.
@@ -107,6 +109,9 @@ where
     let mut request = locker.lock(&key).watchdog(options.watchdog);
     if let Some(ttl) = options.ttl {
         request = request.ttl(ttl);
+    }
+    if let Some(fencing) = options.fencing {
+        request = request.fencing(fencing);
     }
     request = match options.wait {
         Wait::Default => request,

@@ -39,8 +39,10 @@ pub(crate) mod redis;
 ///   [`AcquireOutcome::Busy`].
 /// * **Cancel safety.** Dropping an `acquire` future leaves nothing behind: no queued waiter, no
 ///   orphaned key that is not bounded by the request's ttl.
-/// * **Fencing.** When [`Capabilities::fencing`] is not [`Fencing::None`], every grant carries a
-///   token strictly greater than every earlier grant's token for the same key.
+/// * **Fencing.** When [`Capabilities::fencing`] is not [`Fencing::None`], every grant whose
+///   request asks for one ([`AcquireRequest::fencing`]) carries a token strictly greater than
+///   every earlier grant's token for the same key. A backend may issue tokens unasked (when
+///   they cost nothing); it must never fail a request for lack of one.
 /// * **Owner checks.** [`renew`](Self::renew) and [`release`](Self::release) act only if the key
 ///   is still held by [`Lease::owner`]; otherwise they change nothing and say so.
 /// * **Idempotent release.** Releasing the same lease twice is harmless: the second call returns

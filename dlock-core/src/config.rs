@@ -21,6 +21,7 @@ use crate::{Error, Result};
 /// | `wait`              | `DLOCK_WAIT`               | none: until acquired   |
 /// | `watchdog_interval` | `DLOCK_WATCHDOG_INTERVAL`  | a third of the ttl     |
 /// | `operation_timeout` | `DLOCK_OPERATION_TIMEOUT`  | `5s`                   |
+/// | `fencing`           | `DLOCK_FENCING`            | `false`                |
 ///
 /// # Examples
 ///
@@ -61,6 +62,12 @@ pub struct DlockConfig {
     /// [`Error::Timeout`].
     #[serde(with = "humantime_serde")]
     pub operation_timeout: Duration,
+    /// Whether every grant must carry a fencing token
+    /// ([`LockRequest::fencing`](crate::LockRequest::fencing) per lock). Memory and etcd
+    /// issue tokens anyway; Redis only when asked, as a token costs it an `INCR` per grant
+    /// and a counter key per lock name. `true` on a backend without tokens fails each
+    /// acquire with [`Error::Unsupported`].
+    pub fencing: bool,
 }
 
 impl Default for DlockConfig {
@@ -72,18 +79,20 @@ impl Default for DlockConfig {
             wait: None,
             watchdog_interval: None,
             operation_timeout: Duration::from_secs(5),
+            fencing: false,
         }
     }
 }
 
 /// The environment variables [`DlockConfig::from_env`] reads.
-const ENV_VARS: [&str; 6] = [
+const ENV_VARS: [&str; 7] = [
     "DLOCK_URL",
     "DLOCK_KEY_PREFIX",
     "DLOCK_TTL",
     "DLOCK_WAIT",
     "DLOCK_WATCHDOG_INTERVAL",
     "DLOCK_OPERATION_TIMEOUT",
+    "DLOCK_FENCING",
 ];
 
 impl DlockConfig {
@@ -140,6 +149,7 @@ impl DlockConfig {
                 "DLOCK_OPERATION_TIMEOUT" => {
                     config.operation_timeout = parse_duration(name, &value)?;
                 }
+                "DLOCK_FENCING" => config.fencing = parse_bool(name, &value)?,
                 _ => unreachable!("ENV_VARS and this match list the same names"),
             }
         }
@@ -228,6 +238,7 @@ fn env_name(field: &str) -> &'static str {
         "ttl" => "DLOCK_TTL",
         "wait" => "DLOCK_WAIT",
         "watchdog_interval" => "DLOCK_WATCHDOG_INTERVAL",
+        "fencing" => "DLOCK_FENCING",
         _ => "DLOCK_OPERATION_TIMEOUT",
     }
 }
@@ -245,6 +256,15 @@ pub(crate) fn parse_duration(field: &str, value: &str) -> Result<Duration> {
             format!("{e} (expected a duration such as \"10s\" or \"250ms\")"),
         )
     })
+}
+
+/// Parses `true`/`false` (also `1`/`0`, `yes`/`no`, `on`/`off`), naming `field` on failure.
+fn parse_bool(field: &str, value: &str) -> Result<bool> {
+    match value.to_ascii_lowercase().as_str() {
+        "true" | "1" | "yes" | "on" => Ok(true),
+        "false" | "0" | "no" | "off" => Ok(false),
+        _ => Err(Error::config(field, value, "expected true or false")),
+    }
 }
 
 /// Turns a TOML error into [`Error::Config`], recovering the field and value from its span.
@@ -303,6 +323,7 @@ mod tests {
             ("DLOCK_WAIT", "1s 500ms"),
             ("DLOCK_WATCHDOG_INTERVAL", "2s"),
             ("DLOCK_OPERATION_TIMEOUT", "750ms"),
+            ("DLOCK_FENCING", "true"),
         ]))
         .unwrap();
         assert_eq!(
@@ -314,6 +335,7 @@ mod tests {
                 wait: Some(Duration::from_millis(1500)),
                 watchdog_interval: Some(Duration::from_secs(2)),
                 operation_timeout: Duration::from_millis(750),
+                fencing: true,
             }
         );
         let forever = DlockConfig::from_vars(vars(&[("DLOCK_WAIT", "forever")])).unwrap();
@@ -323,7 +345,8 @@ mod tests {
     #[test]
     fn env_errors_name_the_variable_and_value() {
         type Vars = &'static [(&'static str, &'static str)];
-        let cases: [(Vars, &str, &str); 4] = [
+        let cases: [(Vars, &str, &str); 5] = [
+            (&[("DLOCK_FENCING", "maybe")], "DLOCK_FENCING", "maybe"),
             (&[("DLOCK_TTL", "10x")], "DLOCK_TTL", "10x"),
             (&[("DLOCK_TTL", "0s")], "DLOCK_TTL", "0s"),
             (

@@ -72,7 +72,10 @@ impl LockGuard {
     }
 
     /// The fencing token of this grant: strictly greater than the token of every earlier
-    /// grant of this key. `None` for backends without tokens (RedLock).
+    /// grant of this key. `None` for backends without tokens (RedLock), and on Redis unless
+    /// the lock was asked for one ([`LockRequest::fencing`](crate::LockRequest::fencing), or
+    /// `fencing = true` in the [config](crate::DlockConfig::fencing)): there a token costs an
+    /// `INCR` per grant.
     ///
     /// Pass it along with every write to the protected resource, and have the resource
     /// refuse writes whose token is lower than the highest it has seen:

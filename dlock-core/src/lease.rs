@@ -110,17 +110,40 @@ pub struct AcquireRequest {
     pub owner: OwnerId,
     /// The lease length: how long a crashed holder keeps the lock.
     pub ttl: Duration,
+    /// Whether the grant must carry a fencing token. A backend whose tokens cost extra work
+    /// (Redis: an `INCR` per grant and a counter key per lock name) issues one only when
+    /// asked; one whose tokens come free (memory, etcd) always does. `true` unless set
+    /// otherwise with [`with_fencing`](Self::with_fencing).
+    pub fencing: bool,
 }
 
 impl AcquireRequest {
-    /// A request for `key` by `owner` with lease length `ttl`.
+    /// A request for `key` by `owner` with lease length `ttl`, asking for a fencing token.
     #[must_use]
     pub fn new(key: impl Into<Arc<str>>, owner: OwnerId, ttl: Duration) -> Self {
         Self {
             key: key.into(),
             owner,
             ttl,
+            fencing: true,
         }
+    }
+
+    /// Sets [`fencing`](Self::fencing): whether the grant must carry a fencing token.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use dlock_core::{AcquireRequest, OwnerId};
+    /// let req = AcquireRequest::new("k", OwnerId::random("doc"), Duration::from_secs(1))
+    ///     .with_fencing(false);
+    /// assert!(!req.fencing);
+    /// ```
+    #[must_use]
+    pub const fn with_fencing(mut self, fencing: bool) -> Self {
+        self.fencing = fencing;
+        self
     }
 }
 

@@ -3,9 +3,10 @@
 //! A [`Locker`] takes locks on string keys from one backend — in-process memory by default;
 //! Redis, etcd, ZooKeeper, PostgreSQL as they land — and gives back a [`LockGuard`]. While the
 //! guard lives, the Locker's watchdog renews the lease; if the lease is lost anyway, the guard
-//! says so ([`LockGuard::lost`]) and [`LockGuard::run`] cancels the protected work. Every grant
-//! carries a fencing token for the protected resource to check. A task that holds a key can
-//! lock it again and re-enters at once.
+//! says so ([`LockGuard::lost`]) and [`LockGuard::run`] cancels the protected work. A grant
+//! carries a fencing token for the protected resource to check (always on memory and etcd;
+//! on Redis when asked, [`LockRequest::fencing`]). A task that holds a key can lock it again
+//! and re-enters at once.
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> dlock_core::Result<()> {

@@ -7,7 +7,7 @@ use std::sync::{Arc, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
 use crate::backend::direct::Direct;
-use crate::backend::{Capabilities, LockBackend};
+use crate::backend::{Capabilities, Fencing, LockBackend};
 use crate::backend_url::BackendUrl;
 use crate::config::DlockConfig;
 use crate::guard::LockGuard;
@@ -432,6 +432,13 @@ impl Locker {
                 "must be at least 10ms",
             ));
         }
+        let fencing = options.fencing.unwrap_or(shared.config.fencing);
+        if fencing && shared.backend.capabilities().fencing == Fencing::None {
+            return Err(Error::Unsupported {
+                backend: shared.backend.capabilities().name,
+                operation: "fencing tokens",
+            });
+        }
         let holder = HolderId::current();
         if options.reentrant
             && let Some(hold) = shared.reentrancy.find(holder, &full_key)
@@ -439,12 +446,24 @@ impl Locker {
             if let Some(lost) = hold.lost_error() {
                 return Err(lost);
             }
+            if fencing && hold.lease().fencing_token.is_none() {
+                return Err(Error::config(
+                    "fencing",
+                    "true",
+                    format!(
+                        "this task already holds `{}` without a fencing token, and a nested \
+                         acquire shares that grant: ask for the token on the outermost one",
+                        options.key
+                    ),
+                ));
+            }
             tracing::trace!(key = options.key, "dlock: re-entered");
             return Ok(LockGuard::new(hold, true, holder));
         }
 
         let grant = shared.grants.fetch_add(1, Ordering::Relaxed) + 1;
-        let request = AcquireRequest::new(full_key, OwnerId::numbered(&shared.id, grant), ttl);
+        let request = AcquireRequest::new(full_key, OwnerId::numbered(&shared.id, grant), ttl)
+            .with_fencing(fencing);
         let wait = options.wait.unwrap_or(shared.config.wait);
         // The clock is read only when something uses it (a deadline, the debug event): on
         // some machines reading it is a system call.
@@ -533,6 +552,8 @@ pub(crate) struct AcquireOptions<'a> {
     pub(crate) watchdog: bool,
     /// Whether a hold of the current task on the key is re-entered.
     pub(crate) reentrant: bool,
+    /// Whether the grant must carry a fencing token; `None`: the Locker's default.
+    pub(crate) fencing: Option<bool>,
 }
 
 impl LockerShared {

@@ -1,6 +1,6 @@
 //! `#[distributed_lock]` against a real `redis-server` (started by the harness): two Lockers —
 //! two clients, as two processes would be — take turns on one key, a caller gives up with
-//! `Busy` after `wait`, and the body sees Redis's fencing tokens.
+//! `Busy` after `wait`, and the body sees the fencing tokens it asked for.
 //!
 //! Needs the `macros`, `redis` and `harness` features (the README's test command enables all).
 #![cfg(all(feature = "macros", feature = "redis", feature = "harness"))]
@@ -19,7 +19,7 @@ struct Ledger {
     tokens: Mutex<Vec<u64>>,
 }
 
-#[distributed_lock(key = "account:<account>", ttl = "5s", locker = locker)]
+#[distributed_lock(key = "account:<account>", ttl = "5s", fencing = true, locker = locker)]
 async fn deposit(locker: &Locker, ledger: &Ledger, account: u64) -> Result<(), Error> {
     let before = *ledger.balances.lock().unwrap().get(&account).unwrap_or(&0);
     tokio::time::sleep(Duration::from_millis(2)).await;
@@ -29,7 +29,7 @@ async fn deposit(locker: &Locker, ledger: &Ledger, account: u64) -> Result<(), E
         .tokens
         .lock()
         .unwrap()
-        .push(token.expect("Redis issues fencing tokens"));
+        .push(token.expect("asked for a fencing token"));
     Ok(())
 }
 

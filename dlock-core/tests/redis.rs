@@ -86,10 +86,15 @@ async fn a_restart_without_persistence_loses_the_lease_at_the_next_renewal() {
         .expect("free after the restart");
 }
 
-/// Asserts that locking `key` fails with a backend error naming the Redis key `name` and
-/// the foreign `kind` found there.
-async fn assert_names_foreign_key(locker: &Locker, key: &str, name: &str, kind: &str) {
-    match locker.lock(key).wait(Duration::ZERO).await {
+/// Asserts that locking `key` (asking for a fencing token or not) fails with a backend error
+/// naming the Redis key `name` and the foreign `kind` found there.
+async fn assert_names_foreign_key(
+    locker: &Locker,
+    (key, fencing): (&str, bool),
+    name: &str,
+    kind: &str,
+) {
+    match locker.lock(key).fencing(fencing).wait(Duration::ZERO).await {
         Err(Error::Backend { source, .. }) => {
             let message = source.to_string();
             assert!(
@@ -109,7 +114,9 @@ async fn a_key_of_another_type_is_a_clear_error_naming_it() {
         .await
         .unwrap();
     let locker = locker(&server.url(), Duration::from_secs(5)).await;
-    assert_names_foreign_key(&locker, "cart", "`{dlock:cart}`", "hash").await;
+    for fencing in [false, true] {
+        assert_names_foreign_key(&locker, ("cart", fencing), "`{dlock:cart}`", "hash").await;
+    }
     assert_eq!(
         server
             .command(&["HGET", "{dlock:cart}", "item"])
@@ -127,18 +134,83 @@ async fn a_fence_key_of_another_type_is_named_and_the_lock_is_not_left_taken() {
         .await
         .unwrap();
     let locker = locker(&server.url(), Duration::from_secs(5)).await;
-    assert_names_foreign_key(&locker, "cart", "`{dlock:cart}:fence`", "set").await;
+    assert_names_foreign_key(&locker, ("cart", true), "`{dlock:cart}:fence`", "set").await;
     // The SET that went through before the INCR failed was undone.
     assert_eq!(
         server.command(&["EXISTS", "{dlock:cart}"]).await.unwrap(),
         "0"
     );
+    // A lock that does not ask for a token never touches the fence.
+    let guard = locker.lock("cart").wait(Duration::ZERO).await.unwrap();
+    assert_eq!(guard.fencing_token(), None);
+    guard.release().await.unwrap();
     assert_eq!(
         server
             .command(&["SISMEMBER", "{dlock:cart}:fence", "x"])
             .await
             .unwrap(),
         "1"
+    );
+}
+
+/// A grant carries a token only when asked (per lock, or `fencing = true` for the Locker); a
+/// lock that never asks leaves no counter key behind, and one that does sends one `INCR` per
+/// grant, pipelined with the `SET`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fencing_tokens_and_their_counter_only_when_asked() {
+    let server = RedisServer::start().await.unwrap();
+    let plain = locker(&server.url(), Duration::from_secs(5)).await;
+    server.command(&["CONFIG", "RESETSTAT"]).await.unwrap();
+    for _ in 0..3 {
+        let guard = plain.lock("invoice").await.unwrap();
+        assert_eq!(guard.fencing_token(), None, "not asked for");
+        guard.release().await.unwrap();
+    }
+    assert_eq!(calls(&server, &["incr"]).await, 0);
+    assert_eq!(
+        server
+            .command(&["EXISTS", "{dlock:invoice}:fence"])
+            .await
+            .unwrap(),
+        "0",
+        "no counter for a lock that never asked for a token"
+    );
+
+    let mut tokens = Vec::new();
+    for _ in 0..3 {
+        let guard = plain.lock("invoice").fencing(true).await.unwrap();
+        tokens.push(guard.fencing_token().expect("asked for"));
+        guard.release().await.unwrap();
+    }
+    let fenced = DlockConfig {
+        fencing: true,
+        ..DlockConfig::from_toml_str(&format!("backend = \"{}\"", server.url())).unwrap()
+    };
+    let fenced = Locker::connect(&fenced).await.unwrap();
+    let guard = fenced.lock("invoice").await.unwrap();
+    tokens.push(
+        guard
+            .fencing_token()
+            .expect("the Locker asks for every lock"),
+    );
+    // Asking is per lock: `fencing(false)` overrides the Locker's setting.
+    let other = fenced.lock("receipt").fencing(false).await.unwrap();
+    assert_eq!(other.fencing_token(), None);
+    assert!(
+        tokens.windows(2).all(|w| w[0] < w[1]),
+        "tokens not strictly increasing: {tokens:?}"
+    );
+    assert_eq!(
+        calls(&server, &["incr"]).await,
+        4,
+        "one INCR per fenced grant"
+    );
+    assert_eq!(
+        server
+            .command(&["GET", "{dlock:invoice}:fence"])
+            .await
+            .unwrap(),
+        tokens[3].to_string()
     );
 }
 

@@ -1,5 +1,5 @@
 //! The attribute's arguments: `key = "order:<id>", ttl = "10s", wait = "2s", watchdog = false,
-//! locker = <expr>, crate = "path"`.
+//! fencing = true, locker = <expr>, crate = "path"`.
 
 use proc_macro2::Span;
 use quote::ToTokens;
@@ -15,11 +15,12 @@ mod kw {
     syn::custom_keyword!(ttl);
     syn::custom_keyword!(wait);
     syn::custom_keyword!(watchdog);
+    syn::custom_keyword!(fencing);
     syn::custom_keyword!(locker);
 }
 
 /// Every argument name, in the order the docs list them.
-const ARGUMENTS: &str = "`key`, `ttl`, `wait`, `watchdog`, `locker`, `crate`";
+const ARGUMENTS: &str = "`key`, `ttl`, `wait`, `watchdog`, `fencing`, `locker`, `crate`";
 
 /// The parsed arguments of one `#[distributed_lock(..)]`.
 #[derive(Default)]
@@ -28,6 +29,7 @@ pub(crate) struct LockArgs {
     pub(crate) ttl: Option<Parsed>,
     pub(crate) wait: Option<Wait>,
     pub(crate) watchdog: Option<LitBool>,
+    pub(crate) fencing: Option<LitBool>,
     pub(crate) locker: Option<Expr>,
     pub(crate) krate: Option<Path>,
 }
@@ -57,6 +59,8 @@ impl Parse for LockArgs {
                 parse_once::<kw::wait, _>(input, &mut args.wait, parse_wait)?;
             } else if input.peek(kw::watchdog) {
                 parse_once::<kw::watchdog, _>(input, &mut args.watchdog, parse_bool)?;
+            } else if input.peek(kw::fencing) {
+                parse_once::<kw::fencing, _>(input, &mut args.fencing, parse_bool)?;
             } else if input.peek(kw::locker) {
                 parse_once::<kw::locker, _>(input, &mut args.locker, |input, _| input.parse())?;
             } else if input.peek(Token![crate]) {

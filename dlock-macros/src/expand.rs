@@ -219,8 +219,17 @@ fn gen_options(args: &LockArgs) -> TokenStream {
         .watchdog
         .as_ref()
         .map_or_else(|| quote! { true }, ToTokens::to_token_stream);
+    let fencing = args.fencing.as_ref().map_or_else(
+        || quote! { ::core::option::Option::None },
+        |fencing| quote! { ::core::option::Option::Some(#fencing) },
+    );
     quote! {
-        #krate::__private::Options { ttl: #ttl, wait: #wait, watchdog: #watchdog }
+        #krate::__private::Options {
+            ttl: #ttl,
+            wait: #wait,
+            watchdog: #watchdog,
+            fencing: #fencing,
+        }
     }
 }
 

@@ -85,6 +85,7 @@ use proc_macro::TokenStream;
 /// | `ttl = "10s"` | the Locker's `ttl` | lease length (humantime syntax, parsed at compile time; at least `10ms`) |
 /// | `wait = "2s"` | the Locker's `wait` (until acquired, unless configured) | give up with `Error::Busy` after this long; `"0s"`: one attempt; `"forever"`: until acquired |
 /// | `watchdog = false` | `true` | don't renew: the lock lasts at most `ttl` (ShedLock's `lockAtMostFor`); the body is cancelled when it runs out |
+/// | `fencing = true` | the Locker's `fencing` (`false`) | the grant must carry a fencing token (Redis issues one only when asked; memory and etcd always do) |
 /// | `locker = <expr>` | `Locker::global()` | a `Locker`, a `&Locker` or a `dlock_core::Result<Locker>`; may use the fn's parameters, e.g. `locker = &self.locker` |
 /// | `crate = "path"` | `dlock_core` | where `dlock-core` is, if renamed or re-exported |
 ///
@@ -109,13 +110,14 @@ use proc_macro::TokenStream;
 ///
 /// The body reads its lock's key and fencing token through
 /// `dlock_core::current_lock()`, a task-local set around the body (and everything it awaits,
-/// not tasks it spawns); a nested annotated call shadows it for its own body:
+/// not tasks it spawns); a nested annotated call shadows it for its own body. Ask for the
+/// token with `fencing = true` (on Redis a grant carries one only when asked):
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> dlock_core::Result<()> {
 /// use dlock_core::{Error, Locker, current_lock, distributed_lock};
 ///
-/// #[distributed_lock(key = "file:<name>", locker = Locker::memory())]
+/// #[distributed_lock(key = "file:<name>", fencing = true, locker = Locker::memory())]
 /// async fn write(name: &str, data: &[u8]) -> Result<u64, Error> {
 ///     let token = current_lock().and_then(|lock| lock.fencing_token()).unwrap();
 ///     // storage.write(name, data, token): the storage rejects tokens older than its newest

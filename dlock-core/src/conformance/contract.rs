@@ -114,10 +114,11 @@ pub async fn release_is_idempotent<B: LockBackend + ?Sized>(target: &Target<B>) 
 }
 
 /// Tokens strictly increase across every way of being granted: `lock`, `try_lock`, after a
-/// crashed holder's expiry, and by hand-off to a waiter. Without fencing, there are none.
+/// crashed holder's expiry, and by hand-off to a waiter (Lockers with `fencing = true`).
+/// Without fencing, there are none.
 pub async fn fencing_tokens_strictly_increase<B: LockBackend + ?Sized>(target: &Target<B>) {
     let ttl = target.expect.ttl;
-    let (a, b) = (target.locker().await, target.locker().await);
+    let (a, b) = (target.fenced_locker().await, target.fenced_locker().await);
     let key = key("fencing");
     let mut tokens = Vec::new();
 
@@ -173,6 +174,64 @@ pub async fn fencing_tokens_strictly_increase<B: LockBackend + ?Sized>(target: &
             "a backend without fencing gave tokens: {tokens:?}"
         );
     }
+}
+
+/// Asking for a token: a backend with fencing gives one with the grant; one without fails
+/// the acquire with [`Error::Unsupported`] and leaves the key free. A nested acquire that asks
+/// for a token shares its hold's grant: it gets the hold's token, or [`Error::Config`] when
+/// the hold has none.
+pub async fn fencing_on_request<B: LockBackend + ?Sized>(target: &Target<B>) {
+    let locker = target.locker().await;
+    let key = key("fencing-on-request");
+    if !target.expect.fencing {
+        let refused = locker.lock(&key).fencing(true).await;
+        assert!(
+            matches!(refused, Err(Error::Unsupported { .. })),
+            "fencing asked of a backend without tokens: {refused:?}"
+        );
+        let guard = locker.try_lock(&key).await.expect("the key stayed free");
+        guard.release().await.expect("release");
+        return;
+    }
+    let fenced = locker
+        .lock(&key)
+        .fencing(true)
+        .await
+        .expect("lock with a token");
+    let token = fenced.fencing_token().expect("asked for a token");
+    let nested = locker.lock(&key).fencing(true).await.expect("nested");
+    assert_eq!(
+        nested.fencing_token(),
+        Some(token),
+        "the nested guard shares the grant"
+    );
+    drop(nested);
+    fenced.release().await.expect("release");
+
+    let plain = locker.lock(&key).await.expect("lock without asking");
+    let nested = locker.lock(&key).fencing(true).await;
+    match plain.fencing_token() {
+        Some(plain_token) => {
+            assert!(plain_token > token, "tokens given unasked increase too");
+            let nested = nested.expect("nested under a hold with a token");
+            assert_eq!(nested.fencing_token(), Some(plain_token));
+        }
+        None => assert!(
+            matches!(nested, Err(Error::Config { ref field, .. }) if field == "fencing"),
+            "nested acquire asking for a token its hold lacks: {nested:?}"
+        ),
+    }
+    plain.release().await.expect("release");
+    let again = locker
+        .lock(&key)
+        .fencing(true)
+        .await
+        .expect("lock with a token");
+    assert!(
+        again.fencing_token().expect("asked for a token") > token,
+        "a grant without a token between two with tokens must not break their order"
+    );
+    again.release().await.expect("release");
 }
 
 /// Empty, oversized and control-character keys are [`Error::InvalidKey`], rejected before any

@@ -32,7 +32,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use contract::{
-    fencing_tokens_strictly_increase, invalid_keys_are_rejected,
+    fencing_on_request, fencing_tokens_strictly_increase, invalid_keys_are_rejected,
     non_owner_release_and_renew_refused, release_is_idempotent,
 };
 pub use exclusion::{mutual_exclusion_read_sleep_write, try_lock_race_has_one_winner};
@@ -125,17 +125,35 @@ impl<B: LockBackend + ?Sized> Target<B> {
         self.locker_with_prefix(&self.expect.prefix).await
     }
 
+    /// Like [`locker`](Self::locker), with every lock asking for a fencing token when the
+    /// backend issues them (`fencing = true`).
+    pub async fn fenced_locker(&self) -> Locker {
+        let config = DlockConfig {
+            fencing: self.expect.fencing,
+            ..self.config(&self.expect.prefix)
+        };
+        self.locker_with_config(&config).await
+    }
+
     /// Like [`locker`](Self::locker) with an explicit key prefix; two Lockers with the same
     /// prefix contend for the same keys.
     pub async fn locker_with_prefix(&self, prefix: &str) -> Locker {
+        self.locker_with_config(&self.config(prefix)).await
+    }
+
+    async fn locker_with_config(&self, config: &DlockConfig) -> Locker {
         let client = self.client().await;
-        let config = DlockConfig {
+        Locker::with_config(Arc::new(client), config).expect("suite settings are valid")
+    }
+
+    /// The suite's settings: the short lease, the operation timeout, `prefix`.
+    fn config(&self, prefix: &str) -> DlockConfig {
+        DlockConfig {
             key_prefix: prefix.to_owned(),
             ttl: self.expect.ttl,
             operation_timeout: self.expect.operation_timeout,
             ..DlockConfig::default()
-        };
-        Locker::with_config(Arc::new(client), &config).expect("suite settings are valid")
+        }
     }
 }
 
@@ -216,6 +234,7 @@ macro_rules! conformance_tests {
                 non_owner_release_and_renew_refused,
                 release_is_idempotent,
                 fencing_tokens_strictly_increase,
+                fencing_on_request,
                 invalid_keys_are_rejected,
                 wait_deadline_is_honoured,
                 try_lock_does_not_wait,

@@ -96,7 +96,7 @@ fn token() -> u64 {
 }
 
 /// Adds `amount` to order `id`: a read, some thinking, a write — safe only under the lock.
-#[distributed_lock(key = "order:<id>", ttl = "10s")]
+#[distributed_lock(key = "order:<id>", ttl = "10s", fencing = true)]
 async fn settle(id: u64, amount: i64) -> Result<Receipt, AppError> {
     let balance = store().read(id);
     tokio::time::sleep(Duration::from_millis(2)).await; // talk to the payment provider
@@ -121,7 +121,7 @@ async fn audit(id: u64) -> Result<(), AppError> {
 }
 
 /// Gives up after 100ms if someone else is settling the order.
-#[distributed_lock(key = "order:<id>", ttl = "10s", wait = "100ms")]
+#[distributed_lock(key = "order:<id>", ttl = "10s", wait = "100ms", fencing = true)]
 async fn refund(id: u64, amount: i64) -> Result<Receipt, AppError> {
     let balance = store().read(id) - amount;
     store().write(id, balance, token())?;

@@ -141,7 +141,12 @@ async fn fencing_rejects_a_stale_holder(locker: &Locker) -> Result<(), Error> {
     println!("4. fencing tokens stop a holder whose lease ran out");
     let mut storage = FencedStorage::default();
     let ttl = Duration::from_millis(200);
-    let first = locker.lock("file:ledger").ttl(ttl).watchdog(false).await?;
+    let first = locker
+        .lock("file:ledger")
+        .ttl(ttl)
+        .watchdog(false)
+        .fencing(true) // Redis issues tokens only when asked; memory and etcd always do
+        .await?;
     let old_token = first.fencing_token().unwrap_or(0);
     tokio::time::sleep(ttl * 2).await; // client 1 stalls; its lease expires
     let second = spawn_lock(locker, "file:ledger").await?;
@@ -188,7 +193,11 @@ async fn spawn_try_lock(locker: &Locker, key: &'static str) -> Result<(), Error>
 async fn spawn_lock(locker: &Locker, key: &'static str) -> Result<u64, Error> {
     let locker = locker.clone();
     tokio::spawn(async move {
-        let guard = locker.lock(key).wait(Duration::from_secs(5)).await?;
+        let guard = locker
+            .lock(key)
+            .wait(Duration::from_secs(5))
+            .fencing(true)
+            .await?;
         let token = guard.fencing_token().unwrap_or(0);
         guard.release().await?;
         Ok(token)

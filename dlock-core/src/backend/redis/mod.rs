@@ -2,10 +2,11 @@
 //!
 //! Each operation is one round trip:
 //!
-//! * **acquire**: `SET key owner NX PX ttl` and `INCR` of the key's fencing counter,
-//!   pipelined as native commands; waiters (and a `try_lock` that found the lock taken) use a
-//!   Lua script that does the same and also returns the holder's remaining `PTTL` (or says
-//!   which key is of another type);
+//! * **acquire**: `SET key owner NX PX ttl` — and, when the lock is asked for a fencing
+//!   token, `INCR` of the key's fencing counter pipelined with it, both native commands;
+//!   waiters (and a `try_lock` that found the lock taken) use a Lua script that does the
+//!   same and also returns the holder's remaining `PTTL` (or says which key is of another
+//!   type);
 //! * **release**: a Lua script (`EVALSHA`, loaded on `NOSCRIPT`): owner-checked `DEL`, plus
 //!   `PUBLISH` on the lock's release channel when some Locker marked the lock waited for
 //!   (an uncontended release costs what the raw compare-and-delete costs);
@@ -38,7 +39,17 @@
 //!   memory pressure, silently freeing locks. dlock warns at connect time when it sees such a
 //!   policy; use `noeviction` or `volatile-*` (lock keys always have a ttl, so `volatile-*`
 //!   policies can evict them too — prefer `noeviction` on a lock server).
-//! * The fencing counter keys (`{K}:fence`) are kept forever, one per lock name ever used.
+//! * The fencing counter keys (`{K}:fence`) are kept forever, one per lock name ever locked
+//!   with fencing on.
+//!
+//! # Fencing tokens only when asked
+//!
+//! A token costs Redis an `INCR` per grant — no extra round trip, but about a sixth of a busy
+//! server's lock throughput on the benchmark machine — and a counter key per lock name, kept
+//! forever. So, like Redisson's `RFencedLock` next to its plain `RLock`, a Redis grant carries
+//! a token only when asked: [`LockRequest::fencing`](crate::LockRequest::fencing) per lock,
+//! or `fencing = true` in [`DlockConfig`](crate::DlockConfig) for every lock of a Locker.
+//! Without it, [`LockGuard::fencing_token`](crate::LockGuard::fencing_token) is `None`.
 //!
 //! # Checking the fencing token where the data lives
 //!
@@ -55,8 +66,8 @@
 //!     redis.call('set', KEYS[2], ARGV[1])
 //!     redis.call('set', KEYS[1], ARGV[2])
 //!     return 1";
-//! let guard = locker.lock("order:42").await?;
-//! let token = guard.fencing_token().expect("redis issues tokens");
+//! let guard = locker.lock("order:42").fencing(true).await?;
+//! let token = guard.fencing_token().expect("asked for");
 //! let accepted: i64 = redis::Script::new(FENCED_SET)
 //!     .key("order:42:state")
 //!     .key("order:42:state:token")
@@ -115,7 +126,7 @@ const HANDOVER_SLACK: Duration = Duration::from_secs(1);
 /// use dlock_core::{DlockConfig, Locker};
 /// let config = DlockConfig::from_toml_str(r#"backend = "redis://127.0.0.1:6379/0""#)?;
 /// let locker = Locker::connect(&config).await?;
-/// let guard = locker.lock("order:42").await?;
+/// let guard = locker.lock("order:42").fencing(true).await?;
 /// println!("fencing token {:?}", guard.fencing_token());
 /// guard.release().await?;
 /// # Ok(()) }
@@ -131,7 +142,8 @@ pub struct RedisBackend {
 
 /// What one acquire attempt found.
 enum Attempt {
-    Granted(u64),
+    /// Granted, with the fencing token when the request asked for one.
+    Granted(Option<u64>),
     /// Held, with the holder's remaining ttl if it has one.
     Held(Option<Duration>),
     /// Held; the fast path does not ask for how long.
@@ -264,10 +276,10 @@ impl RedisBackend {
         reply.map_err(|e| self.failed(operation, e))
     }
 
-    /// One acquire attempt: `SET NX PX` and `INCR` of the fence, pipelined in one round trip
-    /// as native commands — less than half the server time of the same work in Lua. When the
-    /// lock is taken it does not ask for how long: a waiter's next attempt is the script,
-    /// which does.
+    /// One acquire attempt: `SET NX PX`, and when the request asks for a fencing token,
+    /// `INCR` of the fence pipelined with it in the same round trip — native commands, less
+    /// than half the server time of the same work in Lua. When the lock is taken it does not
+    /// ask for how long: a waiter's next attempt is the script, which does.
     ///
     /// Not a transaction, and it need not be: the two run back to back on one connection,
     /// and a grant can only go to someone else between our `SET` and our `INCR` if our lock
@@ -287,29 +299,43 @@ impl RedisBackend {
             .arg("NX")
             .arg("PX")
             .arg(millis(req.ttl));
-        let mut incr = Cmd::with_capacity(2, 8 + name);
-        incr.arg("INCR").arg(RedisName::fence(key));
-        let mut pipeline = redis::Pipeline::with_capacity(2);
-        pipeline.add_command(set).add_command(incr);
         let mut conn = self.conn.clone();
-        // The replies as they come (`Pipeline::query_async` would first copy them into a
-        // vector of its own to look for errors, then convert them).
-        let reply = self
-            .within_timeout("acquire", conn.req_packed_commands(&pipeline, 0, 2))
-            .await?;
-        let replies = match reply {
-            Ok(replies) => replies,
-            Err(error) if error.is_io_error() || error.is_timeout() => {
-                return Err(self.failed("acquire", error));
+        let granted = if req.fencing {
+            let mut incr = Cmd::with_capacity(2, 8 + name);
+            incr.arg("INCR").arg(RedisName::fence(key));
+            let mut pipeline = redis::Pipeline::with_capacity(2);
+            pipeline.add_command(set).add_command(incr);
+            // The replies as they come (`Pipeline::query_async` would first copy them into
+            // a vector of its own to look for errors, then convert them).
+            let reply = self
+                .within_timeout("acquire", conn.req_packed_commands(&pipeline, 0, 2))
+                .await?;
+            match reply.as_deref() {
+                Ok([Value::Okay, Value::Int(token)]) if *token >= 1 => {
+                    Some(Some(token.unsigned_abs()))
+                }
+                Ok([Value::Nil, Value::Int(_)]) => return Ok(Attempt::Taken),
+                Err(error) if error.is_io_error() || error.is_timeout() => {
+                    return Err(self.failed("acquire", reply.unwrap_err()));
+                }
+                _ => None,
             }
-            Err(_) => Vec::new(),
+        } else {
+            let reply = self
+                .within_timeout("acquire", conn.req_packed_command(&set))
+                .await?;
+            match reply {
+                Ok(Value::Okay) => Some(None),
+                Ok(Value::Nil) => return Ok(Attempt::Taken),
+                Err(error) if error.is_io_error() || error.is_timeout() => {
+                    return Err(self.failed("acquire", error));
+                }
+                _ => None,
+            }
         };
-        match replies.as_slice() {
-            [Value::Okay, Value::Int(token)] if *token >= 1 => {
-                Ok(Attempt::Granted(token.unsigned_abs()))
-            }
-            [Value::Nil, Value::Int(_)] => Ok(Attempt::Taken),
-            _ => {
+        match granted {
+            Some(token) => Ok(Attempt::Granted(token)),
+            None => {
                 // Granted with a fence that is not a positive counter, or a server error
                 // (e.g. the fence key holds another type): undo our SET if it happened, and
                 // let the script explain.
@@ -335,24 +361,27 @@ impl RedisBackend {
 
     async fn attempt_scripted_inline(&self, req: &AcquireRequest, queued: bool) -> Result<Attempt> {
         let key = &*req.key;
-        let queued = if queued { "1" } else { "0" };
+        let flag = |on: bool| if on { "1" } else { "0" };
         let reply: Value = self
             .run(
                 "acquire",
                 &scripts::ACQUIRE,
-                (3, 6, 3 * key.len() + 80),
+                (3, 7, 3 * key.len() + 82),
                 |cmd| {
                     cmd.arg(RedisName::lock(key))
                         .arg(RedisName::fence(key))
                         .arg(RedisName::handover(key))
                         .arg(req.owner.as_str())
                         .arg(millis(req.ttl))
-                        .arg(queued);
+                        .arg(flag(queued))
+                        .arg(flag(req.fencing));
                 },
             )
             .await?;
         match reply {
-            Value::Int(token) if token >= 1 => Ok(Attempt::Granted(token.unsigned_abs())),
+            Value::Int(token) if token >= 1 => Ok(Attempt::Granted(
+                req.fencing.then_some(token.unsigned_abs()),
+            )),
             Value::Int(0) => Ok(Attempt::Held(None)),
             Value::Int(negative) => Ok(Attempt::Held(Some(Duration::from_millis(
                 (negative + 1).unsigned_abs(),
@@ -401,8 +430,12 @@ impl RedisBackend {
         .await
     }
 
-    fn lease(req: &AcquireRequest, sent: Instant, token: u64) -> AcquireOutcome {
-        AcquireOutcome::Acquired(Lease::new(req, sent).with_fencing_token(token))
+    fn lease(req: &AcquireRequest, sent: Instant, token: Option<u64>) -> AcquireOutcome {
+        let lease = Lease::new(req, sent);
+        AcquireOutcome::Acquired(match token {
+            Some(token) => lease.with_fencing_token(token),
+            None => lease,
+        })
     }
 
     /// [`LockBackend::acquire`], callable without a boxed future: a

@@ -40,8 +40,9 @@ impl Lua {
     }
 }
 
-/// `KEYS`: lock, fence, hand-over mark. `ARGV`: owner, ttl ms, `1` for a queued waiter.
-/// Returns an integer: the fencing token (≥ 1) when granted; `-1 - pttl` (≤ -1) when held
+/// `KEYS`: lock, fence, hand-over mark. `ARGV`: owner, ttl ms, `1` for a queued waiter, `1`
+/// when the grant must carry a fencing token.
+/// Returns an integer: the fencing token (≥ 1; 1 without fencing) when granted; `-1 - pttl` (≤ -1) when held
 /// with an expiry; 0 when held without one. When the lock or fence key holds another type,
 /// returns the string `lock <type>` / `fence <type>`. The hot path is two commands (SET NX
 /// PX, INCR); types are only inspected when something is off.
@@ -54,10 +55,13 @@ pub(super) static ACQUIRE: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(
         r"
 if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  local token = redis.pcall('incr', KEYS[2])
-  if type(token) == 'table' or token < 1 then
-    redis.call('del', KEYS[1])
-    return 'fence ' .. redis.call('type', KEYS[2])['ok']
+  local token = 1
+  if ARGV[4] == '1' then
+    token = redis.pcall('incr', KEYS[2])
+    if type(token) == 'table' or token < 1 then
+      redis.call('del', KEYS[1])
+      return 'fence ' .. redis.call('type', KEYS[2])['ok']
+    end
   end
   if ARGV[3] == '1' and redis.call('del', KEYS[3]) == 1 then
     redis.call('append', KEYS[1], '|waited')

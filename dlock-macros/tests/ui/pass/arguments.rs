@@ -1,4 +1,5 @@
 //! Every argument: `ttl`, `wait` (a duration, `"0s"`, `"forever"`), `watchdog = false`,
+//! `fencing = true`,
 //! `locker` as a `Locker`, a `&Locker` or a `Result<Locker>`, `crate`, trailing comma.
 use dlock_core::{Error, Locker, distributed_lock};
 
@@ -6,12 +7,12 @@ mod reexport {
     pub use dlock_core as dlock;
 }
 
-#[distributed_lock(key = "a:<id>", ttl = "1m 30s", wait = "250ms", watchdog = false, locker = Locker::memory())]
+#[distributed_lock(key = "a:<id>", ttl = "1m 30s", wait = "250ms", watchdog = false, fencing = true, locker = Locker::memory())]
 async fn all(id: u64) -> Result<u64, Error> {
     Ok(id)
 }
 
-#[distributed_lock(key = "b:<id>", wait = "0s", locker = locker)]
+#[distributed_lock(key = "b:<id>", wait = "0s", fencing = false, locker = locker)]
 async fn one_attempt(locker: &Locker, id: u64) -> Result<u64, Error> {
     Ok(id)
 }
