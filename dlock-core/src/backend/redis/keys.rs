@@ -68,21 +68,37 @@ impl<'a> RedisName<'a> {
     /// Hands the name to `emit` piece by piece (escapes included), without allocating.
     fn write_pieces<E>(&self, mut emit: impl FnMut(&str) -> Result<(), E>) -> Result<(), E> {
         emit("{")?;
-        let mut rest = self.key;
-        // A byte scan: the three are ASCII, so they never occur inside a multi-byte character.
-        while let Some(at) = rest.bytes().position(|b| matches!(b, b'%' | b'{' | b'}')) {
-            emit(&rest[..at])?;
-            emit(match rest.as_bytes()[at] {
-                b'%' => "%25",
-                b'{' => "%7B",
-                _ => "%7D",
-            })?;
-            rest = &rest[at + 1..];
+        if needs_escaping(self.key) {
+            let mut rest = self.key;
+            // The three are ASCII, so they never occur inside a multi-byte character.
+            while let Some(at) = rest.bytes().position(is_escaped) {
+                emit(&rest[..at])?;
+                emit(match rest.as_bytes()[at] {
+                    b'%' => "%25",
+                    b'{' => "%7B",
+                    _ => "%7D",
+                })?;
+                rest = &rest[at + 1..];
+            }
+            emit(rest)?;
+        } else {
+            emit(self.key)?;
         }
-        emit(rest)?;
         emit("}")?;
         emit(self.suffix)
     }
+}
+
+const fn is_escaped(byte: u8) -> bool {
+    matches!(byte, b'%' | b'{' | b'}')
+}
+
+/// Whether `key` holds a byte to escape. Almost no key does, so this reads every byte without
+/// stopping early, which compiles to a few vector compares instead of a loop with a branch per
+/// byte.
+fn needs_escaping(key: &str) -> bool {
+    key.bytes()
+        .fold(false, |found, byte| found | is_escaped(byte))
 }
 
 impl std::fmt::Display for RedisName<'_> {
