@@ -104,11 +104,20 @@ async fn run_target(target: &Target, args: &Args) -> Vec<Row> {
     let s = &args.settings;
     let wanted = |name: &str| args.scenario == "all" || args.scenario == name;
     let mut rows = Vec::new();
-    if wanted("uncontended") {
-        rows.push(scenarios::uncontended(target, s).await);
-    }
-    if wanted("many-keys") {
-        rows.push(scenarios::many_keys(target, s).await);
+    // Where a fencing token costs the backend extra work, locks that ask for one get rows
+    // of their own, against the same floor.
+    let fencing_rows: &[bool] = if target.tokens_cost_extra() {
+        &[false, true]
+    } else {
+        &[false]
+    };
+    for &fencing in fencing_rows {
+        if wanted("uncontended") {
+            rows.push(scenarios::uncontended(target, s, fencing).await);
+        }
+        if wanted("many-keys") {
+            rows.push(scenarios::many_keys(target, s, fencing).await);
+        }
     }
     if wanted("contended") {
         rows.push(scenarios::contended(target, s).await);

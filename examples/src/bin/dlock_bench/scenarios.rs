@@ -113,9 +113,15 @@ macro_rules! paired {
     }};
 }
 
-/// One task, N acquire+release cycles on fresh keys.
-pub(crate) async fn uncontended(target: &Target, s: &Settings) -> Row {
-    let locker = target.locker(TTL).await;
+/// The scenario's name, marked when its locks ask for fencing tokens.
+const fn named(scenario: &'static str, fenced: &'static str, fencing: bool) -> &'static str {
+    if fencing { fenced } else { scenario }
+}
+
+/// One task, N acquire+release cycles on fresh keys (each asking for a fencing token when
+/// `fencing`).
+pub(crate) async fn uncontended(target: &Target, s: &Settings, fencing: bool) -> Row {
+    let locker = target.locker_with(TTL, fencing).await;
     let ops = s.uncontended_ops;
     let runs = paired!(
         s,
@@ -133,21 +139,22 @@ pub(crate) async fn uncontended(target: &Target, s: &Settings) -> Row {
                 raw.release(&key, &owner(i), TTL).await;
             })
         },
-        { featured_floor(target, s, ops, 1, ops).await }
+        { featured_floor(target, s, fencing, (ops, 1, ops)).await }
     );
     let note = format!(
         "floor p50 {:.0} µs",
         runs.floor.percentile(50.0).as_secs_f64() * 1e6
     );
-    runs.row(target.name(), "uncontended", note)
+    let scenario = named("uncontended", "uncontended, fencing", fencing);
+    runs.row(target.name(), scenario, note)
 }
 
 /// 64 concurrent tasks over 10 000 keys (partitioned so tasks never meet), one Locker / one
-/// raw connection, like-for-like.
-pub(crate) async fn many_keys(target: &Target, s: &Settings) -> Row {
+/// raw connection, like-for-like (each lock asking for a fencing token when `fencing`).
+pub(crate) async fn many_keys(target: &Target, s: &Settings, fencing: bool) -> Row {
     const TASKS: usize = 64;
     const KEYS: usize = 10_000;
-    let locker = target.locker(TTL).await;
+    let locker = target.locker_with(TTL, fencing).await;
     let per_task = s.many_keys_ops / TASKS;
     let runs = paired!(
         s,
@@ -165,11 +172,11 @@ pub(crate) async fn many_keys(target: &Target, s: &Settings) -> Row {
                 raw.release(&key, &owner(t), TTL).await;
             })
         },
-        { featured_floor(target, s, per_task, TASKS, KEYS).await }
+        { featured_floor(target, s, fencing, (per_task, TASKS, KEYS)).await }
     );
     runs.row(
         target.name(),
-        "many-keys",
+        named("many-keys", "many-keys, fencing", fencing),
         format!("{TASKS} tasks, {KEYS} keys"),
     )
 }
@@ -204,15 +211,15 @@ fn median(mut values: Vec<f64>) -> Option<f64> {
     values.get(values.len() / 2).copied()
 }
 
-/// The many-keys load with the raw commands of dlock's own protocol (fencing + notification).
+/// The load of `(per task, tasks, keys)` with the raw commands of dlock's own fenced
+/// protocol (the `INCR` and the release script), for the rows whose locks ask for tokens.
 async fn featured_floor(
     target: &Target,
     s: &Settings,
-    per_task: usize,
-    tasks: usize,
-    keys: usize,
+    fencing: bool,
+    (per_task, tasks, keys): (usize, usize, usize),
 ) -> Option<f64> {
-    if target.name() != "redis" || s.only_dlock.is_some() {
+    if !fencing || !target.tokens_cost_extra() || s.only_dlock.is_some() {
         return None;
     }
     let run = timed_tasks!(tasks, per_task, |_t| target.raw(), |raw, t, j| {

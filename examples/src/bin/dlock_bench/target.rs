@@ -90,12 +90,20 @@ impl Target {
         }
     }
 
-    /// A new Locker ("process") on the backend, with the bench's ttl.
+    /// A new Locker ("process") on the backend, with the bench's ttl and the default
+    /// settings otherwise.
     pub(crate) async fn locker(&self, ttl: Duration) -> Locker {
+        self.locker_with(ttl, false).await
+    }
+
+    /// A new Locker with the bench's ttl, asking for a fencing token with every lock when
+    /// `fencing`.
+    pub(crate) async fn locker_with(&self, ttl: Duration, fencing: bool) -> Locker {
         let backend_url = match self {
             Self::Memory(table) => {
                 let config = DlockConfig {
                     ttl,
+                    fencing,
                     ..DlockConfig::default()
                 };
                 return Locker::with_config(Arc::new(table.clone()), &config).expect("config");
@@ -103,11 +111,18 @@ impl Target {
             Self::Redis { url, .. } | Self::Etcd { url, .. } => url.clone(),
         };
         let config = DlockConfig::from_toml_str(&format!(
-            "backend = \"{backend_url}\"\nttl = \"{}\"",
+            "backend = \"{backend_url}\"\nttl = \"{}\"\nfencing = {fencing}",
             humantime::format_duration(ttl)
         ))
         .expect("config");
         Locker::connect(&config).await.expect("connect")
+    }
+
+    /// Whether fencing tokens cost this backend extra work, so a lock asking for one is
+    /// measured in rows of its own (Redis: an `INCR` per grant). Memory and etcd issue
+    /// them with every grant anyway.
+    pub(crate) const fn tokens_cost_extra(&self) -> bool {
+        matches!(self, Self::Redis { .. })
     }
 
     /// A handle for the raw floor: the minimal commands for one acquire and one release.
