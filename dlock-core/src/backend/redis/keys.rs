@@ -166,6 +166,21 @@ mod tests {
     }
 
     #[test]
+    fn the_escape_check_finds_a_special_byte_anywhere() {
+        for len in [0, 1, 15, 16, 17, 31, 32, 33, 100] {
+            let plain = "k".repeat(len);
+            assert!(!needs_escaping(&plain), "{plain}");
+            for at in 0..len {
+                for special in ['%', '{', '}'] {
+                    let mut key = plain.clone();
+                    key.replace_range(at..=at, &special.to_string());
+                    assert!(needs_escaping(&key), "{key}");
+                }
+            }
+        }
+    }
+
+    #[test]
     fn braces_in_keys_cannot_split_the_tag() {
         assert_eq!(RedisName::lock("a}b{c%").to_string(), "{a%7Db%7Bc%25}");
         assert_eq!(args(RedisName::lock("a}b{c%")), b"{a%7Db%7Bc%25}");
