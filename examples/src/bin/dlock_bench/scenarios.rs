@@ -149,7 +149,7 @@ pub(crate) async fn uncontended(target: &Target, s: &Settings, fencing: bool) ->
     runs.row(target.name(), scenario, note)
 }
 
-/// 64 concurrent tasks over 10 000 keys (partitioned so tasks never meet), one Locker / one
+/// 64 concurrent tasks over 10 000 keys (shared out so tasks never meet), one Locker / one
 /// raw connection, like-for-like (each lock asking for a fencing token when `fencing`).
 pub(crate) async fn many_keys(target: &Target, s: &Settings, fencing: bool) -> Row {
     const TASKS: usize = 64;
@@ -160,14 +160,14 @@ pub(crate) async fn many_keys(target: &Target, s: &Settings, fencing: bool) -> R
         s,
         |rep| {
             timed_tasks!(TASKS, per_task, |_t| locker.clone(), |locker, t, j| {
-                let key = format!("bench:m:{rep}:{}", (t + TASKS * j) % KEYS);
+                let key = format!("bench:m:{rep}:{}", key_of(t, j, TASKS, KEYS));
                 let guard = locker.lock(&key).await.expect("acquire");
                 guard.release().await.expect("release");
             })
         },
         {
             timed_tasks!(TASKS, per_task, |_t| target.raw(), |raw, t, j| {
-                let key = format!("dlock:bench:mf:{rep}:{}", (t + TASKS * j) % KEYS);
+                let key = format!("dlock:bench:mf:{rep}:{}", key_of(t, j, TASKS, KEYS));
                 assert!(raw.acquire(&key, &owner(t), TTL).await);
                 raw.release(&key, &owner(t), TTL).await;
             })
@@ -179,6 +179,13 @@ pub(crate) async fn many_keys(target: &Target, s: &Settings, fencing: bool) -> R
         named("many-keys", "many-keys, fencing", fencing),
         format!("{TASKS} tasks, {KEYS} keys"),
     )
+}
+
+/// The key of task `task`'s cycle `cycle` among `keys` keys shared out among `tasks` tasks:
+/// each task cycles through its own share, so two tasks never meet on a key however far
+/// one runs ahead of another.
+const fn key_of(task: usize, cycle: usize, tasks: usize, keys: usize) -> usize {
+    task + tasks * (cycle % (keys / tasks))
 }
 
 impl Paired {
@@ -223,7 +230,7 @@ async fn featured_floor(
         return None;
     }
     let run = timed_tasks!(tasks, per_task, |_t| target.raw(), |raw, t, j| {
-        let key = format!("{{dlock:bench:mx:{}}}", (t + tasks * j) % keys);
+        let key = format!("{{dlock:bench:mx:{}}}", key_of(t, j, tasks, keys));
         raw.cycle_with_fencing_and_notify(&key, &owner(t), TTL)
             .await;
     });
