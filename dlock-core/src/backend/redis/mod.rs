@@ -310,14 +310,16 @@ impl RedisBackend {
             let reply = self
                 .within_timeout("acquire", conn.req_packed_commands(&pipeline, 0, 2))
                 .await?;
-            match reply.as_deref() {
-                Ok([Value::Okay, Value::Int(token)]) if *token >= 1 => {
-                    Some(Some(token.unsigned_abs()))
-                }
-                Ok([Value::Nil, Value::Int(_)]) => return Ok(Attempt::Taken),
+            let replies = match reply {
+                Ok(replies) => replies,
                 Err(error) if error.is_io_error() || error.is_timeout() => {
-                    return Err(self.failed("acquire", reply.unwrap_err()));
+                    return Err(self.failed("acquire", error));
                 }
+                Err(_) => Vec::new(),
+            };
+            match replies.as_slice() {
+                [Value::Okay, Value::Int(token)] if *token >= 1 => Some(Some(token.unsigned_abs())),
+                [Value::Nil, Value::Int(_)] => return Ok(Attempt::Taken),
                 _ => None,
             }
         } else {

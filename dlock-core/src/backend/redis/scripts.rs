@@ -41,11 +41,11 @@ impl Lua {
 }
 
 /// `KEYS`: lock, fence, hand-over mark. `ARGV`: owner, ttl ms, `1` for a queued waiter, `1`
-/// when the grant must carry a fencing token.
-/// Returns an integer: the fencing token (≥ 1; 1 without fencing) when granted; `-1 - pttl` (≤ -1) when held
-/// with an expiry; 0 when held without one. When the lock or fence key holds another type,
-/// returns the string `lock <type>` / `fence <type>`. The hot path is two commands (SET NX
-/// PX, INCR); types are only inspected when something is off.
+/// when the grant must carry a fencing token. Returns an integer: when granted, the fencing
+/// token (≥ 1), or 1 without fencing; `-1 - pttl` (≤ -1) when held with an expiry; 0 when
+/// held without one. When the lock or fence key holds another type, returns the string
+/// `lock <type>` / `fence <type>`. The hot path is one or two commands (`SET NX PX`, and
+/// `INCR` when asked for a token); types are only inspected when something is off.
 ///
 /// A queued waiter (subscribed to the release channel first) that finds the lock held marks
 /// it waited for: `|waited` appended to the holder's value (`APPEND` keeps the expiry, and
