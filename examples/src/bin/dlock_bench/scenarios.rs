@@ -11,7 +11,12 @@ use crate::target::Target;
 /// Knobs from the command line.
 #[derive(Debug, Clone)]
 pub(crate) struct Settings {
+    /// The fewest measured repetitions (pairs, where dlock and its floor run in pairs).
     pub(crate) reps: usize,
+    /// Paired scenarios add pairs (up to [`MAX_PAIRS`]) until this much time was measured:
+    /// on fast backends one run lasts a fraction of a second, and a median of a few such
+    /// runs swings with the machine's moods.
+    pub(crate) min_measured: Duration,
     pub(crate) uncontended_ops: usize,
     pub(crate) many_keys_ops: usize,
     pub(crate) contended_rounds: usize,
@@ -23,6 +28,9 @@ pub(crate) struct Settings {
 }
 
 const TTL: Duration = Duration::from_secs(30);
+
+/// The most pairs a paired scenario runs, however short its runs.
+const MAX_PAIRS: usize = 25;
 
 fn owner(i: usize) -> String {
     format!("bench-owner-{i}")
@@ -72,7 +80,8 @@ struct Paired {
     protocol_ops: Option<f64>,
 }
 
-/// Runs dlock (`$dlock`) and its floor (`$floor`) `$s.reps` times each after a warm-up, in
+/// Runs dlock (`$dlock`) and its floor (`$floor`) at least `$s.reps` times each after a
+/// warm-up (more, up to [`MAX_PAIRS`], until `$s.min_measured` has been measured), in
 /// pairs whose order alternates, and compares each run with its pair: this machine's speed
 /// drifts by tens of percent over seconds, and a ratio of neighbours is far steadier than one
 /// of medians taken seconds apart. `$protocol` measures dlock's own protocol sent raw
@@ -85,7 +94,11 @@ macro_rules! paired {
         let mut floor_runs = Vec::new();
         let mut ratios = Vec::new();
         let mut protocol_runs = Vec::new();
-        for $rep in 0..=s.reps {
+        let mut measured = Duration::ZERO;
+        for $rep in 0..=MAX_PAIRS {
+            if $rep > s.reps && (measured >= s.min_measured || s.only_dlock.is_some()) {
+                break;
+            }
             let mut d = Samples::default();
             let mut f = Samples::default();
             for first in [$rep % 2 == 0, $rep % 2 == 1] {
@@ -99,6 +112,7 @@ macro_rules! paired {
             if $rep == 0 {
                 continue; // the warm-up
             }
+            measured += d.elapsed + f.elapsed;
             ratios.push(d.ops_per_sec() / f.ops_per_sec());
             dlock_runs.push(d);
             floor_runs.push(f);
