@@ -123,8 +123,8 @@ impl<'a> LockRequest<'a> {
     /// ([`DlockConfig::fencing`](crate::DlockConfig::fencing), `false`).
     ///
     /// Memory and etcd tokens come with every grant anyway; on Redis a token costs an `INCR`
-    /// per grant (pipelined with the `SET`, so no extra round trip, but about a sixth of a
-    /// busy server's throughput) and a counter key per lock name, kept forever. So Redis
+    /// per grant (pipelined with the `SET`, so no extra round trip, but 5–10 % of a busy
+    /// server's lock throughput) and a counter key per lock name, kept forever. So Redis
     /// issues them only when asked, like Redisson's `RFencedLock` next to its `RLock`.
     ///
     /// # Errors

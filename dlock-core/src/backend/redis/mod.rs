@@ -44,7 +44,7 @@
 //!
 //! # Fencing tokens only when asked
 //!
-//! A token costs Redis an `INCR` per grant — no extra round trip, but about a sixth of a busy
+//! A token costs Redis an `INCR` per grant — no extra round trip, but 5–10 % of a busy
 //! server's lock throughput on the benchmark machine — and a counter key per lock name, kept
 //! forever. So, like Redisson's `RFencedLock` next to its plain `RLock`, a Redis grant carries
 //! a token only when asked: [`LockRequest::fencing`](crate::LockRequest::fencing) per lock,
