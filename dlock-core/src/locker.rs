@@ -433,9 +433,9 @@ impl Locker {
             ));
         }
         let fencing = options.fencing.unwrap_or(shared.config.fencing);
-        if fencing && shared.backend.capabilities().fencing == Fencing::None {
+        if fencing && shared.capabilities.fencing == Fencing::None {
             return Err(Error::Unsupported {
-                backend: shared.backend.capabilities().name,
+                backend: shared.capabilities.name,
                 operation: "fencing tokens",
             });
         }

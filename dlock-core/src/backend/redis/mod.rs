@@ -349,8 +349,8 @@ impl RedisBackend {
         }
     }
 
-    /// One acquire attempt as one script (`SET NX PX` + `INCR` of the fence, or the holder's
-    /// `PTTL`), which also tells what is wrong with keys of another type. A queued waiter
+    /// One acquire attempt as one script (`SET NX PX`, plus `INCR` of the fence when the
+    /// request asks for a token, or the holder's `PTTL`), which also tells what is wrong with keys of another type. A queued waiter
     /// (subscribed to the release channel) that finds the lock held marks it waited for, so
     /// its release is published. Boxed: only waiters and odd cases come here.
     fn attempt_scripted<'a>(
