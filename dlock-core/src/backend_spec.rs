@@ -8,7 +8,8 @@ use serde::{Deserialize, Serialize};
 /// The backend of a [`DlockConfig`](crate::DlockConfig): a URL, or the same information as a
 /// table (handy in TOML when hosts or credentials come from elsewhere).
 ///
-/// Passwords are never shown by `Debug` or in errors.
+/// `Display` shows the URL as written (a table as the URL it stands for); passwords are never
+/// shown by `Display`, `Debug` or in errors.
 ///
 /// # Examples
 ///
@@ -28,7 +29,9 @@ use serde::{Deserialize, Serialize};
 /// assert_eq!(table_name(&from_table), "jobs");
 ///
 /// let spec = BackendSpec::Url("redis://app:s3cret@cache:6379/0".into());
+/// assert_eq!(spec.to_string(), "redis://app:<redacted>@cache:6379/0");
 /// assert!(!format!("{spec:?}").contains("s3cret"));
+/// assert_eq!(DlockConfig::default().backend.to_string(), "memory://");
 /// ```
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(untagged)]
@@ -86,6 +89,12 @@ impl BackendSpec {
 impl Default for BackendSpec {
     fn default() -> Self {
         Self::Url("memory://".to_owned())
+    }
+}
+
+impl fmt::Display for BackendSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&redact(&self.to_url()))
     }
 }
 
@@ -175,5 +184,24 @@ mod tests {
         );
         assert_eq!(redact("redis://h:6379/0"), "redis://h:6379/0");
         assert_eq!(redact("postgres://app@h/db"), "postgres://app@h/db");
+    }
+
+    #[test]
+    fn display_shows_the_url_without_its_password() {
+        let table = BackendTable {
+            kind: "redis".into(),
+            hosts: vec!["h:6379".into()],
+            username: Some("app".into()),
+            password: Some("s3cret".into()),
+            ..BackendTable::default()
+        };
+        assert_eq!(
+            BackendSpec::Table(table).to_string(),
+            "redis://app:<redacted>@h:6379"
+        );
+        assert_eq!(
+            BackendSpec::Url("memory://jobs".into()).to_string(),
+            "memory://jobs"
+        );
     }
 }

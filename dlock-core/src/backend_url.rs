@@ -60,6 +60,23 @@ impl BackendKind {
         }
     }
 
+    /// The backend a URL names by its scheme, whether or not this build includes it; `None`
+    /// for a string that is not a URL or an unknown scheme. Nothing else of the URL is checked
+    /// (that is [`BackendUrl::parse`]'s job).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use dlock_core::BackendKind;
+    /// assert_eq!(BackendKind::from_url("redis+cluster://a:1,b:2"), Some(BackendKind::RedisCluster));
+    /// assert_eq!(BackendKind::from_url("mongodb://h"), None);
+    /// ```
+    #[must_use]
+    pub fn from_url(url: &str) -> Option<Self> {
+        let (scheme, _) = url.split_once("://")?;
+        Self::from_scheme(&scheme.to_ascii_lowercase())
+    }
+
     fn from_scheme(scheme: &str) -> Option<Self> {
         Some(match scheme {
             "memory" => Self::Memory,

@@ -50,7 +50,7 @@ async fn run() -> Result<(), Error> {
         .local_addr()
         .map_err(|e| Error::backend("http", e))?;
     println!(
-        "orders service on {:?}: listening on http://{addr}",
+        "orders service on {}: listening on http://{addr}",
         config.backend
     );
     axum::serve(listener, app(&locker))
@@ -62,9 +62,6 @@ async fn run() -> Result<(), Error> {
 async fn main() -> ExitCode {
     match run().await {
         Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
-            eprintln!("orders_http failed: {error}");
-            ExitCode::FAILURE
-        }
+        Err(error) => dlock_examples::report_failure("orders_http", &error),
     }
 }

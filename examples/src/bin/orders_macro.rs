@@ -145,6 +145,7 @@ async fn slow_export(id: u64, reached_the_end: Arc<Mutex<bool>>) -> Result<(), A
 async fn main() -> ExitCode {
     match run().await {
         Ok(()) => ExitCode::SUCCESS,
+        Err(AppError::Lock(error)) => dlock_examples::report_failure("orders_macro", &error),
         Err(error) => {
             eprintln!("orders_macro failed: {error}");
             ExitCode::FAILURE
@@ -155,7 +156,7 @@ async fn main() -> ExitCode {
 async fn run() -> Result<(), AppError> {
     let config = DlockConfig::from_env()?;
     Locker::connect(&config).await?.install_global();
-    println!("#[distributed_lock] on `{:?}`\n", config.backend);
+    println!("#[distributed_lock] on `{}`\n", config.backend);
 
     four_workers_settle_one_order().await?;
     busy_callers_give_up().await?;

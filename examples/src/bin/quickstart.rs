@@ -13,17 +13,14 @@ use dlock_core::{DlockConfig, Error, Locker};
 async fn main() -> ExitCode {
     match run().await {
         Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
-            eprintln!("quickstart failed: {error}");
-            ExitCode::FAILURE
-        }
+        Err(error) => dlock_examples::report_failure("quickstart", &error),
     }
 }
 
 async fn run() -> Result<(), Error> {
     let config = DlockConfig::from_env()?;
     let locker = Locker::connect(&config).await?;
-    println!("dlock quickstart on `{:?}`\n", config.backend);
+    println!("dlock quickstart on `{}`\n", config.backend);
 
     three_workers_race(&locker).await?;
     watchdog_outlives_ttl(&locker).await?;
