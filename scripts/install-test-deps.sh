@@ -1,8 +1,16 @@
 #!/usr/bin/env bash
-# Installs the servers the dlock test suite starts (Redis, etcd, ZooKeeper, PostgreSQL) and
-# protoc, from Debian/Ubuntu packages, when any of them is missing. Idempotent: with everything
-# present it installs nothing. The packages' own system services are stopped after an install:
-# the tests start their own servers on free loopback ports.
+# Installs what dlock's build and test suite need beyond Rust, from Debian/Ubuntu packages:
+# protoc and its well-known .proto files (etcd-client's build), and the servers and clients the
+# tests start (Redis, etcd, ZooKeeper on Java, PostgreSQL).
+#
+# Every piece is checked by what it is used for — a binary that runs, the files it reads (e.g.
+# protoc *and* google/protobuf/descriptor.proto, ZooKeeper's jar *and* a JVM that loads it) —
+# not by one binary's presence. Idempotent: with everything present it installs nothing.
+# The packages' own system services are stopped after an install: the tests start their own
+# servers on free loopback ports.
+#
+#   scripts/install-test-deps.sh          install what is missing, then check everything
+#   scripts/install-test-deps.sh --check  install nothing; exit 1 naming each missing piece
 set -euo pipefail
 
 export DEBIAN_FRONTEND=noninteractive
@@ -21,30 +29,86 @@ as_root() {
     fi
 }
 
-have_binary() { command -v "$1" >/dev/null 2>&1; }
+# Runs a command quietly; true when it exits 0.
+quietly() { "$@" >/dev/null 2>&1; }
 
-have_postgres_server() {
+# --- The checks: one function per piece, each trying the piece the way the build or a test
+# --- uses it.
+
+check_protoc() { quietly "${PROTOC:-protoc}" --version; }
+
+# etcd-client's build compiles .proto files that import protobuf's well-known types, which
+# protoc finds in its include directory (Debian: libprotobuf-dev, /usr/include/google/protobuf).
+check_protobuf_well_known_types() {
+    local dir status
+    dir=$(mktemp -d)
+    printf 'syntax = "proto3";\nimport "google/protobuf/descriptor.proto";\nimport "google/protobuf/empty.proto";\n' >"$dir/check.proto"
+    quietly "${PROTOC:-protoc}" --proto_path="$dir" --include_imports \
+        --descriptor_set_out="$dir/check.pb" "$dir/check.proto" && status=0 || status=$?
+    rm -rf "$dir"
+    return "$status"
+}
+
+check_redis_server() { quietly redis-server --version; }
+check_redis_cli() { quietly redis-cli --version; }
+check_etcd() { quietly etcd --version; }
+check_etcdctl() { ETCDCTL_API=3 quietly etcdctl version; }
+
+# The harness runs `java -cp /usr/share/java/zookeeper.jar ...QuorumPeerMain`: the JVM must
+# start and load ZooKeeper's classes (the jar's manifest names the jars it needs).
+ZOOKEEPER_JAR=/usr/share/java/zookeeper.jar
+check_zookeeper() {
+    [[ -f $ZOOKEEPER_JAR ]] && quietly java -cp "$ZOOKEEPER_JAR" org.apache.zookeeper.version.VersionInfoMain
+}
+
+# The harness runs initdb and postgres from /usr/lib/postgresql/<version>/bin, as the
+# `postgres` system user when it runs as root (the server refuses to run as root).
+check_postgres_server() {
     local bin
     for bin in /usr/lib/postgresql/*/bin; do
-        [[ -x $bin/initdb && -x $bin/postgres ]] && return 0
+        if quietly "$bin/initdb" --version && quietly "$bin/postgres" --version; then
+            [[ $(id -u) -ne 0 ]] || quietly id postgres
+            return
+        fi
     done
     return 1
 }
 
-# Prints the packages whose binaries are missing, one per line.
-missing_packages() {
-    have_binary redis-server || echo redis-server
-    have_binary redis-cli || echo redis-tools
-    have_binary etcd || echo etcd-server
-    have_binary etcdctl || echo etcd-client
-    # ZooKeeper runs on Java: the package pulls in a JRE.
-    { [[ -f /usr/share/java/zookeeper.jar ]] && have_binary java; } || echo zookeeper
-    have_postgres_server || echo postgresql
-    have_binary protoc || echo protobuf-compiler
+check_psql() { quietly psql --version; }
+
+# Each piece: "the check function|the Debian package that provides it|what it is".
+PIECES=(
+    "check_protoc|protobuf-compiler|protoc (etcd-client's build)"
+    "check_protobuf_well_known_types|libprotobuf-dev|protobuf's well-known .proto files (google/protobuf/descriptor.proto, for etcd-client's build)"
+    "check_redis_server|redis-server|redis-server"
+    "check_redis_cli|redis-tools|redis-cli (Redis Cluster set-up)"
+    "check_etcd|etcd-server|etcd"
+    "check_etcdctl|etcd-client|etcdctl (etcd's own lock client)"
+    "check_zookeeper|zookeeper|ZooKeeper ($ZOOKEEPER_JAR on a JVM that loads it)"
+    "check_postgres_server|postgresql|PostgreSQL server (initdb, postgres and the postgres user)"
+    "check_psql|postgresql-client|psql"
+)
+
+# Prints "package|what" for every piece whose check fails.
+missing_pieces() {
+    local piece check package what
+    for piece in "${PIECES[@]}"; do
+        IFS='|' read -r check package what <<<"$piece"
+        "$check" || printf '%s|%s\n' "$package" "$what"
+    done
+}
+
+# Logs each missing piece and its package.
+report() {
+    local line package what
+    for line in "$@"; do
+        IFS='|' read -r package what <<<"$line"
+        log "missing: $what — Debian package $package"
+    done
 }
 
 install_packages() {
-    if ! have_binary apt-get; then
+    if ! command -v apt-get >/dev/null 2>&1; then
         log "apt-get not found: install these packages (or their equivalents) by hand: $*"
         exit 1
     fi
@@ -61,12 +125,12 @@ install_packages() {
 # Stops a system service a package may have started on its default port (tolerates failure).
 stop_service() {
     local service=$1
-    if [[ -d /run/systemd/system ]] && have_binary systemctl; then
+    if [[ -d /run/systemd/system ]] && command -v systemctl >/dev/null 2>&1; then
         if systemctl is-active --quiet "$service" 2>/dev/null; then
             log "stopping the system service $service (systemctl stop)"
             as_root systemctl stop "$service" || log "could not stop $service (ignored)"
         fi
-    elif [[ -x /etc/init.d/$service ]] && have_binary service; then
+    elif [[ -x /etc/init.d/$service ]] && command -v service >/dev/null 2>&1; then
         if as_root service "$service" status >/dev/null 2>&1; then
             log "stopping the system service $service (service stop)"
             as_root service "$service" stop >/dev/null 2>&1 || log "could not stop $service (ignored)"
@@ -75,26 +139,43 @@ stop_service() {
 }
 
 main() {
-    local missing
-    mapfile -t missing < <(missing_packages)
+    local check_only=false
+    case "${1:-}" in
+        "") ;;
+        --check) check_only=true ;;
+        *)
+            log "unknown argument '$1' (usage: install-test-deps.sh [--check])"
+            exit 2
+            ;;
+    esac
+
+    local missing packages
+    mapfile -t missing < <(missing_pieces)
     if [[ ${#missing[@]} -eq 0 ]]; then
-        log "all test servers are installed (redis-server, redis-cli, etcd, etcdctl, ZooKeeper, PostgreSQL, protoc); nothing to do"
+        log "everything the build and the tests need is installed; nothing to do"
         return 0
     fi
-    log "missing packages: ${missing[*]}"
-    install_packages "${missing[@]}"
+    report "${missing[@]}"
+    if $check_only; then
+        log "${#missing[@]} missing: run scripts/install-test-deps.sh to install them"
+        exit 1
+    fi
+
+    mapfile -t packages < <(printf '%s\n' "${missing[@]}" | cut -d'|' -f1 | sort -u)
+    install_packages "${packages[@]}"
 
     local service
     for service in redis-server etcd zookeeper postgresql; do
         stop_service "$service"
     done
 
-    mapfile -t missing < <(missing_packages)
+    mapfile -t missing < <(missing_pieces)
     if [[ ${#missing[@]} -ne 0 ]]; then
-        log "still missing after the install: ${missing[*]}"
+        report "${missing[@]}"
+        log "still missing after the install"
         exit 1
     fi
-    log "done: installed the test servers; their system services are not running"
+    log "done: installed ${packages[*]}; their system services are not running"
 }
 
 main "$@"
