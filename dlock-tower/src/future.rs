@@ -37,6 +37,7 @@ pin_project! {
     {
         Acquiring {
             acquire: BoxFuture<LockResult<LockGuard>>,
+            key: String,
             inner: S,
             request: Option<Request<ReqBody>>,
         },
@@ -63,6 +64,7 @@ where
 {
     pub(crate) const fn acquiring(
         acquire: BoxFuture<LockResult<LockGuard>>,
+        key: String,
         inner: S,
         request: Request<ReqBody>,
         settings: Arc<Settings>,
@@ -70,6 +72,7 @@ where
         Self {
             state: State::Acquiring {
                 acquire,
+                key,
                 inner,
                 request: Some(request),
             },
@@ -103,7 +106,7 @@ where
 impl<S, ReqBody, ResBody> Future for ResponseFuture<S, ReqBody>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>>,
-    ResBody: Default,
+    ResBody: From<String>,
 {
     type Output = Result<Response<ResBody>, S::Error>;
 
@@ -113,13 +116,14 @@ where
             match this.state.as_mut().project() {
                 StateProj::Acquiring {
                     acquire,
+                    key,
                     inner,
                     request,
                 } => {
                     let guard = match ready!(acquire.as_mut().poll(cx)) {
                         Ok(guard) => guard,
                         Err(error) => {
-                            let response = reject(this.settings, &error);
+                            let response = reject(this.settings, key, &error);
                             this.state.set(State::Done);
                             return Poll::Ready(Ok(response));
                         }
@@ -144,7 +148,7 @@ where
                             reason,
                         };
                         tracing::warn!(%error, "dlock-tower: lease lost mid-request; the handler was cancelled");
-                        let response = this.settings.on_error.respond(&error);
+                        let response = this.settings.on_error.respond(guard.key(), &error);
                         // Drops the handler's future and the guard (which releases).
                         this.state.set(State::Done);
                         return Poll::Ready(Ok(response));
@@ -170,12 +174,12 @@ where
     }
 }
 
-fn reject<B: Default>(settings: &Settings, error: &Error) -> Response<B> {
+fn reject<B: From<String>>(settings: &Settings, key: &str, error: &Error) -> Response<B> {
     match error {
-        Error::Busy { .. } => settings.on_busy.respond(error),
+        Error::Busy { .. } => settings.on_busy.respond(key, error),
         other => {
-            tracing::warn!(error = %other, "dlock-tower: the lock could not be taken");
-            settings.on_error.respond(other)
+            tracing::warn!(key, error = %other, "dlock-tower: the lock could not be taken");
+            settings.on_error.respond(key, other)
         }
     }
 }

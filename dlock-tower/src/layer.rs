@@ -22,7 +22,9 @@ use crate::service::DistributedLock;
 /// | the lease was lost while the handler ran (the handler is dropped) | `503 Service Unavailable` |
 /// | the key cannot be built (e.g. unknown path parameter) | `500 Internal Server Error` |
 ///
-/// The inner service's error type is unchanged. See the [crate docs](crate) for axum and
+/// Each carries an RFC 9457 `application/problem+json` body (`title`, `status`, `detail`
+/// naming the lock key), so the response body type must be `From<String>` (axum's `Body`,
+/// `String`, `Full<Bytes>`). The inner service's error type is unchanged. See the [crate docs](crate) for axum and
 /// `ServiceBuilder` examples.
 ///
 /// # Examples
@@ -104,17 +106,51 @@ impl<K> DistributedLockLayer<K> {
         self.with(|s| s.watchdog = renew)
     }
 
-    /// The response when the lock stays busy (given the [`Error::Busy`]). Its body is empty.
-    /// Defaults to [`locked_response`](crate::locked_response).
-    pub fn on_busy(self, respond: impl Fn(&Error) -> Response<()> + Send + Sync + 'static) -> Self {
+    /// The response when the lock stays busy, from the lock key and the [`Error::Busy`]; its
+    /// `String` body becomes the response body (`String::new()` for none). Defaults to
+    /// [`locked_response`](crate::locked_response): `423` with a problem-details body.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use dlock_tower::DistributedLockLayer;
+    /// use http::{Response, StatusCode};
+    ///
+    /// let key = |req: &http::Request<String>| Some(req.uri().path().to_owned());
+    /// let layer = DistributedLockLayer::new(dlock_core::Locker::memory(), key).on_busy(|key, _| {
+    ///     let mut response = Response::new(format!("{key} is being changed; try again soon"));
+    ///     *response.status_mut() = StatusCode::CONFLICT;
+    ///     response
+    /// });
+    /// # drop(layer);
+    /// ```
+    pub fn on_busy(
+        self,
+        respond: impl Fn(&str, &Error) -> Response<String> + Send + Sync + 'static,
+    ) -> Self {
         self.with(|s| s.on_busy = Reject::new(respond))
     }
 
-    /// The response when the lock service fails or the lease is lost mid-request. Its body is
-    /// empty. Defaults to [`unavailable_response`](crate::unavailable_response).
+    /// The response when the lock service fails or the lease is lost mid-request, from the
+    /// lock key and the error. Defaults to
+    /// [`unavailable_response`](crate::unavailable_response): `503` with a problem-details
+    /// body.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use dlock_tower::{DistributedLockLayer, unavailable_response};
+    ///
+    /// let key = |req: &http::Request<String>| Some(req.uri().path().to_owned());
+    /// let layer = DistributedLockLayer::new(dlock_core::Locker::memory(), key).on_error(|key, error| {
+    ///     eprintln!("lock {key}: {error}"); // or a metric
+    ///     unavailable_response(key, error)
+    /// });
+    /// # drop(layer);
+    /// ```
     pub fn on_error(
         self,
-        respond: impl Fn(&Error) -> Response<()> + Send + Sync + 'static,
+        respond: impl Fn(&str, &Error) -> Response<String> + Send + Sync + 'static,
     ) -> Self {
         self.with(|s| s.on_error = Reject::new(respond))
     }

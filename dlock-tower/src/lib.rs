@@ -52,9 +52,20 @@
 //! Busy after the layer's `wait` → `423 Locked` with `Retry-After` (the holder's remaining
 //! lease, when the backend knows it); lock service failure → `503`; lease lost while the
 //! handler runs → the handler's future is dropped and `503` returned; a key that cannot be
-//! built → `500` and an error event. All but the last are configurable with
-//! [`DistributedLockLayer::on_busy`] / [`DistributedLockLayer::on_error`]. The inner service's
-//! error type is unchanged.
+//! built → `500` and an error event. Each carries an RFC 9457 `application/problem+json` body
+//! naming the lock key:
+//!
+//! ```text
+//! HTTP/1.1 423 Locked
+//! content-type: application/problem+json
+//! retry-after: 3
+//!
+//! {"detail":"The lock `order:42` is held by another request.","status":423,"title":"Locked"}
+//! ```
+//!
+//! All but the last are configurable with [`DistributedLockLayer::on_busy`] /
+//! [`DistributedLockLayer::on_error`]. The response body type must be `From<String>` (axum's
+//! `Body`, `String`, `Full<Bytes>`); the inner service's error type is unchanged.
 //!
 //! The lock covers the handler until its response (status and headers) is ready; a streaming
 //! body keeps flowing after the release.

@@ -1,4 +1,5 @@
-//! The responses the layer gives when it does not run the handler.
+//! The responses the layer gives when it does not run the handler: RFC 9457 problem details
+//! (`application/problem+json`) naming the lock key, unless the user replaces them.
 
 use std::fmt;
 use std::sync::Arc;
@@ -6,21 +7,23 @@ use std::sync::Arc;
 use dlock_core::Error;
 use http::{HeaderValue, Response, StatusCode, header};
 
-/// Builds the response for a request the layer refuses: the status and headers come from the
-/// closure, the body is the response body type's default (empty).
+/// Builds the response for a request the layer refuses, from the lock key and the error that
+/// caused the refusal; its `String` body becomes the service's response body type.
 #[derive(Clone)]
 pub(crate) struct Reject(Arc<RejectFn>);
 
-/// Status and headers of a refusal, from the error that caused it.
-type RejectFn = dyn Fn(&Error) -> Response<()> + Send + Sync;
+/// A refusal's response, from the lock key and the error that caused it.
+type RejectFn = dyn Fn(&str, &Error) -> Response<String> + Send + Sync;
 
 impl Reject {
-    pub(crate) fn new(f: impl Fn(&Error) -> Response<()> + Send + Sync + 'static) -> Self {
+    pub(crate) fn new(
+        f: impl Fn(&str, &Error) -> Response<String> + Send + Sync + 'static,
+    ) -> Self {
         Self(Arc::new(f))
     }
 
-    pub(crate) fn respond<B: Default>(&self, error: &Error) -> Response<B> {
-        (self.0)(error).map(|()| B::default())
+    pub(crate) fn respond<B: From<String>>(&self, key: &str, error: &Error) -> Response<B> {
+        (self.0)(key, error).map(B::from)
     }
 }
 
@@ -30,8 +33,8 @@ impl fmt::Debug for Reject {
     }
 }
 
-/// `423 Locked`, with `Retry-After` (whole seconds, at least 1) when the holder's remaining
-/// lease is known.
+/// `423 Locked` with a problem-details body naming the key, and `Retry-After` (whole seconds,
+/// at least 1) when the holder's remaining lease is known.
 ///
 /// # Examples
 ///
@@ -42,14 +45,21 @@ impl fmt::Debug for Reject {
 ///     waited: Duration::ZERO,
 ///     retry_after: Some(Duration::from_millis(2500)),
 /// };
-/// let response = dlock_tower::locked_response(&busy);
+/// let response = dlock_tower::locked_response("order:42", &busy);
 /// assert_eq!(response.status(), 423);
 /// assert_eq!(response.headers()["retry-after"], "3");
+/// assert_eq!(response.headers()["content-type"], "application/problem+json");
+/// assert_eq!(
+///     response.body(),
+///     r#"{"detail":"The lock `order:42` is held by another request.","status":423,"title":"Locked"}"#
+/// );
 /// ```
 #[must_use]
-pub fn locked_response(error: &Error) -> Response<()> {
-    let mut response = Response::new(());
-    *response.status_mut() = StatusCode::LOCKED;
+pub fn locked_response(key: &str, error: &Error) -> Response<String> {
+    let mut response = problem(
+        StatusCode::LOCKED,
+        &format!("The lock `{key}` is held by another request."),
+    );
     if let Error::Busy {
         retry_after: Some(remaining),
         ..
@@ -63,17 +73,83 @@ pub fn locked_response(error: &Error) -> Response<()> {
     response
 }
 
-/// `503 Service Unavailable`: the lock service failed, or the lease was lost mid-request.
+/// `503 Service Unavailable` with a problem-details body naming the key: the lock service
+/// failed, or the lease was lost mid-request. The error's own text (hosts, client errors)
+/// stays in the server's logs, out of the response.
 ///
 /// # Examples
 ///
 /// ```
-/// let response = dlock_tower::unavailable_response(&dlock_core::Error::NoGlobalLocker);
+/// let response = dlock_tower::unavailable_response("order:42", &dlock_core::Error::NoGlobalLocker);
 /// assert_eq!(response.status(), 503);
+/// assert!(response.body().contains("`order:42`"));
 /// ```
 #[must_use]
-pub fn unavailable_response(_error: &Error) -> Response<()> {
-    let mut response = Response::new(());
-    *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+pub fn unavailable_response(key: &str, error: &Error) -> Response<String> {
+    let detail = match error {
+        Error::LeaseLost { .. } => {
+            format!("The lock `{key}` was lost while the request ran; the request was cancelled.")
+        }
+        _ => format!("The lock `{key}` could not be taken: the lock service failed."),
+    };
+    problem(StatusCode::SERVICE_UNAVAILABLE, &detail)
+}
+
+/// `500 Internal Server Error` for a request whose lock key cannot be built.
+pub(crate) fn key_error_response<B: From<String>>() -> Response<B> {
+    problem(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "The lock key of this request could not be built.",
+    )
+    .map(B::from)
+}
+
+/// An RFC 9457 problem-details response: `title` (the status's reason), `status`, `detail`.
+fn problem(status: StatusCode, detail: &str) -> Response<String> {
+    let body = serde_json::json!({
+        "title": status.canonical_reason().unwrap_or_default(),
+        "status": status.as_u16(),
+        "detail": detail,
+    });
+    let mut response = Response::new(body.to_string());
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/problem+json"),
+    );
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_key_with_quotes_and_controls_stays_valid_json() {
+        let response = unavailable_response("a\"b\\c\u{1}", &Error::NoGlobalLocker);
+        let body: serde_json::Value = serde_json::from_str(response.body()).unwrap();
+        assert_eq!(body["status"], 503);
+        assert_eq!(body["title"], "Service Unavailable");
+        assert!(body["detail"].as_str().unwrap().contains("`a\"b\\c\u{1}`"));
+    }
+
+    #[test]
+    fn a_lost_lease_says_the_request_was_cancelled() {
+        let lost = Error::LeaseLost {
+            key: "order:42".into(),
+            reason: dlock_core::LostReason::Expired,
+        };
+        let response = unavailable_response("order:42", &lost);
+        assert!(response.body().contains("cancelled"), "{}", response.body());
+    }
+
+    #[test]
+    fn the_key_error_response_is_a_500_problem() {
+        let response: Response<String> = key_error_response();
+        assert_eq!(response.status(), 500);
+        assert_eq!(
+            response.headers()[header::CONTENT_TYPE],
+            "application/problem+json"
+        );
+    }
 }

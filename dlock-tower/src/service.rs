@@ -5,12 +5,13 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use dlock_core::{LockGuard, Result as LockResult};
-use http::{Request, Response, StatusCode};
+use http::{Request, Response};
 use tower_service::Service;
 
 use crate::future::ResponseFuture;
 use crate::key::MakeLockKey;
 use crate::layer::{DistributedLockLayer, Settings};
+use crate::reject::key_error_response;
 
 /// Holds a distributed lock around each request to `S`. Built by [`DistributedLockLayer`].
 #[must_use]
@@ -76,7 +77,7 @@ where
     S::Future: Send,
     K: MakeLockKey<ReqBody>,
     ReqBody: Send + 'static,
-    ResBody: Default,
+    ResBody: From<String>,
 {
     type Response = Response<ResBody>;
     type Error = S::Error;
@@ -93,15 +94,13 @@ where
         let inner = std::mem::replace(&mut self.inner, clone);
         match self.make_key.make_key(&mut request) {
             Ok(Some(key)) => {
-                let acquire = acquire(Arc::clone(&self.settings), key);
-                ResponseFuture::acquiring(acquire, inner, request, Arc::clone(&self.settings))
+                let acquire = acquire(Arc::clone(&self.settings), key.clone());
+                ResponseFuture::acquiring(acquire, key, inner, request, Arc::clone(&self.settings))
             }
             Ok(None) => ResponseFuture::passthrough(inner, request, Arc::clone(&self.settings)),
             Err(error) => {
                 tracing::error!(%error, uri = %request.uri(), "dlock-tower: cannot build the lock key");
-                let mut response = Response::new(ResBody::default());
-                *response.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
-                ResponseFuture::respond(response, Arc::clone(&self.settings))
+                ResponseFuture::respond(key_error_response(), Arc::clone(&self.settings))
             }
         }
     }

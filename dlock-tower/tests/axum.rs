@@ -69,6 +69,23 @@ async fn serve(app: Router) -> SocketAddr {
     addr
 }
 
+/// The problem-details body of a refusal, checked for its content type, status and key.
+async fn problem(response: axum::response::Response, status: StatusCode, key: &str) -> String {
+    use http_body_util::BodyExt;
+    assert_eq!(response.status(), status);
+    assert_eq!(
+        response.headers()["content-type"],
+        "application/problem+json"
+    );
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    let body: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(body["status"], status.as_u16());
+    assert_eq!(body["title"], status.canonical_reason().unwrap());
+    let detail = body["detail"].as_str().unwrap().to_owned();
+    assert!(detail.contains(&format!("`{key}`")), "{detail}");
+    detail
+}
+
 fn post_to(path: &str) -> Request<Body> {
     Request::post(path).body(Body::empty()).unwrap()
 }
@@ -126,8 +143,31 @@ async fn a_busy_order_answers_423_with_retry_after() {
         .parse()
         .unwrap();
     assert!((1..=20).contains(&retry_after), "Retry-After {retry_after}");
+    problem(response, StatusCode::LOCKED, "order:7").await;
     let other_order = app.clone().oneshot(post_to("/orders/8/pay")).await.unwrap();
     assert_eq!(other_order.status(), StatusCode::OK);
+    drop(held);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_busy_replaces_the_default_response_and_is_given_the_key() {
+    use http_body_util::BodyExt;
+    let locker = Locker::memory();
+    let layer =
+        DistributedLockLayer::new(locker.clone(), path_key("order:<id>")).on_busy(|key, _error| {
+            let mut response = axum::http::Response::new(format!("{key} is busy"));
+            *response.status_mut() = StatusCode::CONFLICT;
+            response
+        });
+    let (app, _orders) = orders_app(layer);
+    let holder = locker.clone();
+    let held = tokio::spawn(async move { holder.lock("order:3").await.unwrap() })
+        .await
+        .unwrap();
+    let response = app.oneshot(post_to("/orders/3/pay")).await.unwrap();
+    assert_eq!(response.status(), StatusCode::CONFLICT);
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(&body[..], b"order:3 is busy");
     drop(held);
 }
 
@@ -240,7 +280,11 @@ async fn a_failing_lock_service_answers_503() {
     );
     server.kill().await.unwrap();
     let response = app.oneshot(post_to("/orders/1/pay")).await.unwrap();
-    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let detail = problem(response, StatusCode::SERVICE_UNAVAILABLE, "order:1").await;
+    assert!(
+        !detail.contains("127.0.0.1"),
+        "the server's address stays out of the response: {detail}"
+    );
     assert_eq!(
         orders.balance.lock().unwrap().get("1"),
         Some(&1),
@@ -268,11 +312,12 @@ async fn a_lost_lease_cancels_the_handler_and_answers_503() {
         .route_layer(layer);
     let started = Instant::now();
     let response = app.oneshot(post_to("/job")).await.unwrap();
-    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert!(
         started.elapsed() < Duration::from_secs(2),
         "the handler was not cancelled"
     );
+    let detail = problem(response, StatusCode::SERVICE_UNAVAILABLE, "job").await;
+    assert!(detail.contains("was lost"), "{detail}");
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert!(!finished.load(Ordering::SeqCst));
 }
@@ -284,6 +329,10 @@ async fn a_template_naming_an_unknown_parameter_answers_500_and_is_caught_at_sta
     let (app, orders) = orders_app(DistributedLockLayer::new(Locker::memory(), key));
     let response = app.oneshot(post_to("/orders/1/pay")).await.unwrap();
     assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(
+        response.headers()["content-type"],
+        "application/problem+json"
+    );
     assert!(
         orders.balance.lock().unwrap().is_empty(),
         "the handler ran without its lock"
