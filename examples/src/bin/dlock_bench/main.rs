@@ -1,12 +1,9 @@
 //! dlock-bench: every scenario next to its raw-client floor, in one process and run.
 //!
-//! Run with: `cargo run --release -p dlock-examples --bin dlock-bench -- --servers auto`
-//! (starts redis-server and etcd itself; memory needs no server), or
-//! `--url redis://127.0.0.1:6379` / `--url etcd://127.0.0.1:2379`.
-//! `--scenario uncontended|many-keys|contended|reentrant|macro|watchdog|all`, `--json`,
-//! `--reps N` (median of at least N, after one warm-up; `uncontended` and `many-keys` add
-//! dlock/floor pairs until 5 s were measured, at most 25), `--hold 1ms`. On Redis those two
-//! also get a row for locks that ask for fencing tokens.
+//! Run with: `cargo run --release -p dlock-examples --features bench --bin dlock-bench --
+//! --servers auto` (starts redis-server and etcd itself; memory needs no server), or
+//! `--url redis://127.0.0.1:6379` / `--url etcd://127.0.0.1:2379`. The scenarios, their
+//! floors and the measurement method are in `README.md` beside this file.
 
 mod scenarios;
 mod stats;
@@ -28,7 +25,8 @@ struct Args {
     settings: Settings,
 }
 
-fn parse_args() -> Result<Args, String> {
+/// The arguments, or `None` when `--help` asked for the usage text.
+fn parse_args() -> Result<Option<Args>, String> {
     let mut args = Args {
         urls: Vec::new(),
         auto_servers: false,
@@ -92,17 +90,29 @@ fn parse_args() -> Result<Args, String> {
                     other => return Err(format!("--only {other}: expected dlock or floor")),
                 };
             }
-            "--help" | "-h" => return Err(String::new()),
+            "--help" | "-h" => return Ok(None),
             other => return Err(format!("unknown argument `{other}`")),
         }
     }
     if args.urls.is_empty() && !args.auto_servers {
         args.urls.push("memory://".to_owned());
     }
-    Ok(args)
+    Ok(Some(args))
 }
 
-const USAGE: &str = "usage: dlock-bench [--url URL]... [--servers auto] [--scenario NAME|all] [--json] [--reps N] [--hold DURATION] [--watchdog-for DURATION] [--quick]";
+const USAGE: &str = "\
+usage: dlock-bench [--url URL]... [--servers auto] [--scenario NAME|all] [--json] [--reps N]
+                   [--hold DURATION] [--watchdog-for DURATION] [--quick] [--only dlock|floor]
+
+Runs each scenario (uncontended, many-keys, contended, reentrant, macro, watchdog) against
+each backend next to its raw-client floor, in the same run, and prints ops/s, p50/p99/max and
+the ratio to the floor. Without --url or --servers: memory only. --servers auto starts a
+redis-server and an etcd (scripts/install-test-deps.sh installs them).
+
+uncontended and many-keys run dlock and the floor in pairs of alternating order, adding pairs
+until 5 s were measured (at most 25), and report the median paired ratio; the others report
+the median of --reps repetitions after one warm-up. The method and how to read the figures:
+examples/src/bin/dlock_bench/README.md.";
 
 async fn run_target(target: &Target, args: &Args) -> Vec<Row> {
     let s = &args.settings;
@@ -141,12 +151,13 @@ async fn run_target(target: &Target, args: &Args) -> Vec<Row> {
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = match parse_args() {
-        Ok(args) => args,
+        Ok(Some(args)) => args,
+        Ok(None) => {
+            println!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
         Err(message) => {
-            if !message.is_empty() {
-                eprintln!("dlock-bench: {message}");
-            }
-            eprintln!("{USAGE}");
+            eprintln!("dlock-bench: {message}\n\n{USAGE}");
             return ExitCode::FAILURE;
         }
     };

@@ -1,0 +1,153 @@
+//! The README's commands, run the way the README shows them: the example binaries on memory
+//! and on real Redis and etcd servers, the bench's smoke run, and a check that every
+//! `cargo run` line of the README names a binary and features this crate has.
+//!
+//! (`orders_http` and the README's `curl` lines are covered by `tests/orders_http.rs`; that
+//! the quickstart builds and runs with *default* features is `scripts/check-quickstart.sh`'s
+//! job in CI, since this suite runs with every feature on.)
+
+use std::process::Output;
+use std::time::Duration;
+
+use dlock_core::harness::{EtcdServer, RedisServer};
+use tokio::process::Command;
+
+/// Runs an example binary with `DLOCK_URL` set (or removed, for `None`) and its arguments;
+/// panics with its output unless it exits 0 within two minutes.
+async fn run(binary: &str, url: Option<&str>, args: &[&str]) -> String {
+    let mut command = Command::new(binary);
+    command.args(args).kill_on_drop(true);
+    match url {
+        Some(url) => command.env("DLOCK_URL", url),
+        None => command.env_remove("DLOCK_URL"),
+    };
+    let output: Output = tokio::time::timeout(Duration::from_secs(120), command.output())
+        .await
+        .unwrap_or_else(|_| panic!("{binary} {args:?} did not finish in 2 minutes"))
+        .expect("the binary starts");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "{binary} {args:?} on {url:?} failed ({}):\n{stdout}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
+}
+
+const QUICKSTART: &str = env!("CARGO_BIN_EXE_quickstart");
+
+#[tokio::test]
+async fn the_quickstart_passes_on_memory() {
+    let out = run(QUICKSTART, None, &[]).await;
+    assert!(out.starts_with("dlock quickstart on `memory://`"), "{out}");
+    assert!(out.contains("all five demonstrations passed"), "{out}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_quickstart_passes_on_redis() {
+    let server = RedisServer::start().await.unwrap();
+    let out = run(QUICKSTART, Some(&server.url()), &[]).await;
+    assert!(
+        out.starts_with(&format!("dlock quickstart on `{}`", server.url())),
+        "{out}"
+    );
+    assert!(out.contains("all five demonstrations passed"), "{out}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_quickstart_passes_on_etcd() {
+    let server = EtcdServer::start().await.unwrap();
+    let out = run(QUICKSTART, Some(&server.url()), &[]).await;
+    assert!(out.contains("all five demonstrations passed"), "{out}");
+}
+
+#[tokio::test]
+async fn orders_macro_passes_on_memory() {
+    let out = run(env!("CARGO_BIN_EXE_orders_macro"), None, &[]).await;
+    assert!(
+        out.starts_with("#[distributed_lock] on `memory://`"),
+        "{out}"
+    );
+}
+
+#[tokio::test]
+async fn config_from_toml_loads_the_example_file() {
+    let out = run(env!("CARGO_BIN_EXE_config_from_toml"), None, &[]).await;
+    assert!(
+        out.contains("backend memory://, key prefix `billing:`"),
+        "{out}"
+    );
+    assert!(out.contains("as backend key `billing:invoice:1`"), "{out}");
+}
+
+#[tokio::test]
+async fn the_bench_smoke_run_starts_its_servers_and_prints_every_backend() {
+    let bench = env!("CARGO_BIN_EXE_dlock-bench");
+    let out = run(bench, None, &["--servers", "auto", "--quick"]).await;
+    for backend in ["memory", "redis", "etcd"] {
+        for scenario in ["uncontended", "many-keys", "contended"] {
+            assert!(
+                out.lines()
+                    .any(|line| line.starts_with(&format!("| {backend} | {scenario} |"))),
+                "no {backend} {scenario} row:\n{out}"
+            );
+        }
+    }
+    let help = run(bench, None, &["--help"]).await;
+    assert!(help.contains("dlock_bench/README.md"), "{help}");
+}
+
+/// Every `cargo run` line of the README names one of this crate's binaries and only features
+/// this crate has, so a command copied from the README works.
+#[test]
+fn the_readme_commands_name_existing_binaries_and_features() {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+    let readme = std::fs::read_to_string(format!("{root}/README.md")).unwrap();
+    let manifest: toml::Table =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml"))
+            .unwrap()
+            .parse()
+            .unwrap();
+    let features = manifest["features"].as_table().unwrap();
+    let binaries = [
+        "quickstart",
+        "orders_macro",
+        "orders_http",
+        "config_from_toml",
+        "dlock-bench",
+    ];
+    let commands: Vec<&str> = readme
+        .lines()
+        .filter(|line| line.contains("cargo run"))
+        .collect();
+    assert!(commands.len() >= 5, "{commands:?}");
+    for line in commands {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let after = |flag: &str| {
+            words
+                .iter()
+                .position(|w| *w == flag)
+                .map(|i| words[i + 1].trim_end_matches(['`', ')', ',', '.']))
+        };
+        assert_eq!(after("-p"), Some("dlock-examples"), "{line}");
+        let bin = after("--bin").unwrap_or_else(|| panic!("no --bin: {line}"));
+        assert!(binaries.contains(&bin), "unknown binary `{bin}`: {line}");
+        if let Some(list) = after("--features") {
+            for feature in list.split(',') {
+                assert!(
+                    features.contains_key(feature),
+                    "unknown feature `{feature}`: {line}"
+                );
+            }
+        }
+        let needs_features = bin == "dlock-bench"
+            || line.contains("DLOCK_URL=redis")
+            || line.contains("DLOCK_URL=etcd");
+        assert_eq!(
+            after("--features").is_some(),
+            needs_features,
+            "features (bench and non-memory URLs need one, nothing else does): {line}"
+        );
+    }
+}
