@@ -49,7 +49,7 @@ pub(crate) mod redis;
 ///   [`ReleaseOutcome::NotHeld`].
 /// * **Timeouts.** No operation hangs on an unreachable server: each network round trip is
 ///   bounded by the configured operation timeout, giving [`Error::Timeout`](crate::Error::Timeout)
-///   or [`Error::Backend`](crate::Error::Backend).
+///   or [`Error::Unavailable`](crate::Error::Unavailable).
 ///
 /// The trait is object-safe: a [`Locker`](crate::Locker) holds an `Arc<dyn LockBackend>`.
 ///
@@ -77,9 +77,11 @@ pub trait LockBackend: Send + Sync + std::fmt::Debug + 'static {
     ///
     /// # Errors
     ///
-    /// [`Error::Backend`](crate::Error::Backend) or [`Error::Timeout`](crate::Error::Timeout) when
-    /// the service cannot be reached or answers with an error (e.g. the key holds a value of
-    /// the wrong type). Busy is not an error here: it is [`AcquireOutcome::Busy`].
+    /// [`Error::Unavailable`](crate::Error::Unavailable) or
+    /// [`Error::Timeout`](crate::Error::Timeout) when the service cannot be reached;
+    /// [`Error::Refused`](crate::Error::Refused) when it answers with an error (e.g. the key
+    /// holds a value of the wrong type). Busy is not an error here: it is
+    /// [`AcquireOutcome::Busy`].
     async fn acquire(
         &self,
         req: &AcquireRequest,
@@ -100,7 +102,7 @@ pub trait LockBackend: Send + Sync + std::fmt::Debug + 'static {
     ///
     /// # Errors
     ///
-    /// [`Error::Backend`](crate::Error::Backend) / [`Error::Timeout`](crate::Error::Timeout) when the
+    /// [`Error::Unavailable`](crate::Error::Unavailable) / [`Error::Timeout`](crate::Error::Timeout) when the
     /// service cannot be reached; the lease then runs out at its ttl.
     async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome>;
 

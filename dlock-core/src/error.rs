@@ -87,12 +87,26 @@ pub enum Error {
         reason: String,
     },
 
-    /// The backend (its server or client library) failed.
-    #[error("{backend} backend error: {source}")]
-    Backend {
+    /// The lock service could not be reached or could not serve the request now: connection
+    /// refused, reset or closed, no leader, a cluster that is down or failing over. Worth
+    /// retrying later ([`Error::is_retryable`]).
+    #[error("{backend} backend unavailable: {source}")]
+    Unavailable {
         /// The backend's name, e.g. `"redis"`.
         backend: &'static str,
-        /// The underlying error.
+        /// The client library's error, for logs.
+        #[source]
+        source: BoxError,
+    },
+
+    /// The lock service answered, and refused: bad credentials, no permission, a key of
+    /// another type where the lock lives, a request it does not understand. Retrying the same
+    /// request will not help; the deployment or the configuration needs a look.
+    #[error("{backend} backend refused the request: {source}")]
+    Refused {
+        /// The backend's name.
+        backend: &'static str,
+        /// The client library's error, for logs.
         #[source]
         source: BoxError,
     },
@@ -122,17 +136,59 @@ pub enum Error {
     },
 }
 
+/// What kind of failure an [`Error`] is, for callers that decide by category: retry, give
+/// up, alert. See [`Error::kind`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// The lock is held by someone else ([`Error::Busy`]).
+    Busy,
+    /// The lock stopped protecting the caller: the lease or session is gone
+    /// ([`Error::LeaseLost`], [`Error::NotHolder`]).
+    LeaseLost,
+    /// The lock service could not be reached or did not answer in time
+    /// ([`Error::Unavailable`], [`Error::Timeout`]).
+    Unavailable,
+    /// The lock service refused the request: credentials, permissions, a foreign key
+    /// ([`Error::Refused`]).
+    Refused,
+    /// The backend cannot do what was asked ([`Error::Unsupported`]).
+    Unsupported,
+    /// The caller's input or set-up is wrong: a key, a config value, no global Locker
+    /// ([`Error::InvalidKey`], [`Error::Config`], [`Error::NoGlobalLocker`]).
+    InvalidInput,
+}
+
 impl Error {
-    /// Builds an [`Error::Backend`] from any client-library error.
+    /// Builds an [`Error::Unavailable`] from a client-library error.
     ///
     /// # Examples
     ///
     /// ```
-    /// let err = dlock_core::Error::backend("redis", std::io::Error::other("connection reset"));
+    /// use dlock_core::{Error, ErrorKind};
+    /// let err = Error::unavailable("redis", std::io::Error::other("connection reset"));
+    /// assert_eq!(err.kind(), ErrorKind::Unavailable);
     /// assert!(err.to_string().contains("connection reset"));
     /// ```
-    pub fn backend(backend: &'static str, source: impl Into<BoxError>) -> Self {
-        Self::Backend {
+    pub fn unavailable(backend: &'static str, source: impl Into<BoxError>) -> Self {
+        Self::Unavailable {
+            backend,
+            source: source.into(),
+        }
+    }
+
+    /// Builds an [`Error::Refused`] from a client-library error.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use dlock_core::{Error, ErrorKind};
+    /// let err = Error::refused("redis", "WRONGTYPE Operation against a key holding the wrong kind of value");
+    /// assert_eq!(err.kind(), ErrorKind::Refused);
+    /// assert!(!err.is_retryable());
+    /// ```
+    pub fn refused(backend: &'static str, source: impl Into<BoxError>) -> Self {
+        Self::Refused {
             backend,
             source: source.into(),
         }
@@ -158,18 +214,51 @@ impl Error {
         }
     }
 
-    /// `true` for errors worth retrying later: busy, timeouts and backend failures.
+    /// The category of this error.
     ///
     /// # Examples
     ///
     /// ```
-    /// assert!(dlock_core::Error::NoGlobalLocker.is_retryable() == false);
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// use dlock_core::{ErrorKind, Locker};
+    /// let locker = Locker::memory();
+    /// let _held = locker.lock("report").await.unwrap();
+    /// let rival = locker.clone();
+    /// let error = tokio::spawn(async move { rival.try_lock("report").await.map(drop) })
+    ///     .await
+    ///     .unwrap()
+    ///     .unwrap_err();
+    /// match error.kind() {
+    ///     ErrorKind::Busy => { /* someone else runs the report: skip it */ }
+    ///     ErrorKind::Unavailable => { /* retry later */ }
+    ///     other => panic!("{other:?}: {error}"),
+    /// }
+    /// # }
+    /// ```
+    #[must_use]
+    pub const fn kind(&self) -> ErrorKind {
+        match self {
+            Self::Busy { .. } => ErrorKind::Busy,
+            Self::LeaseLost { .. } | Self::NotHolder { .. } => ErrorKind::LeaseLost,
+            Self::Unavailable { .. } | Self::Timeout { .. } => ErrorKind::Unavailable,
+            Self::Refused { .. } => ErrorKind::Refused,
+            Self::Unsupported { .. } => ErrorKind::Unsupported,
+            Self::InvalidKey { .. } | Self::Config { .. } | Self::NoGlobalLocker => {
+                ErrorKind::InvalidInput
+            }
+        }
+    }
+
+    /// `true` only for transient failures, worth the same call again later: busy, unavailable,
+    /// timed out.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// assert!(!dlock_core::Error::NoGlobalLocker.is_retryable());
     /// ```
     #[must_use]
     pub const fn is_retryable(&self) -> bool {
-        matches!(
-            self,
-            Self::Busy { .. } | Self::Timeout { .. } | Self::Backend { .. }
-        )
+        matches!(self.kind(), ErrorKind::Busy | ErrorKind::Unavailable)
     }
 }

@@ -4,10 +4,11 @@ use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
 
+use crate::Result;
 use crate::hold::{Hold, ShareOwner};
 use crate::lease::LostReason;
+use crate::protected::Protected;
 use crate::reentrancy::HolderId;
-use crate::{Error, Result};
 
 /// A held distributed lock.
 ///
@@ -165,9 +166,11 @@ impl LockGuard {
         }
     }
 
-    /// A future that resolves, with the reason, when the lease is lost. It never resolves
-    /// while the lease is kept; it does not resolve on a normal release either (it is
-    /// `'static`, so it can outlive the guard: then it stays pending).
+    /// A future that resolves, with the reason, when the lease is lost: when a renewal is
+    /// refused or the backend reports the session gone, and by itself when the local deadline
+    /// passes (it does not wait for the watchdog to notice). It never resolves while the lease
+    /// is kept; it does not resolve on a normal release either (it is `'static`, so it can
+    /// outlive the guard: then it stays pending).
     ///
     /// # Examples
     ///
@@ -185,12 +188,16 @@ impl LockGuard {
         async move { watch.lost().await }
     }
 
-    /// Runs `work` while holding the lock, cancelling it (dropping the future) as soon as the
-    /// lease is lost.
+    /// Runs `work` while holding the lock: it is polled only while the lease is valid, and
+    /// dropped as soon as the lease is lost — at the deadline by itself, not only when the
+    /// watchdog gets to run, and never resumed after a pause past the lease (see
+    /// [`Protected`] for what that does and does not cover).
     ///
     /// # Errors
     ///
-    /// [`Error::LeaseLost`] if the lease is lost before `work` completes (or already was).
+    /// [`Error::LeaseLost`](crate::Error::LeaseLost) if the lease is lost before `work`
+    /// completes (or already was). A lease that ran out during the poll that completed `work`
+    /// is reported by the release.
     ///
     /// # Examples
     ///
@@ -204,15 +211,18 @@ impl LockGuard {
     /// # Ok(()) }
     /// ```
     pub async fn run<F: Future>(&self, work: F) -> Result<F::Output> {
-        if let Some(lost) = self.hold.lost_error() {
-            return Err(lost);
-        }
-        let lost = self.lost();
-        tokio::select! {
-            biased;
-            reason = lost => Err(Error::LeaseLost { key: self.key().to_owned(), reason }),
-            output = work => Ok(output),
-        }
+        self.protect(work).await
+    }
+
+    /// `work` as a future that runs only while this lock's lease is valid: what
+    /// [`run`](Self::run) awaits, as a `'static` future (when `work` is) for code that keeps
+    /// the guard next to it, such as a tower service's response future.
+    ///
+    /// # Examples
+    ///
+    /// See [`Protected`].
+    pub fn protect<F: Future>(&self, work: F) -> Protected<F> {
+        Protected::new(work, Arc::clone(self.hold.watch()))
     }
 
     /// Shares this hold with another task on purpose: the child task calls
@@ -250,11 +260,13 @@ impl LockGuard {
     ///
     /// # Errors
     ///
-    /// * [`Error::LeaseLost`] if the lease was lost while held (protected work may have
-    ///   overlapped another holder's).
-    /// * [`Error::NotHolder`] if the backend says this grant no longer holds the lock.
-    /// * [`Error::Backend`] / [`Error::Timeout`] if the server could not be reached; the lock
-    ///   then frees itself when its ttl runs out.
+    /// * [`Error::LeaseLost`](crate::Error::LeaseLost) if the lease was lost while held
+    ///   (protected work may have overlapped another holder's).
+    /// * [`Error::NotHolder`](crate::Error::NotHolder) if the backend says this grant no
+    ///   longer holds the lock.
+    /// * [`Error::Unavailable`](crate::Error::Unavailable) /
+    ///   [`Error::Timeout`](crate::Error::Timeout) if the server could not be reached; the
+    ///   lock then frees itself when its ttl runs out.
     ///
     /// # Examples
     ///

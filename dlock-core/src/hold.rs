@@ -95,6 +95,7 @@ impl Hold {
     pub(crate) async fn release_now(&self) -> Result<()> {
         self.locker.watchdog().forget(&self.lease.owner);
         let lost = self.lost_error();
+        self.watch.released();
         let outcome = self.locker.release_lease(&self.lease).await;
         // Only now: if this future is dropped mid-release, `Drop` releases in the background.
         self.released.store(true, Ordering::SeqCst);
@@ -122,6 +123,7 @@ impl Drop for Hold {
         if self.released.swap(true, Ordering::SeqCst) {
             return;
         }
+        self.watch.released();
         self.locker.watchdog().forget(&self.lease.owner);
         self.locker.release_in_background(self.lease.clone());
     }

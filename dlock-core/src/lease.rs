@@ -317,9 +317,10 @@ pub enum LostReason {
     NotOwner,
     /// The local conservative deadline passed without a successful renewal.
     Expired,
-    /// The backend reported the session or lease gone (etcd lease, ZooKeeper session,
-    /// PostgreSQL connection).
-    Backend(String),
+    /// The backend reported the session or lease that kept the lock gone (an etcd lease
+    /// expired or revoked, a ZooKeeper session expired, a PostgreSQL connection closed); the
+    /// text says which, for logs.
+    SessionLost(String),
 }
 
 impl fmt::Display for LostReason {
@@ -329,7 +330,7 @@ impl fmt::Display for LostReason {
                 f.write_str("the backend says another owner holds the key or it is gone")
             }
             Self::Expired => f.write_str("the lease expired locally without a successful renewal"),
-            Self::Backend(why) => write!(f, "the backend reported it lost: {why}"),
+            Self::SessionLost(why) => write!(f, "the session that kept it is gone: {why}"),
         }
     }
 }
@@ -340,7 +341,7 @@ impl fmt::Display for LostReason {
 ///
 /// ```
 /// use dlock_core::{LostLease, LostReason, OwnerId};
-/// let loss = LostLease { owner: OwnerId::random("x"), reason: LostReason::Backend("session expired".into()) };
+/// let loss = LostLease { owner: OwnerId::random("x"), reason: LostReason::SessionLost("session expired".into()) };
 /// assert!(loss.reason.to_string().contains("session expired"));
 /// ```
 #[derive(Debug, Clone)]

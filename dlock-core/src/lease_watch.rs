@@ -1,5 +1,6 @@
 //! The live state of one granted lease, shared by its guards and the watchdog.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -25,6 +26,8 @@ pub(crate) struct LeaseWatch {
     /// Set once, when the lease is lost; `lost_signal` wakes whoever waits for it.
     reason: OnceLock<LostReason>,
     lost_signal: Notify,
+    /// Set when the grant was given back: from then on nothing waits for a loss.
+    released: AtomicBool,
 }
 
 impl LeaseWatch {
@@ -43,6 +46,7 @@ impl LeaseWatch {
             deadline: Mutex::new(Self::deadline_from(ttl, valid_from)),
             reason: OnceLock::new(),
             lost_signal: Notify::new(),
+            released: AtomicBool::new(false),
         }
     }
 
@@ -100,17 +104,33 @@ impl LeaseWatch {
         self.reason.get().cloned()
     }
 
-    /// Resolves when the lease is lost, with the reason.
+    /// Records that the grant was given back: [`lost`](Self::lost) stays pending from now on.
+    pub(crate) fn released(&self) {
+        self.released.store(true, Ordering::SeqCst);
+        self.lost_signal.notify_waiters();
+    }
+
+    /// Resolves when the lease is lost, with the reason: when something reports the loss, or
+    /// by itself when the local deadline passes (whatever else runs or not). Never resolves
+    /// once the grant was released.
     pub(crate) async fn lost(&self) -> LostReason {
         loop {
             let notified = self.lost_signal.notified();
             tokio::pin!(notified);
             // Registered before looking, so a loss right after the look still wakes us.
             notified.as_mut().enable();
-            if let Some(reason) = self.reason.get() {
-                return reason.clone();
+            if self.released.load(Ordering::SeqCst) {
+                return std::future::pending().await;
             }
-            notified.await;
+            if !self.check_deadline() {
+                return self.lost_reason().unwrap_or(LostReason::Expired);
+            }
+            // Wakes at the deadline as it is now; a renewal meanwhile moves it, and the next
+            // turn of the loop sleeps until the new one.
+            tokio::select! {
+                () = notified => {}
+                () = tokio::time::sleep_until(self.deadline().into()) => {}
+            }
         }
     }
 }

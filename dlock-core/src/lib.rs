@@ -49,6 +49,7 @@ mod key;
 mod lease;
 mod lease_watch;
 mod locker;
+mod protected;
 mod reentrancy;
 mod request;
 mod shared_str;
@@ -72,14 +73,15 @@ pub use backend_spec::{BackendSpec, BackendTable};
 pub use backend_url::{BackendKind, BackendUrl};
 pub use config::DlockConfig;
 pub use current::{CurrentLock, current_lock};
-pub use error::{BoxError, Error, Result};
+pub use error::{BoxError, Error, ErrorKind, Result};
 pub use guard::{HandOff, LockGuard};
 pub use key::{MAX_KEY_LEN, validate_key};
 pub use lease::{
     AcquireOutcome, AcquireRequest, Lease, LostLease, LostReason, OwnerId, ReleaseOutcome,
     RenewOutcome,
 };
-pub use locker::Locker;
+pub use locker::{Locker, WAIT_SLACK};
+pub use protected::Protected;
 pub use request::LockRequest;
 
 #[cfg(feature = "macros")]

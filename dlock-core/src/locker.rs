@@ -87,6 +87,17 @@ impl fmt::Debug for Locker {
 
 static GLOBAL: RwLock<Option<Locker>> = RwLock::new(None);
 
+/// The most an acquire that waits (`wait(d)`, `d > 0`) may answer after its wait ran out,
+/// whatever the server does (capped by the operation timeout): time for the last attempt's
+/// round trip and for giving up a queued place.
+///
+/// # Examples
+///
+/// ```
+/// assert_eq!(dlock_core::WAIT_SLACK, std::time::Duration::from_millis(250));
+/// ```
+pub const WAIT_SLACK: Duration = Duration::from_millis(250);
+
 impl Locker {
     /// A Locker over a fresh, private in-process lock table, with default settings.
     ///
@@ -181,7 +192,7 @@ impl Locker {
     /// # Errors
     ///
     /// [`Error::Config`] for invalid settings or a backend this build does not include (the
-    /// message names the cargo feature); [`Error::Backend`] / [`Error::Timeout`] when the
+    /// message names the cargo feature); [`Error::Unavailable`] / [`Error::Timeout`] when the
     /// server cannot be reached within the operation timeout.
     ///
     /// # Examples
@@ -471,18 +482,25 @@ impl Locker {
             (wait.is_some() || tracing::enabled!(tracing::Level::DEBUG)).then(Instant::now);
         let deadline = wait.zip(started).map(|(w, started)| started + w);
         let waited = || started.map_or(Duration::ZERO, |started| started.elapsed());
-        let backend = shared.backend.as_ref();
         let outcome = match deadline {
             Some(deadline) => {
-                let hard_stop = deadline + shared.config.operation_timeout;
-                tokio::time::timeout_at(
-                    hard_stop.into(),
-                    shared.direct.acquire(backend, &request, Some(deadline)),
-                )
-                .await
-                .map_err(|_| self.timeout("acquire"))?
+                // One attempt is one operation; a wait gets a short slack past its end.
+                let slack = match wait {
+                    Some(wait) if !wait.is_zero() => {
+                        WAIT_SLACK.min(shared.config.operation_timeout)
+                    }
+                    _ => shared.config.operation_timeout,
+                };
+                self.acquire_by(request, deadline, deadline + slack).await
             }
-            None => shared.direct.acquire(backend, &request, None).await,
+            None => {
+                let backend = shared.backend.as_ref();
+                let outcome = shared.direct.acquire(backend, &request, None).await;
+                if outcome.as_ref().is_err_and(may_have_been_applied) {
+                    shared.release_once_answered(Lease::new(&request, Instant::now()));
+                }
+                outcome
+            }
         }?;
         let lease = match outcome {
             AcquireOutcome::Acquired(lease) => lease,
@@ -526,6 +544,50 @@ impl Locker {
         Ok(guard)
     }
 
+    /// The backend's acquire of `request`, waiting natively until `deadline`, answered by
+    /// `answer_by` whatever the server does ([`Error::Timeout`] then). An attempt still in
+    /// flight at `answer_by` goes on in the background for at most the operation timeout,
+    /// and whatever it was granted is released: a late grant is never left to its ttl.
+    async fn acquire_by(
+        &self,
+        request: AcquireRequest,
+        deadline: Instant,
+        answer_by: Instant,
+    ) -> Result<AcquireOutcome> {
+        let unconfirmed = Lease::new(&request, Instant::now());
+        let shared = Arc::clone(&self.shared);
+        let mut attempt = Box::pin(async move {
+            let backend = shared.backend.as_ref();
+            shared
+                .direct
+                .acquire(backend, &request, Some(deadline))
+                .await
+        });
+        if let Ok(outcome) = tokio::time::timeout_at(answer_by.into(), attempt.as_mut()).await {
+            if outcome.as_ref().is_err_and(may_have_been_applied) {
+                self.shared.release_once_answered(unconfirmed);
+            }
+            return outcome;
+        }
+        let shared = Arc::clone(&self.shared);
+        let key = Arc::clone(&unconfirmed.key);
+        let spawned = self.shared.watchdog.spawn(async move {
+            let finished = tokio::time::timeout(shared.config.operation_timeout, attempt).await;
+            // A grant that came too late, or a request that may still be applied after this
+            // (an owner-checked release of a grant that never was changes nothing).
+            match finished {
+                Ok(Ok(AcquireOutcome::Acquired(lease))) => shared.release_once_answered(lease),
+                Ok(Ok(AcquireOutcome::Busy { .. })) => {}
+                Ok(Err(error)) if !may_have_been_applied(&error) => {}
+                Ok(Err(_)) | Err(_) => shared.release_once_answered(unconfirmed),
+            }
+        });
+        if !spawned {
+            tracing::debug!(%key, "dlock: no runtime to finish a late acquire; a late grant expires at its ttl");
+        }
+        Err(self.timeout("acquire"))
+    }
+
     fn cadence(&self, ttl: Duration) -> Duration {
         match self.shared.config.watchdog_interval {
             Some(interval) if interval <= ttl / 2 => interval,
@@ -540,6 +602,12 @@ impl Locker {
             after: self.shared.config.operation_timeout,
         }
     }
+}
+
+/// Whether an acquire that failed with `error` may still have been granted on the server (the
+/// request was sent, and no answer came back), so its owner's grant must be released.
+fn may_have_been_applied(error: &Error) -> bool {
+    error.kind() == crate::ErrorKind::Unavailable
 }
 
 /// What [`LockRequest`] passes to [`Locker::acquire`].
@@ -581,6 +649,39 @@ impl LockerShared {
                     after: timeout,
                 })
             })
+    }
+
+    /// Releases `lease` — a grant the caller never got, or may have been made after the
+    /// caller heard of a failure — from a spawned task, trying again until the backend
+    /// answers or the lease would have run out anyway: a server that stops answering while
+    /// the acquire is in flight may apply it when it comes back.
+    pub(crate) fn release_once_answered(self: &Arc<Self>, lease: Lease) {
+        let shared = Arc::clone(self);
+        let key = Arc::clone(&lease.key);
+        let spawned = self.watchdog.spawn(async move {
+            let expires = lease.valid_from + lease.ttl;
+            let mut pause = Duration::from_millis(50);
+            loop {
+                match shared.release_lease(&lease).await {
+                    Ok(outcome) => {
+                        tracing::debug!(key = %lease.key, ?outcome, "dlock: released a grant its caller did not get");
+                        return;
+                    }
+                    Err(error) if Instant::now() + pause < expires => {
+                        tracing::debug!(key = %lease.key, %error, "dlock: releasing an unconfirmed grant; trying again");
+                        tokio::time::sleep(pause).await;
+                        pause = (pause * 2).min(Duration::from_secs(1));
+                    }
+                    Err(error) => {
+                        tracing::warn!(key = %lease.key, %error, "dlock: could not release an unconfirmed grant; it expires at its ttl");
+                        return;
+                    }
+                }
+            }
+        });
+        if !spawned {
+            tracing::debug!(%key, "dlock: no runtime to release an unconfirmed grant; it expires at its ttl");
+        }
     }
 
     /// Releases `lease` from a spawned task (a guard was dropped). Without a runtime the

@@ -68,6 +68,13 @@ impl<'a> LockRequest<'a> {
     /// Gives up with [`Error::Busy`](crate::Error::Busy) after waiting `wait`;
     /// `Duration::ZERO` makes exactly one attempt. Defaults to the Locker's `wait`.
     ///
+    /// The answer comes within `wait` plus at most [`WAIT_SLACK`](crate::WAIT_SLACK) (250 ms,
+    /// or the operation timeout if shorter), whatever state the server is in: a server that
+    /// stops answering gives [`Error::Timeout`](crate::Error::Timeout) then. One attempt
+    /// (`Duration::ZERO`) is bounded by the operation timeout. An attempt still in flight when
+    /// the caller gets its answer finishes in the background, and a grant it brings is
+    /// released at once.
+    ///
     /// # Examples
     ///
     /// ```

@@ -362,7 +362,7 @@ async fn stopping_every_member_reports_the_holder_lost_within_its_ttl() {
     println!("guard lost {lost_after:?} after every member stopped (ttl {ttl:?})");
     match outcome {
         Ok(Err(Error::LeaseLost { reason, .. })) => assert!(
-            matches!(reason, LostReason::Expired | LostReason::Backend(_)),
+            matches!(reason, LostReason::Expired | LostReason::SessionLost(_)),
             "{reason:?}"
         ),
         other => panic!("the work was not cancelled by the loss: {other:?}"),
@@ -399,7 +399,10 @@ async fn an_unreachable_cluster_errors_within_the_operation_timeout() {
     let started = Instant::now();
     let outcome = cut_off.lock("k").wait(Duration::from_secs(30)).await;
     assert!(
-        matches!(outcome, Err(Error::Backend { .. } | Error::Timeout { .. })),
+        matches!(
+            outcome,
+            Err(Error::Unavailable { .. } | Error::Timeout { .. })
+        ),
         "{outcome:?}"
     );
     assert!(
@@ -414,7 +417,7 @@ async fn an_unreachable_cluster_errors_within_the_operation_timeout() {
     assert!(
         matches!(
             connected,
-            Err(Error::Backend { .. } | Error::Timeout { .. })
+            Err(Error::Unavailable { .. } | Error::Timeout { .. })
         ),
         "{connected:?}"
     );
@@ -431,7 +434,10 @@ async fn an_unreachable_cluster_errors_within_the_operation_timeout() {
     let started = Instant::now();
     let outcome = frozen.try_lock("k").await;
     assert!(
-        matches!(outcome, Err(Error::Backend { .. } | Error::Timeout { .. })),
+        matches!(
+            outcome,
+            Err(Error::Unavailable { .. } | Error::Timeout { .. })
+        ),
         "{outcome:?}"
     );
     assert!(
@@ -487,7 +493,7 @@ async fn credentials_in_the_url_authenticate() {
         let connected =
             EtcdBackend::connect(&BackendUrl::parse(&url).unwrap(), OPERATION_TIMEOUT).await;
         assert!(
-            matches!(connected, Err(Error::Backend { .. })),
+            matches!(connected, Err(Error::Refused { .. })),
             "{url}: {connected:?}"
         );
     }
@@ -684,4 +690,88 @@ async fn contended_lock_is_fifo_without_double_holders() {
         grants.windows(2).all(|w| w[0] < w[1]),
         "a grant skipped an older waiter: {grants:?}"
     );
+}
+
+/// The whole client freezes (its only runtime thread blocked, as a GC pause or SIGSTOP would)
+/// for longer than its etcd lease: the lock it held is lost, and the first acquire after the
+/// pause succeeds — on a fresh lease — instead of failing with "requested lease not found".
+#[tokio::test(flavor = "current_thread")]
+async fn after_a_pause_past_the_lease_the_first_acquire_succeeds() {
+    let server = EtcdServer::start().await.expect("etcd");
+    let ttl = Duration::from_secs(1);
+    let (locker, _) = locker(&server.url(), "dlock:", ttl).await;
+    let held = locker.lock("before").await.expect("acquire");
+    std::thread::sleep(Duration::from_secs(3)); // frozen well past the lease (whole seconds)
+    let after = locker
+        .lock("after")
+        .wait(Duration::from_secs(2))
+        .await
+        .expect("the first acquire after the pause");
+    assert!(after.is_held());
+    assert!(
+        !held.is_held(),
+        "the lock held across the pause is still reported held"
+    );
+    after.release().await.expect("release");
+}
+
+/// The lease behind a Locker's session is revoked behind its back (an operator's `etcdctl
+/// lease revoke`): the next acquire, which finds the lease gone, marks the session lost — the
+/// lock held on it is reported lost — and succeeds on a fresh lease, on the first call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_revoked_behind_the_locker_is_replaced_on_the_next_acquire() {
+    let server = EtcdServer::start().await.expect("etcd");
+    let endpoint = server.endpoint();
+    let (locker, _) = locker(&server.url(), "dlock:", Duration::from_secs(10)).await;
+    let held = locker.lock("first").await.expect("acquire");
+    for lease in etcd_leases(&endpoint).await {
+        let output = etcdctl(&endpoint)
+            .args(["lease", "revoke", &lease])
+            .output()
+            .await
+            .expect("etcdctl lease revoke");
+        assert!(output.status.success(), "{output:?}");
+    }
+    let second = locker
+        .lock("second")
+        .wait(Duration::from_secs(2))
+        .await
+        .expect("the first acquire after the revoke");
+    assert!(second.is_held());
+    match tokio::time::timeout(Duration::from_secs(5), held.lost()).await {
+        Ok(LostReason::SessionLost(_) | LostReason::NotOwner) => {}
+        other => panic!("the lock on the revoked lease was not reported lost: {other:?}"),
+    }
+    let leases = etcd_leases(&endpoint).await;
+    assert_eq!(leases.len(), 1, "one fresh lease: {leases:?}");
+    second.release().await.expect("release");
+}
+
+/// Every member stops answering (SIGSTOP) while an acquire with `wait(1s)` is in flight: the
+/// caller has its answer within the wait plus `WAIT_SLACK` (not plus the operation timeout),
+/// and whatever the late request does once etcd answers again, no lock stays held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_cluster_answers_a_wait_within_its_bound_and_leaks_nothing() {
+    let server = EtcdServer::start().await.expect("etcd");
+    let (frozen, _) = locker(&server.url(), "dlock:", Duration::from_secs(30)).await;
+    let (other, _) = locker(&server.url(), "dlock:", Duration::from_secs(30)).await;
+    server.pause().expect("SIGSTOP");
+    let started = Instant::now();
+    let outcome = frozen.lock("k").wait(Duration::from_secs(1)).await;
+    let took = started.elapsed();
+    assert!(
+        matches!(outcome, Err(Error::Timeout { .. } | Error::Busy { .. })),
+        "{outcome:?}"
+    );
+    let bound = Duration::from_secs(1) + dlock_core::WAIT_SLACK + Duration::from_millis(150);
+    assert!(took <= bound, "answered after {took:?}, bound {bound:?}");
+    server.resume().expect("SIGCONT");
+    // The late request may now be applied; its grant is released at once, so the lock frees
+    // long before its 30 s ttl.
+    let taken = other
+        .lock("k")
+        .wait(Duration::from_secs(10))
+        .await
+        .expect("no lock left held by the abandoned acquire");
+    taken.release().await.expect("release");
 }

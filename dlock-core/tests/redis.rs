@@ -22,7 +22,10 @@ async fn locker(url: &str, ttl: Duration) -> Locker {
 
 fn assert_backend_failure(outcome: &Result<impl std::fmt::Debug, Error>) {
     assert!(
-        matches!(outcome, Err(Error::Backend { .. } | Error::Timeout { .. })),
+        matches!(
+            outcome,
+            Err(Error::Unavailable { .. } | Error::Timeout { .. })
+        ),
         "expected a backend error or timeout, got {outcome:?}"
     );
 }
@@ -95,7 +98,7 @@ async fn assert_names_foreign_key(
     kind: &str,
 ) {
     match locker.lock(key).fencing(fencing).wait(Duration::ZERO).await {
-        Err(Error::Backend { source, .. }) => {
+        Err(Error::Refused { source, .. }) => {
             let message = source.to_string();
             assert!(
                 message.contains(name) && message.contains(kind),
@@ -439,4 +442,40 @@ async fn only_the_release_of_a_lock_someone_waits_for_publishes() {
         1,
         "the marked release published; the waiter's own (unmarked) did not"
     );
+}
+
+/// redis-server stops answering (SIGSTOP) while an acquire with `wait(1s)` is in flight: the
+/// caller has its answer within the wait plus `WAIT_SLACK`, and the `SET` the frozen server
+/// applies when it thaws is released at once — the lock does not stay held for its 30 s ttl.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_server_answers_a_wait_within_its_bound_and_leaks_nothing() {
+    let server = RedisServer::start().await.unwrap();
+    // An operation timeout longer than the wait: the bound must come from the wait.
+    let config = DlockConfig::from_toml_str(&format!(
+        "backend = \"{}\"\nttl = \"30s\"\noperation_timeout = \"3s\"",
+        server.url()
+    ))
+    .expect("config");
+    let frozen = Locker::connect(&config).await.expect("connect");
+    let other = Locker::connect(&config).await.expect("connect");
+    server.pause().expect("SIGSTOP");
+    let started = Instant::now();
+    let outcome = frozen.lock("k").wait(Duration::from_secs(1)).await;
+    let took = started.elapsed();
+    assert!(
+        matches!(
+            outcome,
+            Err(Error::Timeout { .. } | Error::Unavailable { .. })
+        ),
+        "{outcome:?}"
+    );
+    let bound = Duration::from_secs(1) + dlock_core::WAIT_SLACK + Duration::from_millis(150);
+    assert!(took <= bound, "answered after {took:?}, bound {bound:?}");
+    server.resume().expect("SIGCONT");
+    let taken = other
+        .lock("k")
+        .wait(Duration::from_secs(10))
+        .await
+        .expect("no lock left held by the abandoned acquire");
+    taken.release().await.expect("release");
 }

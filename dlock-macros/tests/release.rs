@@ -275,7 +275,7 @@ impl LockBackend for UnreachableOnRelease {
     }
 
     async fn release(&self, _lease: &Lease) -> dlock_core::Result<ReleaseOutcome> {
-        Err(Error::backend(
+        Err(Error::unavailable(
             "flaky",
             std::io::Error::other("connection reset"),
         ))

@@ -5,7 +5,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 
-use dlock_core::{Error, LockGuard, LostReason, Result as LockResult};
+use dlock_core::{Error, LockGuard, LostReason, Protected, Result as LockResult};
 use http::{Request, Response};
 use pin_project_lite::pin_project;
 use tower_service::Service;
@@ -42,10 +42,10 @@ pin_project! {
             request: Option<Request<ReqBody>>,
         },
         Running {
+            // The handler, polled only while the lease is valid.
             #[pin]
-            future: S::Future,
+            future: Protected<S::Future>,
             guard: LockGuard,
-            lost: BoxFuture<LostReason>,
         },
         Passthrough {
             #[pin]
@@ -129,34 +129,32 @@ where
                         }
                     };
                     let request = request.take().expect("request taken once");
-                    let future = inner.call(request);
-                    let lost = Box::pin(guard.lost());
-                    this.state.set(State::Running {
-                        future,
-                        guard,
-                        lost,
-                    });
+                    let future = guard.protect(inner.call(request));
+                    this.state.set(State::Running { future, guard });
                 }
-                StateProj::Running {
-                    future,
-                    guard,
-                    lost,
-                } => {
-                    if let Poll::Ready(reason) = lost.as_mut().poll(cx) {
-                        let error = Error::LeaseLost {
-                            key: guard.key().to_owned(),
-                            reason,
-                        };
-                        tracing::warn!(%error, "dlock-tower: lease lost mid-request; the handler was cancelled");
-                        let response = this.settings.on_error.respond(guard.key(), &error);
-                        // Drops the handler's future and the guard (which releases).
-                        this.state.set(State::Done);
-                        return Poll::Ready(Ok(response));
-                    }
-                    let output = ready!(future.poll(cx));
-                    // The response is ready: the lock is released as the guard drops.
+                StateProj::Running { future, guard } => {
+                    let response = match ready!(future.poll(cx)) {
+                        // A success whose lease ran out while the handler finished may have
+                        // overlapped another holder: not a success to report.
+                        Ok(Ok(response)) if response.status().is_success() && !guard.is_held() => {
+                            let error = Error::LeaseLost {
+                                key: guard.key().to_owned(),
+                                reason: guard.lost_reason().unwrap_or(LostReason::Expired),
+                            };
+                            tracing::warn!(%error, "dlock-tower: the lease ran out while the handler finished; answering 503");
+                            Ok(this.settings.on_error.respond(guard.key(), &error))
+                        }
+                        // The response is ready: the lock is released as the guard drops.
+                        Ok(output) => output,
+                        Err(error) => {
+                            tracing::warn!(%error, "dlock-tower: lease lost mid-request; the handler was cancelled");
+                            Ok(this.settings.on_error.respond(guard.key(), &error))
+                        }
+                    };
+                    // Drops the handler's future (if still running) and the guard (which
+                    // releases).
                     this.state.set(State::Done);
-                    return Poll::Ready(output);
+                    return Poll::Ready(response);
                 }
                 StateProj::Passthrough { future } => {
                     let output = ready!(future.poll(cx));

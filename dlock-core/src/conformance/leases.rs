@@ -163,6 +163,65 @@ pub async fn lost_lease_cancels_work<B: LockBackend + ?Sized>(target: &Target<B>
     ));
 }
 
+/// A holder whose whole process freezes past its lease — a GC pause, swap, a stalled VM,
+/// SIGSTOP — modelled by blocking the only thread of the runtime that runs its client, its
+/// Locker and its watchdog: another client takes the lock meanwhile, and when the holder
+/// thaws, the work under [`LockGuard::run`](crate::LockGuard::run) is never resumed past its
+/// next await point — the caller gets [`Error::LeaseLost`] — even though nothing on the
+/// frozen side noticed the loss before the work was polled again.
+pub async fn paused_holder_never_resumes_its_work<B: LockBackend + ?Sized>(target: &Target<B>) {
+    let ttl = target.expect.ttl;
+    let pause = ttl * 2 + target.expect.slack;
+    let key = key("paused");
+    let make_locker = target.locker_maker();
+    let (paused_tx, paused_rx) = tokio::sync::oneshot::channel();
+    let holder_key = key.clone();
+    let holder = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime for the holder");
+        runtime.block_on(async move {
+            let locker = make_locker().await;
+            let guard = locker.lock(&holder_key).await.expect("acquire");
+            let mut resumed = false;
+            let outcome = guard
+                .run(async {
+                    tokio::time::sleep(ttl / 10).await; // the work is under way
+                    paused_tx
+                        .send(())
+                        .expect("the scenario waits for the pause");
+                    std::thread::sleep(pause); // the whole client freezes
+                    tokio::task::yield_now().await; // the next await point
+                    resumed = true;
+                })
+                .await;
+            (outcome, resumed)
+        })
+    });
+    paused_rx.await.expect("the holder starts its work");
+    let rival = target.locker().await;
+    let taken = rival
+        .lock(&key)
+        .wait(pause)
+        .await
+        .expect("the lock of a frozen holder frees at its ttl");
+    let (outcome, resumed) = tokio::task::spawn_blocking(move || holder.join())
+        .await
+        .expect("join")
+        .expect("the holder thread panicked");
+    assert!(!resumed, "the work resumed after a pause past its lease");
+    match outcome {
+        Err(Error::LeaseLost { .. }) => {}
+        other => panic!("the thawed holder was not told its lease is lost: {other:?}"),
+    }
+    assert!(
+        taken.is_held(),
+        "the rival lost the lock to the thawed holder"
+    );
+    taken.release().await.expect("release");
+}
+
 /// Dropping a guard releases in the background: a waiting client gets the lock promptly, and
 /// the holder's watchdog stops renewing.
 pub async fn dropped_guard_releases<B: LockBackend + ?Sized>(target: &Target<B>) {

@@ -38,7 +38,8 @@ pub use contract::{
 pub use exclusion::{mutual_exclusion_read_sleep_write, try_lock_race_has_one_winner};
 pub use leases::{
     dropped_guard_releases, lease_expires_without_watchdog, lost_lease_cancels_work,
-    ttl_expiry_after_holder_vanishes, watchdog_keeps_lock_past_three_ttls,
+    paused_holder_never_resumes_its_work, ttl_expiry_after_holder_vanishes,
+    watchdog_keeps_lock_past_three_ttls,
 };
 pub use reentrancy::{hand_off_shares_the_hold, reentrancy_is_per_task};
 pub use support::CountingBackend;
@@ -133,6 +134,23 @@ impl<B: LockBackend + ?Sized> Target<B> {
             ..self.config(&self.expect.prefix)
         };
         self.locker_with_config(&config).await
+    }
+
+    /// A way to make, from any thread and runtime, a Locker like [`locker`](Self::locker)'s:
+    /// its client is connected on the runtime that awaits the future, so a scenario can run a
+    /// whole client — connections, watchdog — on a runtime of its own.
+    pub(crate) fn locker_maker(
+        &self,
+    ) -> impl Fn() -> Pin<Box<dyn Future<Output = Locker> + Send>> + Send + 'static {
+        let connect = Arc::clone(&self.connect);
+        let config = self.config(&self.expect.prefix);
+        move || {
+            let (connect, config) = (Arc::clone(&connect), config.clone());
+            Box::pin(async move {
+                let client = connect().await;
+                Locker::with_config(Arc::new(client), &config).expect("suite settings are valid")
+            })
+        }
     }
 
     /// Like [`locker`](Self::locker) with an explicit key prefix; two Lockers with the same
@@ -230,6 +248,7 @@ macro_rules! conformance_tests {
                 watchdog_keeps_lock_past_three_ttls,
                 lease_expires_without_watchdog,
                 lost_lease_cancels_work,
+                paused_holder_never_resumes_its_work,
                 dropped_guard_releases,
                 non_owner_release_and_renew_refused,
                 release_is_idempotent,

@@ -47,7 +47,7 @@ impl LockBackend for Faulty {
     async fn renew(&self, leases: &[Lease]) -> Result<Vec<RenewOutcome>> {
         self.renew_batches.lock().unwrap().push(leases.len());
         if self.fail_renewals.load(Ordering::SeqCst) {
-            return Err(Error::backend(
+            return Err(Error::unavailable(
                 "faulty",
                 std::io::Error::other("injected renewal failure"),
             ));

@@ -48,14 +48,14 @@ async fn run() -> Result<(), Error> {
         .map_err(|e| Error::config("PORT", &port, e.to_string()))?;
     let addr = listener
         .local_addr()
-        .map_err(|e| Error::backend("http", e))?;
+        .map_err(|e| Error::unavailable("http", e))?;
     println!(
         "orders service on {}: listening on http://{addr}",
         config.backend
     );
     axum::serve(listener, app(&locker))
         .await
-        .map_err(|e| Error::backend("http", e))
+        .map_err(|e| Error::unavailable("http", e))
 }
 
 #[tokio::main]

@@ -8,6 +8,7 @@ use etcd_client::{
     TxnOpResponse, TxnResponse, WatchFilterType, WatchOptions,
 };
 
+use super::errors;
 use super::keys::LockName;
 use super::session::Session;
 use super::{Delete, EtcdGrant, Held, Inner, QueuedMark, call};
@@ -81,7 +82,7 @@ fn revision(response: &TxnResponse) -> Result<i64> {
     response
         .header()
         .map(etcd_client::ResponseHeader::revision)
-        .ok_or_else(|| Error::backend("etcd", "a transaction reply without header"))
+        .ok_or_else(|| Error::refused("etcd", "a transaction reply without header"))
 }
 
 /// Keys only, newest first (by create revision), at most `limit`.
@@ -95,6 +96,23 @@ fn newest(limit: i64) -> GetOptions {
 
 impl Inner {
     pub(super) async fn acquire(
+        self: &Arc<Self>,
+        req: &AcquireRequest,
+        deadline: Option<Instant>,
+    ) -> Result<AcquireOutcome> {
+        match self.acquire_on_a_session(req, deadline).await {
+            // The session's lease was gone on the server (it expired while this process was
+            // paused, or was revoked): that session is now marked lost, and a fresh lease
+            // serves the one retry.
+            Err(error) if errors::is_lease_not_found(&error) => {
+                tracing::debug!(key = %req.key, %error, "dlock: etcd lease gone; acquiring on a fresh one");
+                self.acquire_on_a_session(req, deadline).await
+            }
+            other => other,
+        }
+    }
+
+    async fn acquire_on_a_session(
         self: &Arc<Self>,
         req: &AcquireRequest,
         deadline: Option<Instant>,
@@ -151,7 +169,7 @@ impl Inner {
             self.txn("acquire", txn),
             session.fresh(session.ttl / FRESHNESS)
         );
-        let reply = reply?;
+        let reply = self.on_session(&session, reply)?;
         if !reply.succeeded() {
             pending.delete = Delete::Nothing;
             return Ok(AcquireOutcome::Busy { retry_after: None });
@@ -164,6 +182,18 @@ impl Inner {
             create_revision,
             valid_from,
         )))
+    }
+
+    /// `reply`, to a request that used `session`'s lease; if etcd says it has no such lease,
+    /// the session is lost (every lock on it with it) and the error says so.
+    fn on_session<T>(self: &Arc<Self>, session: &Arc<Session>, reply: Result<T>) -> Result<T> {
+        if let Err(error) = &reply
+            && errors::is_lease_not_found(error)
+        {
+            session.mark_lost(format!("etcd no longer has lease {:x}", session.id));
+            self.session_lost(session);
+        }
+        reply
     }
 
     /// A session for the request's ttl and a reserved key on it.
@@ -210,11 +240,11 @@ impl Inner {
             self.txn("acquire", txn),
             session.fresh(session.ttl / FRESHNESS)
         );
-        let reply = reply?;
+        let reply = self.on_session(&session, reply)?;
         let mut fresh = Some(fresh);
         if !reply.succeeded() {
             pending.delete = Delete::Nothing; // not ours: leave it alone
-            return Err(Error::backend(
+            return Err(Error::refused(
                 "etcd",
                 format!("etcd key `{key}` already exists although this backend does not use it"),
             ));

@@ -126,7 +126,7 @@ impl EtcdUrl {
                 .await
             {
                 Ok(Ok(client)) => client,
-                Ok(Err(error)) => return Err(Error::backend("etcd", error)),
+                Ok(Err(error)) => return Err(super::errors::from_etcd(error)),
                 Err(_) => {
                     return Err(Error::Timeout {
                         backend: "etcd",

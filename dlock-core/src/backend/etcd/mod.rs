@@ -8,6 +8,7 @@
 
 mod acquire;
 mod config;
+mod errors;
 mod keys;
 mod release;
 mod session;
@@ -225,7 +226,7 @@ impl EtcdBackend {
     /// # Errors
     ///
     /// [`Error::Config`] for a URL that is not `etcd://[user:password@]host:port,...[/namespace]`
-    /// (TLS, `etcds://`, is not supported); [`Error::Backend`] / [`Error::Timeout`] when the
+    /// (TLS, `etcds://`, is not supported); [`Error::Unavailable`] / [`Error::Timeout`] when the
     /// cluster cannot be reached or refuses the credentials within `timeout`.
     ///
     /// # Examples
@@ -240,8 +241,9 @@ impl EtcdBackend {
     /// ```
     pub async fn connect(url: &BackendUrl, timeout: Duration) -> Result<Self> {
         let runtime = Handle::try_current().map_err(|_| {
-            Error::backend(
-                "etcd",
+            Error::config(
+                "backend",
+                "etcd://",
                 "EtcdBackend::connect must run inside a tokio runtime",
             )
         })?;
@@ -344,7 +346,7 @@ where
                 tokio::time::sleep(pause).await;
                 pause = (pause * 2).min(Duration::from_millis(100));
             }
-            Ok(Err(error)) => return Err(Error::backend("etcd", error)),
+            Ok(Err(error)) => return Err(errors::from_etcd(error)),
             Err(_) => {
                 return Err(Error::Timeout {
                     backend: "etcd",
@@ -396,6 +398,12 @@ impl Inner {
 
     /// A session for `ttl` with one more user, its keepalive started if it is new.
     async fn checkout(self: &Arc<Self>, ttl: Duration) -> Result<Arc<Session>> {
+        // A session no keepalive was answered for during its whole ttl (this process was
+        // paused, or cut off) is gone on the server: never put a key on it.
+        if let Some((stale, reason)) = self.sessions.overdue(ttl) {
+            stale.mark_lost(reason);
+            self.session_lost(&stale);
+        }
         let (session, new) = self.sessions.checkout(ttl).await?;
         if new {
             let weak = Arc::downgrade(self);
@@ -475,7 +483,7 @@ impl Inner {
             if !held.end_at_ttl {
                 let _ = self.lost_tx.send(LostLease {
                     owner,
-                    reason: LostReason::Backend(reason.clone()),
+                    reason: LostReason::SessionLost(reason.clone()),
                 });
             }
             self.finish_key(held.key, held.session, Delete::Nothing);

@@ -50,7 +50,7 @@ impl Inner {
                 })
                 .collect();
             if ranges.len() != checks.len() {
-                return Err(Error::backend(
+                return Err(Error::refused(
                     "etcd",
                     "the renewal transaction returned the wrong number of results",
                 ));

@@ -170,6 +170,15 @@ impl Sessions {
         self.live().get(&ttl).is_some_and(|s| !s.is_lost())
     }
 
+    /// The live session for `ttl` if no keepalive was answered for its whole ttl, with why
+    /// it is considered lost.
+    pub(super) fn overdue(&self, ttl: Duration) -> Option<(Arc<Session>, String)> {
+        let live = self.live();
+        let session = live.get(&ttl).filter(|s| !s.is_lost())?;
+        let reason = session.overdue()?;
+        Some((Arc::clone(session), reason))
+    }
+
     fn reuse(&self, ttl: Duration) -> Option<Arc<Session>> {
         let live = self.live();
         let session = live.get(&ttl).filter(|s| !s.is_lost())?;
@@ -197,7 +206,7 @@ impl Sessions {
         .await?;
         let server_seconds = u64::try_from(granted.ttl()).unwrap_or(0);
         if server_seconds == 0 {
-            return Err(Error::backend(
+            return Err(Error::refused(
                 "etcd",
                 format!("etcd granted no lease: {}", granted.error()),
             ));

@@ -98,7 +98,7 @@ pub(super) async fn open(
             operation: "connect",
             after: timeout,
         })?
-        .map_err(|e| Error::backend("redis", e))
+        .map_err(super::errors::from_redis)
 }
 
 /// `redis://...` with RESP3 switched on (pub/sub pushes need it).

@@ -81,6 +81,7 @@
 //! ```
 
 mod conn;
+mod errors;
 mod keys;
 mod notify;
 mod scripts;
@@ -157,7 +158,7 @@ impl RedisBackend {
     /// # Errors
     ///
     /// [`Error::Config`] for a URL that is not `redis://`, `rediss://` or
-    /// `redis+cluster://`; [`Error::Backend`] / [`Error::Timeout`] when the server cannot be
+    /// `redis+cluster://`; [`Error::Unavailable`] / [`Error::Timeout`] when the server cannot be
     /// reached within `timeout`.
     pub async fn connect(url: &BackendUrl, timeout: Duration) -> Result<Self> {
         let (pushes_tx, pushes_rx) = tokio::sync::mpsc::unbounded_channel();
@@ -242,7 +243,7 @@ impl RedisBackend {
         if error.is_timeout() {
             self.timed_out(operation)
         } else {
-            Error::backend("redis", error)
+            errors::from_redis(error)
         }
     }
 
@@ -396,7 +397,7 @@ impl RedisBackend {
                 } else {
                     RedisName::lock(key)
                 };
-                Err(Error::backend(
+                Err(Error::refused(
                     "redis",
                     format!(
                         "Redis key `{name}` holds a {kind}, not a dlock lock: another application uses this key name (choose another key prefix)"
@@ -646,7 +647,7 @@ impl RedisBackend {
             )
             .await?;
         if flags.len() != leases.len() {
-            return Err(Error::backend(
+            return Err(Error::refused(
                 "redis",
                 "renewal script returned the wrong number of results",
             ));

@@ -246,7 +246,7 @@ impl Waiters {
                 operation: "subscribe",
                 after: self.timeout,
             })?
-            .map_err(|e| Error::backend("redis", e))?;
+            .map_err(super::errors::from_redis)?;
         if let Some(queue) = self.queues().by_channel.get_mut(channel) {
             queue.subscribed = true;
         }
