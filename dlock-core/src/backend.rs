@@ -14,7 +14,6 @@ use crate::lease::{
     AcquireOutcome, AcquireRequest, Lease, LostLease, ReleaseOutcome, RenewOutcome,
 };
 
-pub(crate) mod direct;
 #[cfg(feature = "etcd")]
 pub(crate) mod etcd;
 #[cfg(feature = "memory")]
@@ -207,11 +206,6 @@ pub struct Capabilities {
     pub self_renewing: bool,
     /// The most leases [`LockBackend::renew`] accepts in one call.
     pub max_renew_batch: usize,
-    /// Every call returns within the operation timeout the backend was built with (its own
-    /// timers bound each round trip), so the core sets no timer of its own around
-    /// [`LockBackend::release`] — one timer less per lock. Leave it `false` unless that
-    /// holds: the core's timer is what keeps a stuck backend from hanging a release.
-    pub bounds_own_operations: bool,
 }
 
 impl Capabilities {
@@ -225,7 +219,6 @@ impl Capabilities {
             fencing: Fencing::None,
             self_renewing: false,
             max_renew_batch: 1,
-            bounds_own_operations: false,
         }
     }
 
@@ -247,13 +240,6 @@ impl Capabilities {
     #[must_use]
     pub const fn self_renewing(mut self, self_renewing: bool) -> Self {
         self.self_renewing = self_renewing;
-        self
-    }
-
-    /// Sets [`Capabilities::bounds_own_operations`].
-    #[must_use]
-    pub const fn bounds_own_operations(mut self, bounded: bool) -> Self {
-        self.bounds_own_operations = bounded;
         self
     }
 

@@ -6,7 +6,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
-use crate::backend::direct::Direct;
 use crate::backend::{Capabilities, Fencing, LockBackend};
 use crate::backend_url::BackendUrl;
 use crate::config::DlockConfig;
@@ -54,8 +53,6 @@ pub(crate) struct LockerShared {
     /// How many grants this Locker asked for: the other half of an owner id.
     grants: AtomicU64,
     backend: Arc<dyn LockBackend>,
-    /// The same backend, called without boxed futures when its type is known.
-    direct: Direct,
     capabilities: Capabilities,
     config: DlockConfig,
     reentrancy: Reentrancy,
@@ -163,10 +160,6 @@ impl Locker {
     }
 
     fn build(backend: Arc<dyn LockBackend>, config: DlockConfig) -> Self {
-        Self::build_direct(backend, Direct::Dyn, config)
-    }
-
-    fn build_direct(backend: Arc<dyn LockBackend>, direct: Direct, config: DlockConfig) -> Self {
         let capabilities = backend.capabilities();
         let id = OwnerId::random("locker").as_str()["locker:".len()..].to_owned();
         let watchdog = Watchdog::new(Arc::clone(&backend), config.operation_timeout);
@@ -175,7 +168,6 @@ impl Locker {
                 id,
                 grants: AtomicU64::new(0),
                 backend,
-                direct,
                 capabilities,
                 config,
                 reentrancy: Reentrancy::default(),
@@ -215,23 +207,19 @@ impl Locker {
     pub async fn connect(config: &DlockConfig) -> Result<Self> {
         config.validate()?;
         let url = BackendUrl::parse(&config.backend.to_url())?;
-        let (backend, direct): (Arc<dyn LockBackend>, Direct) = match url.kind() {
+        let backend: Arc<dyn LockBackend> = match url.kind() {
             #[cfg(feature = "memory")]
-            crate::BackendKind::Memory => (
-                Arc::new(crate::MemoryBackend::shared_table(url.memory_table_name())),
-                Direct::Dyn,
-            ),
+            crate::BackendKind::Memory => {
+                Arc::new(crate::MemoryBackend::shared_table(url.memory_table_name()))
+            }
             #[cfg(feature = "redis")]
             crate::BackendKind::Redis | crate::BackendKind::RedisCluster => {
-                let redis =
-                    Arc::new(crate::RedisBackend::connect(&url, config.operation_timeout).await?);
-                (Arc::clone(&redis) as _, Direct::Redis(redis))
+                Arc::new(crate::RedisBackend::connect(&url, config.operation_timeout).await?)
             }
             #[cfg(feature = "etcd")]
-            crate::BackendKind::Etcd => (
-                Arc::new(crate::EtcdBackend::connect(&url, config.operation_timeout).await?),
-                Direct::Dyn,
-            ),
+            crate::BackendKind::Etcd => {
+                Arc::new(crate::EtcdBackend::connect(&url, config.operation_timeout).await?)
+            }
             other => {
                 return Err(Error::config(
                     "url",
@@ -240,7 +228,7 @@ impl Locker {
                 ));
             }
         };
-        Ok(Self::build_direct(backend, direct, config.clone()))
+        Ok(Self::build(backend, config.clone()))
     }
 
     /// [`connect`](Self::connect) with the default settings and `url`.
@@ -494,8 +482,7 @@ impl Locker {
                 self.acquire_by(request, deadline, deadline + slack).await
             }
             None => {
-                let backend = shared.backend.as_ref();
-                let outcome = shared.direct.acquire(backend, &request, None).await;
+                let outcome = shared.backend.acquire(&request, None).await;
                 if outcome.as_ref().is_err_and(may_have_been_applied) {
                     shared.release_once_answered(Lease::new(&request, Instant::now()));
                 }
@@ -556,13 +543,8 @@ impl Locker {
     ) -> Result<AcquireOutcome> {
         let unconfirmed = Lease::new(&request, Instant::now());
         let shared = Arc::clone(&self.shared);
-        let mut attempt = Box::pin(async move {
-            let backend = shared.backend.as_ref();
-            shared
-                .direct
-                .acquire(backend, &request, Some(deadline))
-                .await
-        });
+        let mut attempt =
+            Box::pin(async move { shared.backend.acquire(&request, Some(deadline)).await });
         if let Ok(outcome) = tokio::time::timeout_at(answer_by.into(), attempt.as_mut()).await {
             if outcome.as_ref().is_err_and(may_have_been_applied) {
                 self.shared.release_once_answered(unconfirmed);
@@ -635,12 +617,8 @@ impl LockerShared {
 
     /// Owner-checked release, bounded by the operation timeout.
     pub(crate) async fn release_lease(&self, lease: &Lease) -> Result<ReleaseOutcome> {
-        let backend = self.backend.as_ref();
-        if self.capabilities.bounds_own_operations {
-            return self.direct.release(backend, lease).await;
-        }
         let timeout = self.config.operation_timeout;
-        tokio::time::timeout(timeout, self.direct.release(backend, lease))
+        tokio::time::timeout(timeout, self.backend.release(lease))
             .await
             .unwrap_or_else(|_| {
                 Err(Error::Timeout {

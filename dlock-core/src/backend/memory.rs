@@ -399,8 +399,6 @@ impl LockBackend for MemoryBackend {
             .fair(true)
             .fencing(Fencing::Volatile)
             .max_renew_batch(usize::MAX)
-            // Nothing it does waits on anything but its own table's lock.
-            .bounds_own_operations(true)
     }
 }
 

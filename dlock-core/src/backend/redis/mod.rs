@@ -440,10 +440,11 @@ impl RedisBackend {
             None => lease,
         })
     }
+}
 
-    /// [`LockBackend::acquire`], callable without a boxed future: a
-    /// [`Locker`](crate::Locker) connected to Redis calls this directly.
-    pub(crate) async fn acquire_direct(
+#[async_trait]
+impl LockBackend for RedisBackend {
+    async fn acquire(
         &self,
         req: &AcquireRequest,
         deadline: Option<Instant>,
@@ -475,49 +476,6 @@ impl RedisBackend {
         // Boxed: the queue is the slow path, and keeping its state out of this future keeps
         // the uncontended one small.
         Box::pin(self.wait_in_queue(req, deadline, retry_after)).await
-    }
-
-    /// [`LockBackend::release`], callable without a boxed future (see
-    /// [`acquire_direct`](Self::acquire_direct)).
-    pub(crate) async fn release_direct(&self, lease: &Lease) -> Result<ReleaseOutcome> {
-        // Our own subscription hears the release too when we have waiters of our own; bar
-        // ourselves before sending, so that message does not wake our head first.
-        let own_waiters = self.waiters.has_waiters(&lease.key);
-        // The channel's name is built once, and only when a bar is set or lifted.
-        let channel = own_waiters.then(|| channel_of(&lease.key));
-        let bar_until = own_waiters.then(|| Instant::now() + RELEASER_BAR);
-        if let (Some(channel), Some(until)) = (&channel, bar_until) {
-            self.waiters.bar(channel, until);
-        }
-        let listeners = self
-            .release_owned(lease.owner.as_str(), &lease.key, own_waiters)
-            .await;
-        let others_listened = matches!(listeners, Ok(n) if n > i64::from(own_waiters));
-        if others_listened || own_waiters {
-            let channel = channel.unwrap_or_else(|| channel_of(&lease.key));
-            if others_listened {
-                let until = bar_until.unwrap_or_else(|| Instant::now() + RELEASER_BAR);
-                self.waiters.bar(&channel, until);
-            } else {
-                self.waiters.lift_bar(&channel);
-            }
-        }
-        Ok(if listeners? < 0 {
-            ReleaseOutcome::NotHeld
-        } else {
-            ReleaseOutcome::Released
-        })
-    }
-}
-
-#[async_trait]
-impl LockBackend for RedisBackend {
-    async fn acquire(
-        &self,
-        req: &AcquireRequest,
-        deadline: Option<Instant>,
-    ) -> Result<AcquireOutcome> {
-        self.acquire_direct(req, deadline).await
     }
 
     async fn renew(&self, leases: &[Lease]) -> Result<Vec<RenewOutcome>> {
@@ -552,7 +510,33 @@ impl LockBackend for RedisBackend {
     }
 
     async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
-        self.release_direct(lease).await
+        // Our own subscription hears the release too when we have waiters of our own; bar
+        // ourselves before sending, so that message does not wake our head first.
+        let own_waiters = self.waiters.has_waiters(&lease.key);
+        // The channel's name is built once, and only when a bar is set or lifted.
+        let channel = own_waiters.then(|| channel_of(&lease.key));
+        let bar_until = own_waiters.then(|| Instant::now() + RELEASER_BAR);
+        if let (Some(channel), Some(until)) = (&channel, bar_until) {
+            self.waiters.bar(channel, until);
+        }
+        let listeners = self
+            .release_owned(lease.owner.as_str(), &lease.key, own_waiters)
+            .await;
+        let others_listened = matches!(listeners, Ok(n) if n > i64::from(own_waiters));
+        if others_listened || own_waiters {
+            let channel = channel.unwrap_or_else(|| channel_of(&lease.key));
+            if others_listened {
+                let until = bar_until.unwrap_or_else(|| Instant::now() + RELEASER_BAR);
+                self.waiters.bar(&channel, until);
+            } else {
+                self.waiters.lift_bar(&channel);
+            }
+        }
+        Ok(if listeners? < 0 {
+            ReleaseOutcome::NotHeld
+        } else {
+            ReleaseOutcome::Released
+        })
     }
 
     async fn force_release(&self, key: &str) -> Result<bool> {
@@ -573,7 +557,6 @@ impl LockBackend for RedisBackend {
         Capabilities::new("redis")
             .fencing(Fencing::Volatile)
             .max_renew_batch(usize::MAX)
-            .bounds_own_operations(true)
     }
 }
 
