@@ -1,17 +1,13 @@
 //! Each kind of failure a caller can act on arrives as its own `Error` variant (and
 //! `ErrorKind`), told apart by matching — never by reading a message: busy, lease lost,
-//! unavailable (server down or frozen), refused (bad credentials, a foreign key), unsupported,
-//! invalid input. Real servers where a server is involved.
+//! unavailable (server down or frozen), refused (bad credentials, a foreign key), invalid
+//! input; unsupported is `tests/fencing.rs` (fencing tokens asked of a backend without them).
+//! Real servers where a server is involved.
 
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use async_trait::async_trait;
 use dlock_core::harness::RedisServer;
-use dlock_core::{
-    AcquireOutcome, AcquireRequest, Capabilities, DlockConfig, Error, ErrorKind, Fencing, Lease,
-    LockBackend, Locker, LostReason, MemoryBackend, ReleaseOutcome, RenewOutcome,
-};
+use dlock_core::{DlockConfig, Error, ErrorKind, Locker, LostReason};
 
 fn redis_config(url: &str) -> DlockConfig {
     DlockConfig::from_toml_str(&format!(
@@ -106,6 +102,20 @@ async fn unavailable_when_the_server_is_down_or_frozen() {
     );
 }
 
+fn assert_refused_by_redis(error: &Error) {
+    assert!(
+        matches!(
+            error,
+            Error::Refused {
+                backend: "redis",
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    assert_eq!(error.kind(), ErrorKind::Refused);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refused_on_a_foreign_key_and_on_a_wrong_password() {
     let server = RedisServer::start().await.unwrap();
@@ -118,17 +128,7 @@ async fn refused_on_a_foreign_key_and_on_a_wrong_password() {
         .await
         .unwrap();
     let error = locker.try_lock("taken").await.unwrap_err();
-    assert!(
-        matches!(
-            error,
-            Error::Refused {
-                backend: "redis",
-                ..
-            }
-        ),
-        "{error:?}"
-    );
-    assert_eq!(error.kind(), ErrorKind::Refused);
+    assert_refused_by_redis(&error);
     assert!(!error.is_retryable());
 
     // Credentials the server does not accept.
@@ -138,65 +138,7 @@ async fn refused_on_a_foreign_key_and_on_a_wrong_password() {
         .unwrap();
     let wrong = format!("redis://:wrong@127.0.0.1:{}", server.port());
     let error = Locker::connect(&redis_config(&wrong)).await.unwrap_err();
-    assert!(
-        matches!(
-            error,
-            Error::Refused {
-                backend: "redis",
-                ..
-            }
-        ),
-        "{error:?}"
-    );
-    assert_eq!(error.kind(), ErrorKind::Refused);
-}
-
-/// The memory backend without fencing tokens.
-#[derive(Debug, Default)]
-struct Tokenless(MemoryBackend);
-
-#[async_trait]
-impl LockBackend for Tokenless {
-    async fn acquire(
-        &self,
-        req: &AcquireRequest,
-        deadline: Option<Instant>,
-    ) -> dlock_core::Result<AcquireOutcome> {
-        self.0.acquire(req, deadline).await
-    }
-
-    async fn renew(&self, leases: &[Lease]) -> dlock_core::Result<Vec<RenewOutcome>> {
-        self.0.renew(leases).await
-    }
-
-    async fn release(&self, lease: &Lease) -> dlock_core::Result<ReleaseOutcome> {
-        self.0.release(lease).await
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        let mut caps = self.0.capabilities();
-        caps.fencing = Fencing::None;
-        caps
-    }
-}
-
-#[tokio::test]
-async fn unsupported() {
-    let locker =
-        Locker::with_config(Arc::new(Tokenless::default()), &DlockConfig::default()).unwrap();
-    let error = locker.lock("k").fencing(true).await.unwrap_err();
-    assert!(
-        matches!(
-            error,
-            Error::Unsupported {
-                operation: "fencing tokens",
-                ..
-            }
-        ),
-        "{error:?}"
-    );
-    assert_eq!(error.kind(), ErrorKind::Unsupported);
-    assert!(!error.is_retryable());
+    assert_refused_by_redis(&error);
 }
 
 #[tokio::test]

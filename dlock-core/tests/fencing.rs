@@ -53,8 +53,10 @@ async fn asking_a_backend_without_tokens_is_unsupported_and_takes_nothing() {
     let backend = Arc::new(Tokenless::default());
     let locker = Locker::with_config(backend.clone(), &DlockConfig::default()).unwrap();
     match locker.lock("invoice").fencing(true).await {
-        Err(Error::Unsupported { backend, operation }) => {
+        Err(error @ Error::Unsupported { backend, operation }) => {
             assert_eq!((backend, operation), ("tokenless", "fencing tokens"));
+            assert_eq!(error.kind(), dlock_core::ErrorKind::Unsupported);
+            assert!(!error.is_retryable());
         }
         other => panic!("expected Unsupported, got {other:?}"),
     }
