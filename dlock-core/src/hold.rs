@@ -129,67 +129,40 @@ impl Drop for Hold {
     }
 }
 
-/// Share counts per owner; nearly always a single owner, kept inline.
+/// Share counts per owner (nearly always one owner: the task that acquired).
 #[derive(Debug, Default)]
-struct ShareCounts {
-    /// `None` only when there are no shares at all.
-    first: Option<(ShareOwner, usize)>,
-    more: Vec<(ShareOwner, usize)>,
-}
+struct ShareCounts(Vec<(ShareOwner, usize)>);
 
 impl ShareCounts {
     /// Adds a share of `owner`; returns whether it is that owner's first.
     fn add(&mut self, owner: ShareOwner) -> bool {
-        if let Some((o, count)) = &mut self.first
-            && *o == owner
-        {
+        if let Some((_, count)) = self.0.iter_mut().find(|(o, _)| *o == owner) {
             *count += 1;
             return false;
         }
-        if let Some((_, count)) = self.more.iter_mut().find(|(o, _)| *o == owner) {
-            *count += 1;
-            return false;
-        }
-        if self.first.is_none() {
-            self.first = Some((owner, 1));
-        } else {
-            self.more.push((owner, 1));
-        }
+        self.0.push((owner, 1));
         true
     }
 
     /// Removes a share of `owner`; returns whether that owner has none left.
     fn remove_one(&mut self, owner: ShareOwner) -> bool {
-        if let Some((o, count)) = &mut self.first
-            && *o == owner
-        {
-            if *count > 1 {
-                *count -= 1;
-                return false;
-            }
-            self.first = self.more.pop();
+        let Some(at) = self.0.iter().position(|(o, _)| *o == owner) else {
             return true;
+        };
+        self.0[at].1 -= 1;
+        if self.0[at].1 > 0 {
+            return false;
         }
-        if let Some(at) = self.more.iter().position(|(o, _)| *o == owner) {
-            if self.more[at].1 > 1 {
-                self.more[at].1 -= 1;
-                return false;
-            }
-            self.more.swap_remove(at);
-        }
+        self.0.swap_remove(at);
         true
     }
 
     fn is_empty(&self) -> bool {
-        self.first.is_none()
+        self.0.is_empty()
     }
 
     /// Empties the counts, returning who had shares.
     fn take_owners(&mut self) -> Vec<ShareOwner> {
-        let first = self.first.take().map(|(owner, _)| owner);
-        first
-            .into_iter()
-            .chain(self.more.drain(..).map(|(owner, _)| owner))
-            .collect()
+        self.0.drain(..).map(|(owner, _)| owner).collect()
     }
 }

@@ -26,7 +26,7 @@ pub fn validate_key(key: &str) -> Result<()> {
         "a lock key must not be empty"
     } else if key.len() > MAX_KEY_LEN {
         "a lock key must be at most 512 bytes"
-    } else if might_hold_control_characters(key) && key.chars().any(char::is_control) {
+    } else if key.chars().any(char::is_control) {
         "a lock key must not contain control characters"
     } else {
         return Ok(());
@@ -34,15 +34,6 @@ pub fn validate_key(key: &str) -> Result<()> {
     Err(Error::InvalidKey {
         key: shorten(key),
         reason,
-    })
-}
-
-/// A quick byte scan without early exit (so it vectorises): `false` proves the key has no
-/// control character — those are bytes below 0x20, 0x7F, or U+0080–U+009F, which UTF-8
-/// encodes after a 0xC2 byte.
-fn might_hold_control_characters(key: &str) -> bool {
-    key.bytes().fold(false, |seen, b| {
-        seen | (b < 0x20) | (b == 0x7f) | (b == 0xc2)
     })
 }
 
@@ -72,7 +63,7 @@ pub(crate) fn validate_prefix(prefix: &str) -> std::result::Result<(), &'static 
 /// The key a backend sees: the Locker's prefix followed by the user key.
 pub(crate) fn full_key(prefix: &str, key: &str) -> Result<Arc<str>> {
     validate_key(key)?;
-    Ok(crate::shared_str::shared_concat(&[prefix, key]))
+    Ok(format!("{prefix}{key}").into())
 }
 
 #[cfg(test)]

@@ -20,49 +20,20 @@ use std::time::{Duration, Instant};
 /// assert_ne!(a, b);
 /// assert!(a.as_str().starts_with("locker-1:"));
 /// ```
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq, Hash)]
 pub struct OwnerId(Arc<str>);
-
-/// Hashes the last 16 bytes only: in an id from [`OwnerId::random`] they are random, in a
-/// Locker's they hold the grant's number, and the watchdog hashes every id twice per lock.
-/// (Equal ids have equal tails, so this agrees with `Eq`; ids from [`OwnerId::from_string`]
-/// that share a tail only share a bucket.)
-impl std::hash::Hash for OwnerId {
-    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        let bytes = self.0.as_bytes();
-        state.write(&bytes[bytes.len().saturating_sub(16)..]);
-    }
-}
 
 impl OwnerId {
     /// A fresh owner id: `<scope>:<32 hex digits of randomness>`.
     #[must_use]
     pub fn random(scope: &str) -> Self {
         let bits: u128 = rand::random();
-        // Hex digits by hand: `{:032x}` through the formatter cost several times as much.
-        let mut digits = [0_u8; 32];
-        for (at, digit) in digits.iter_mut().enumerate() {
-            *digit = b"0123456789abcdef"[((bits >> (124 - 4 * at)) & 0xf) as usize];
-        }
-        let digits = std::str::from_utf8(&digits).unwrap_or_default();
-        Self(crate::shared_str::shared_concat(&[scope, ":", digits]))
+        Self(format!("{scope}:{bits:032x}").into())
     }
 
     /// `<scope>:<n in hex>`: a Locker's owner ids, its random id as the scope.
     pub(crate) fn numbered(scope: &str, n: u64) -> Self {
-        let mut digits = [0_u8; 16];
-        let mut at = digits.len();
-        let mut rest = n;
-        loop {
-            at -= 1;
-            digits[at] = b"0123456789abcdef"[(rest & 0xf) as usize];
-            rest >>= 4;
-            if rest == 0 {
-                break;
-            }
-        }
-        let digits = std::str::from_utf8(&digits[at..]).unwrap_or_default();
-        Self(crate::shared_str::shared_concat(&[scope, ":", digits]))
+        Self(format!("{scope}:{n:x}").into())
     }
 
     /// Wraps an id received from elsewhere (e.g. read back from a server).

@@ -52,7 +52,6 @@ mod locker;
 mod protected;
 mod reentrancy;
 mod request;
-mod shared_str;
 mod watchdog;
 
 #[doc(hidden)]

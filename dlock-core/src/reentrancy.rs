@@ -9,8 +9,7 @@
 //! `FuturesUnordered`) re-enter each other's holds, and a guard moved to another task keeps
 //! counting for the task that acquired it.
 //!
-//! Entries are keyed by the full lock key, shared with the lease (no copy per lock); there is
-//! nearly always one holder per key, so it is kept inline.
+//! Entries are keyed by the full lock key, shared with the lease (no copy per lock).
 
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
@@ -42,53 +41,33 @@ pub(crate) struct Reentrancy {
     holds: Mutex<HoldsByKey>,
 }
 
-/// The holders of one key: almost always one.
-#[derive(Debug)]
-enum Holders {
-    One(HolderId, Weak<Hold>),
-    Many(Vec<(HolderId, Weak<Hold>)>),
-}
+/// The holders of one key (almost always one), each with a weak link to its hold.
+#[derive(Debug, Default)]
+struct Holders(Vec<(HolderId, Weak<Hold>)>);
 
 impl Holders {
     fn find(&self, holder: HolderId) -> Option<&Weak<Hold>> {
-        match self {
-            Self::One(id, hold) => (*id == holder).then_some(hold),
-            Self::Many(all) => all.iter().find(|(id, _)| *id == holder).map(|(_, h)| h),
-        }
+        self.0
+            .iter()
+            .find(|(id, _)| *id == holder)
+            .map(|(_, hold)| hold)
     }
 
     /// Records `hold` for `holder` unless a live hold is recorded already.
     fn register(&mut self, holder: HolderId, hold: &Arc<Hold>) {
-        let weak = Arc::downgrade(hold);
-        match self {
-            Self::One(id, existing) if *id == holder => {
-                if existing.strong_count() == 0 {
-                    *existing = weak;
-                }
-            }
-            Self::One(id, existing) => {
-                *self = Self::Many(vec![(*id, existing.clone()), (holder, weak)]);
-            }
-            Self::Many(all) => match all.iter_mut().find(|(id, _)| *id == holder) {
-                Some((_, existing)) if existing.strong_count() == 0 => *existing = weak,
-                Some(_) => {}
-                None => all.push((holder, weak)),
-            },
+        match self.0.iter_mut().find(|(id, _)| *id == holder) {
+            Some((_, existing)) if existing.strong_count() == 0 => *existing = Arc::downgrade(hold),
+            Some(_) => {}
+            None => self.0.push((holder, Arc::downgrade(hold))),
         }
     }
 
     /// Drops `holder`'s entry if it is `hold` or dead; returns whether none are left.
     fn forget(&mut self, holder: HolderId, hold: *const Hold) -> bool {
-        let stale = |id: &HolderId, w: &Weak<Hold>| {
-            *id == holder && (w.strong_count() == 0 || std::ptr::eq(w.as_ptr(), hold))
-        };
-        match self {
-            Self::One(id, existing) => stale(id, existing),
-            Self::Many(all) => {
-                all.retain(|(id, w)| !stale(id, w));
-                all.is_empty()
-            }
-        }
+        self.0.retain(|(id, weak)| {
+            *id != holder || (weak.strong_count() > 0 && !std::ptr::eq(weak.as_ptr(), hold))
+        });
+        self.0.is_empty()
     }
 }
 
@@ -105,13 +84,10 @@ impl Reentrancy {
     /// Records that `holder` holds `hold`, so its nested acquires re-enter. An earlier live
     /// hold of the same holder and key (taken with `.reentrant(false)`) keeps the entry.
     pub(crate) fn register(&self, holder: HolderId, hold: &Arc<Hold>) {
-        // One lookup (the key hashed once); the entry keeps the shared key.
-        match self.holds().entry(Arc::clone(hold.full_key())) {
-            Entry::Occupied(mut holders) => holders.get_mut().register(holder, hold),
-            Entry::Vacant(place) => {
-                place.insert(Holders::One(holder, Arc::downgrade(hold)));
-            }
-        }
+        self.holds()
+            .entry(Arc::clone(hold.full_key()))
+            .or_default()
+            .register(holder, hold);
     }
 
     /// Forgets that `holder` holds `key` through `hold` (its last share of it is gone).

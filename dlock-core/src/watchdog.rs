@@ -7,15 +7,14 @@
 //! in their own tasks so a hung server never delays the deadline checks of other leases.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::ops::{Deref, DerefMut};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use std::future::Future;
-
 use tokio::runtime::Handle;
 use tokio::sync::{Notify, broadcast};
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::backend::LockBackend;
@@ -28,11 +27,9 @@ pub(crate) struct Watchdog {
     shared: Arc<Shared>,
     backend: Arc<dyn LockBackend>,
     operation_timeout: Duration,
-    /// Whether the task runs, as `generation << 1 | running` (cleared by the task's future
-    /// when it ends or is dropped with its runtime, unless a newer task started).
-    running: Arc<AtomicU64>,
-    /// Held while (re)starting the task, so two acquires do not both start one.
-    starting: Mutex<()>,
+    /// The task, once started: a runtime that ends takes it along (it is then finished), and
+    /// the next acquire starts another.
+    task: Mutex<Option<JoinHandle<()>>>,
     /// The runtime of the latest acquire: background work spawned from outside any runtime
     /// (a guard dropped in synchronous code) goes there.
     runtime: Mutex<Option<Handle>>,
@@ -90,22 +87,6 @@ impl Shared {
     }
 }
 
-/// Clears the running flag of its generation when the task's future ends or is dropped.
-struct RunningFlag {
-    flag: Arc<AtomicU64>,
-    generation: u64,
-}
-
-impl Drop for RunningFlag {
-    fn drop(&mut self) {
-        let running = self.generation << 1 | 1;
-        // A newer task's flag is left alone.
-        let _ =
-            self.flag
-                .compare_exchange(running, running & !1, Ordering::AcqRel, Ordering::Acquire);
-    }
-}
-
 /// What the watchdog task needs besides the shared state.
 #[derive(Debug, Clone)]
 struct Settings {
@@ -124,8 +105,7 @@ impl Watchdog {
             shared: Arc::default(),
             backend,
             operation_timeout,
-            running: Arc::new(AtomicU64::new(0)),
-            starting: Mutex::new(()),
+            task: Mutex::new(None),
             runtime: Mutex::new(None),
             pushed_losses: Mutex::new(pushed_losses),
         }
@@ -190,12 +170,8 @@ impl Watchdog {
     /// its tasks with it, and the next acquire in another runtime must not go unwatched.
     /// Returns whether it (re)started the task.
     fn ensure_running(&self) -> bool {
-        let is_running = || self.running.load(Ordering::Acquire) & 1 == 1;
-        if is_running() {
-            return false;
-        }
-        let _starting = self.starting.lock().unwrap_or_else(PoisonError::into_inner);
-        if is_running() {
+        let mut task = self.task.lock().unwrap_or_else(PoisonError::into_inner);
+        if task.as_ref().is_some_and(|task| !task.is_finished()) {
             return false;
         }
         let Some(runtime) = self.runtime() else {
@@ -216,17 +192,8 @@ impl Watchdog {
             max_batch: capabilities.max_renew_batch.max(1),
             release_expired: capabilities.self_renewing,
         };
-        let generation = (self.running.load(Ordering::Acquire) >> 1) + 1;
-        self.running.store(generation << 1 | 1, Ordering::Release);
-        let flag = RunningFlag {
-            flag: Arc::clone(&self.running),
-            generation,
-        };
         let shared = Arc::clone(&self.shared);
-        runtime.spawn(async move {
-            let _flag = flag;
-            run(shared, settings, pushed_losses).await;
-        });
+        *task = Some(runtime.spawn(run(shared, settings, pushed_losses)));
         true
     }
 

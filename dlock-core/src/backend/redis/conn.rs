@@ -15,6 +15,20 @@ use tokio::sync::mpsc::UnboundedSender;
 use crate::backend_url::{BackendKind, BackendUrl};
 use crate::{Error, Result};
 
+/// Room reserved in every command for its arguments: enough for a lock's commands and
+/// scripts (a few keys of a few hundred bytes), so they are not copied over and over while
+/// their arguments are written. Measured on the bench's `many-keys`: 0.81–0.84 of the floor
+/// with commands that grow, 0.87–0.90 with this room (three runs each).
+const COMMAND_ARGS: usize = 8;
+const COMMAND_BYTES: usize = 512;
+
+/// An empty command `name`, with room for a lock command's arguments.
+pub(super) fn command(name: &str) -> Cmd {
+    let mut cmd = Cmd::with_capacity(COMMAND_ARGS, COMMAND_BYTES);
+    cmd.arg(name);
+    cmd
+}
+
 /// A command connection (or the subscription connection) to Redis.
 #[derive(Clone)]
 pub(super) enum Conn {

@@ -13,7 +13,7 @@
 //! Braces and `%` inside `K` are percent-escaped, so the tag is always the whole key.
 //!
 //! The names are written straight into the command being built ([`RedisName`] is a
-//! [`ToRedisArgs`]), so the hot path allocates no strings for them.
+//! [`ToRedisArgs`]).
 
 use std::io::Write as _;
 
@@ -65,25 +65,21 @@ impl<'a> RedisName<'a> {
         }
     }
 
-    /// Hands the name to `emit` piece by piece (escapes included), without allocating.
+    /// Hands the name to `emit` piece by piece, escapes included.
     fn write_pieces<E>(&self, mut emit: impl FnMut(&str) -> Result<(), E>) -> Result<(), E> {
         emit("{")?;
-        if needs_escaping(self.key) {
-            let mut rest = self.key;
-            // The three are ASCII, so they never occur inside a multi-byte character.
-            while let Some(at) = rest.bytes().position(is_escaped) {
-                emit(&rest[..at])?;
-                emit(match rest.as_bytes()[at] {
-                    b'%' => "%25",
-                    b'{' => "%7B",
-                    _ => "%7D",
-                })?;
-                rest = &rest[at + 1..];
-            }
-            emit(rest)?;
-        } else {
-            emit(self.key)?;
+        let mut rest = self.key;
+        // The three are ASCII, so they never occur inside a multi-byte character.
+        while let Some(at) = rest.bytes().position(is_escaped) {
+            emit(&rest[..at])?;
+            emit(match rest.as_bytes()[at] {
+                b'%' => "%25",
+                b'{' => "%7B",
+                _ => "%7D",
+            })?;
+            rest = &rest[at + 1..];
         }
+        emit(rest)?;
         emit("}")?;
         emit(self.suffix)
     }
@@ -91,14 +87,6 @@ impl<'a> RedisName<'a> {
 
 const fn is_escaped(byte: u8) -> bool {
     matches!(byte, b'%' | b'{' | b'}')
-}
-
-/// Whether `key` holds a byte to escape. Almost no key does, so this reads every byte without
-/// stopping early, which compiles to a few vector compares instead of a loop with a branch per
-/// byte.
-fn needs_escaping(key: &str) -> bool {
-    key.bytes()
-        .fold(false, |found, byte| found | is_escaped(byte))
 }
 
 impl std::fmt::Display for RedisName<'_> {
@@ -112,22 +100,6 @@ impl ToRedisArgs for RedisName<'_> {
     where
         W: ?Sized + RedisWrite,
     {
-        // Put together on the stack and handed over in one piece when it fits (each write
-        // into the command's argument costs a bounds-checked copy of its own).
-        let mut name = [0_u8; 160];
-        let mut len = 0;
-        let fits: Result<(), ()> = self.write_pieces(|piece| {
-            let end = len + piece.len();
-            name.get_mut(len..end)
-                .ok_or(())?
-                .copy_from_slice(piece.as_bytes());
-            len = end;
-            Ok(())
-        });
-        if fits.is_ok() {
-            out.write_arg(&name[..len]);
-            return;
-        }
         let mut arg = out.writer_for_next_arg();
         // Writing into the command's own buffer cannot fail.
         let _ = self.write_pieces(|piece| arg.write_all(piece.as_bytes()));
@@ -166,15 +138,16 @@ mod tests {
     }
 
     #[test]
-    fn the_escape_check_finds_a_special_byte_anywhere() {
-        for len in [0, 1, 15, 16, 17, 31, 32, 33, 100] {
+    fn a_special_byte_is_escaped_at_every_position() {
+        for len in [1, 2, 17, 33] {
             let plain = "k".repeat(len);
-            assert!(!needs_escaping(&plain), "{plain}");
             for at in 0..len {
-                for special in ['%', '{', '}'] {
+                for (special, escaped) in [('%', "%25"), ('{', "%7B"), ('}', "%7D")] {
                     let mut key = plain.clone();
                     key.replace_range(at..=at, &special.to_string());
-                    assert!(needs_escaping(&key), "{key}");
+                    let expected = format!("{{{}{escaped}{}}}", &plain[..at], &plain[at + 1..]);
+                    assert_eq!(RedisName::lock(&key).to_string(), expected);
+                    assert_eq!(args(RedisName::lock(&key)), expected.as_bytes());
                 }
             }
         }

@@ -247,19 +247,18 @@ impl RedisBackend {
         }
     }
 
-    /// Runs `lua` with the keys and arguments `fill` appends (`numkeys` keys, `args` keys and
-    /// arguments in all, about `bytes` bytes): `EVALSHA`, then `EVAL` if the server does not
-    /// know the script (a restarted or new server). Each round trip is bounded by the
-    /// operation timeout.
+    /// Runs `lua` with the keys and arguments `fill` appends (the first `numkeys` of them
+    /// keys): `EVALSHA`, then `EVAL` if the server does not know the script (a restarted or
+    /// new server). Each round trip is bounded by the operation timeout.
     async fn run<T: FromRedisValue>(
         &self,
         operation: &'static str,
         lua: &Lua,
-        (numkeys, args, bytes): (usize, usize, usize),
+        numkeys: usize,
         fill: impl Fn(&mut Cmd),
     ) -> Result<T> {
         let mut conn = self.conn.clone();
-        let mut cmd = lua.evalsha(numkeys, args, bytes);
+        let mut cmd = lua.evalsha(numkeys);
         fill(&mut cmd);
         let reply = match self
             .within_timeout(operation, cmd.query_async(&mut conn))
@@ -291,20 +290,17 @@ impl RedisBackend {
     async fn attempt(&self, req: &AcquireRequest) -> Result<Attempt> {
         let key = &*req.key;
         let owner = req.owner.as_str();
-        // Commands sized up front: one that grows copies itself over and over.
-        let name = key.len() + 2 + keys::FENCE.len();
-        let mut set = Cmd::with_capacity(6, 32 + name + owner.len());
-        set.arg("SET")
-            .arg(RedisName::lock(key))
+        let mut set = conn::command("SET");
+        set.arg(RedisName::lock(key))
             .arg(owner)
             .arg("NX")
             .arg("PX")
             .arg(millis(req.ttl));
         let mut conn = self.conn.clone();
         let granted = if req.fencing {
-            let mut incr = Cmd::with_capacity(2, 8 + name);
-            incr.arg("INCR").arg(RedisName::fence(key));
-            let mut pipeline = redis::Pipeline::with_capacity(2);
+            let mut incr = conn::command("INCR");
+            incr.arg(RedisName::fence(key));
+            let mut pipeline = redis::Pipeline::new();
             pipeline.add_command(set).add_command(incr);
             // The replies as they come (`Pipeline::query_async` would first copy them into
             // a vector of its own to look for errors, then convert them).
@@ -366,20 +362,15 @@ impl RedisBackend {
         let key = &*req.key;
         let flag = |on: bool| if on { "1" } else { "0" };
         let reply: Value = self
-            .run(
-                "acquire",
-                &scripts::ACQUIRE,
-                (3, 7, 3 * key.len() + 82),
-                |cmd| {
-                    cmd.arg(RedisName::lock(key))
-                        .arg(RedisName::fence(key))
-                        .arg(RedisName::handover(key))
-                        .arg(req.owner.as_str())
-                        .arg(millis(req.ttl))
-                        .arg(flag(queued))
-                        .arg(flag(req.fencing));
-                },
-            )
+            .run("acquire", &scripts::ACQUIRE, 3, |cmd| {
+                cmd.arg(RedisName::lock(key))
+                    .arg(RedisName::fence(key))
+                    .arg(RedisName::handover(key))
+                    .arg(req.owner.as_str())
+                    .arg(millis(req.ttl))
+                    .arg(flag(queued))
+                    .arg(flag(req.fencing));
+            })
             .await?;
         match reply {
             Value::Int(token) if token >= 1 => Ok(Attempt::Granted(
@@ -414,16 +405,14 @@ impl RedisBackend {
     /// gets: the key and the owner (a published message is then the owner, not our id).
     async fn release_owned(&self, owner: &str, key: &str, own_waiters: bool) -> Result<i64> {
         if !own_waiters {
-            let bytes = key.len() + 2 + owner.len();
             return self
-                .run("release", &scripts::RELEASE, (1, 2, bytes), |cmd| {
+                .run("release", &scripts::RELEASE, 1, |cmd| {
                     cmd.arg(RedisName::lock(key)).arg(owner);
                 })
                 .await;
         }
         let keep = millis(RELEASER_BAR + HANDOVER_SLACK);
-        let bytes = 2 * key.len() + 12 + owner.len() + self.id.as_str().len() + 8;
-        self.run("release", &scripts::RELEASE, (2, 5, bytes), |cmd| {
+        self.run("release", &scripts::RELEASE, 2, |cmd| {
             cmd.arg(RedisName::lock(key))
                 .arg(RedisName::handover(key))
                 .arg(owner)
@@ -541,14 +530,9 @@ impl LockBackend for RedisBackend {
 
     async fn force_release(&self, key: &str) -> Result<bool> {
         let removed: i64 = self
-            .run(
-                "force_release",
-                &scripts::FORCE_RELEASE,
-                (1, 1, key.len() + 2),
-                |cmd| {
-                    cmd.arg(RedisName::lock(key));
-                },
-            )
+            .run("force_release", &scripts::FORCE_RELEASE, 1, |cmd| {
+                cmd.arg(RedisName::lock(key));
+            })
             .await?;
         Ok(removed > 0)
     }
@@ -607,27 +591,18 @@ impl RedisBackend {
 
     /// One renewal script over `leases` (all in one slot on Cluster: called with one lease).
     async fn renew_batch(&self, leases: &[Lease]) -> Result<Vec<bool>> {
-        let bytes = leases
-            .iter()
-            .map(|lease| lease.key.len() + lease.owner.as_str().len() + 12)
-            .sum();
         let flags: Vec<i64> = self
-            .run(
-                "renew",
-                &scripts::RENEW,
-                (leases.len(), 3 * leases.len(), bytes),
-                |cmd| {
-                    for lease in leases {
-                        cmd.arg(RedisName::lock(&lease.key));
-                    }
-                    for lease in leases {
-                        cmd.arg(lease.owner.as_str());
-                    }
-                    for lease in leases {
-                        cmd.arg(millis(lease.ttl));
-                    }
-                },
-            )
+            .run("renew", &scripts::RENEW, leases.len(), |cmd| {
+                for lease in leases {
+                    cmd.arg(RedisName::lock(&lease.key));
+                }
+                for lease in leases {
+                    cmd.arg(lease.owner.as_str());
+                }
+                for lease in leases {
+                    cmd.arg(millis(lease.ttl));
+                }
+            })
             .await?;
         if flags.len() != leases.len() {
             return Err(Error::refused(

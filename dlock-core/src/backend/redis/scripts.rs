@@ -24,11 +24,10 @@ impl Lua {
         }
     }
 
-    /// `EVALSHA <sha1> <numkeys>`; `args` keys and arguments of about `bytes` bytes in all
-    /// follow (sized up front: a command that grows copies itself over and over).
-    pub(super) fn evalsha(&self, numkeys: usize, args: usize, bytes: usize) -> Cmd {
-        let mut cmd = Cmd::with_capacity(3 + args, 52 + bytes);
-        cmd.arg("EVALSHA").arg(&self.hash).arg(numkeys);
+    /// `EVALSHA <sha1> <numkeys>`.
+    pub(super) fn evalsha(&self, numkeys: usize) -> Cmd {
+        let mut cmd = super::conn::command("EVALSHA");
+        cmd.arg(&self.hash).arg(numkeys);
         cmd
     }
 
