@@ -1,4 +1,7 @@
-//! The backend contract: the few atomic primitives a lock service must provide.
+//! The backend contract: the few atomic primitives a lock service must provide, the values
+//! that cross it, and the built-in backends. What an implementor (or a user who builds a
+//! [`Locker`](crate::Locker) from a backend value) needs is here; the crate root holds the
+//! user's API.
 //!
 //! Everything else — wait deadlines as the user states them, the watchdog, reentrancy, guards,
 //! tracing — lives once in the core ([`Locker`](crate::Locker)).
@@ -10,9 +13,6 @@ use async_trait::async_trait;
 use tokio::sync::broadcast;
 
 use crate::Result;
-use crate::lease::{
-    AcquireOutcome, AcquireRequest, Lease, LostLease, ReleaseOutcome, RenewOutcome,
-};
 
 #[cfg(feature = "etcd")]
 pub(crate) mod etcd;
@@ -20,6 +20,18 @@ pub(crate) mod etcd;
 pub(crate) mod memory;
 #[cfg(feature = "redis")]
 pub(crate) mod redis;
+
+pub use crate::backend_url::{BackendKind, BackendUrl};
+pub use crate::key::{MAX_KEY_LEN, validate_key};
+pub use crate::lease::{
+    AcquireOutcome, AcquireRequest, Lease, LostLease, OwnerId, ReleaseOutcome, RenewOutcome,
+};
+#[cfg(feature = "etcd")]
+pub use etcd::EtcdBackend;
+#[cfg(feature = "memory")]
+pub use memory::MemoryBackend;
+#[cfg(feature = "redis")]
+pub use redis::RedisBackend;
 
 /// A lock service, seen through the operations dlock needs from it.
 ///
@@ -59,7 +71,7 @@ pub(crate) mod redis;
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> dlock_core::Result<()> {
 /// use std::time::{Duration, Instant};
-/// use dlock_core::{AcquireOutcome, AcquireRequest, LockBackend, MemoryBackend, OwnerId, ReleaseOutcome};
+/// use dlock_core::backend::{AcquireOutcome, AcquireRequest, LockBackend, MemoryBackend, OwnerId, ReleaseOutcome};
 ///
 /// let backend = MemoryBackend::new();
 /// let req = AcquireRequest::new("job", OwnerId::random("doc"), Duration::from_secs(5));
@@ -163,7 +175,8 @@ impl<T: LockBackend + ?Sized> LockBackend for Arc<T> {
 /// # Examples
 ///
 /// ```
-/// use dlock_core::{Fencing, Locker};
+/// use dlock_core::Locker;
+/// use dlock_core::backend::Fencing;
 /// assert_eq!(Locker::memory().capabilities().fencing, Fencing::Volatile);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -183,7 +196,7 @@ pub enum Fencing {
 /// # Examples
 ///
 /// ```
-/// use dlock_core::{Capabilities, Fencing};
+/// use dlock_core::backend::{Capabilities, Fencing};
 /// let caps = Capabilities::new("memory").fair(true).fencing(Fencing::Volatile);
 /// assert!(caps.fair);
 /// ```

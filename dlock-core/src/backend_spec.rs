@@ -14,7 +14,8 @@ use serde::{Deserialize, Serialize};
 /// # Examples
 ///
 /// ```
-/// use dlock_core::{BackendSpec, BackendUrl, DlockConfig};
+/// use dlock_core::{BackendSpec, DlockConfig};
+/// use dlock_core::backend::BackendUrl;
 ///
 /// let from_url = DlockConfig::from_toml_str(r#"backend = "memory://jobs""#).unwrap();
 /// let from_table = DlockConfig::from_toml_str(r#"

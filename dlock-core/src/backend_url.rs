@@ -9,7 +9,7 @@ use crate::{Error, Result};
 /// # Examples
 ///
 /// ```
-/// use dlock_core::{BackendKind, BackendUrl};
+/// use dlock_core::backend::{BackendKind, BackendUrl};
 /// let kind = BackendUrl::parse("memory://").unwrap().kind();
 /// assert_eq!((kind, kind.feature()), (BackendKind::Memory, "memory"));
 /// assert!(kind.is_built_in());
@@ -67,7 +67,7 @@ impl BackendKind {
     /// # Examples
     ///
     /// ```
-    /// use dlock_core::BackendKind;
+    /// use dlock_core::backend::BackendKind;
     /// assert_eq!(BackendKind::from_url("redis+cluster://a:1,b:2"), Some(BackendKind::RedisCluster));
     /// assert_eq!(BackendKind::from_url("mongodb://h"), None);
     /// ```
@@ -110,7 +110,7 @@ impl fmt::Display for BackendKind {
 /// # Examples
 ///
 /// ```
-/// use dlock_core::{BackendKind, BackendUrl};
+/// use dlock_core::backend::{BackendKind, BackendUrl};
 /// let url = BackendUrl::parse("memory://jobs").unwrap();
 /// assert_eq!(url.kind(), BackendKind::Memory);
 /// assert_eq!(url.memory_table_name(), "jobs");

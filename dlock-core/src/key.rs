@@ -17,9 +17,9 @@ pub const MAX_KEY_LEN: usize = 512;
 /// # Examples
 ///
 /// ```
-/// assert!(dlock_core::validate_key("order:42").is_ok());
-/// assert!(dlock_core::validate_key("").is_err());
-/// assert!(dlock_core::validate_key("a\nb").is_err());
+/// assert!(dlock_core::backend::validate_key("order:42").is_ok());
+/// assert!(dlock_core::backend::validate_key("").is_err());
+/// assert!(dlock_core::backend::validate_key("a\nb").is_err());
 /// ```
 pub fn validate_key(key: &str) -> Result<()> {
     let reason = if key.is_empty() {

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 /// # Examples
 ///
 /// ```
-/// use dlock_core::OwnerId;
+/// use dlock_core::backend::OwnerId;
 /// let a = OwnerId::random("locker-1");
 /// let b = OwnerId::random("locker-1");
 /// assert_ne!(a, b);
@@ -67,7 +67,7 @@ impl fmt::Display for OwnerId {
 ///
 /// ```
 /// use std::time::Duration;
-/// use dlock_core::{AcquireRequest, OwnerId};
+/// use dlock_core::backend::{AcquireRequest, OwnerId};
 /// let req = AcquireRequest::new("dlock:order:42", OwnerId::random("doc"), Duration::from_secs(10));
 /// assert_eq!(&*req.key, "dlock:order:42");
 /// ```
@@ -106,7 +106,7 @@ impl AcquireRequest {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use dlock_core::{AcquireRequest, OwnerId};
+    /// use dlock_core::backend::{AcquireRequest, OwnerId};
     /// let req = AcquireRequest::new("k", OwnerId::random("doc"), Duration::from_secs(1))
     ///     .with_fencing(false);
     /// assert!(!req.fencing);
@@ -128,7 +128,7 @@ impl AcquireRequest {
 ///
 /// ```
 /// use std::time::{Duration, Instant};
-/// use dlock_core::{AcquireRequest, Lease, OwnerId};
+/// use dlock_core::backend::{AcquireRequest, Lease, OwnerId};
 /// let req = AcquireRequest::new("k", OwnerId::random("doc"), Duration::from_secs(1));
 /// let lease = Lease::new(&req, Instant::now()).with_fencing_token(7);
 /// assert_eq!(lease.fencing_token, Some(7));
@@ -206,7 +206,7 @@ impl fmt::Debug for Lease {
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> dlock_core::Result<()> {
 /// use std::time::{Duration, Instant};
-/// use dlock_core::{AcquireOutcome, AcquireRequest, LockBackend, MemoryBackend, OwnerId};
+/// use dlock_core::backend::{AcquireOutcome, AcquireRequest, LockBackend, MemoryBackend, OwnerId};
 /// let backend = MemoryBackend::new();
 /// let req = |who| AcquireRequest::new("k", OwnerId::random(who), Duration::from_secs(5));
 /// let first = backend.acquire(&req("a"), Some(Instant::now())).await?;
@@ -234,7 +234,7 @@ pub enum AcquireOutcome {
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> dlock_core::Result<()> {
 /// use std::time::{Duration, Instant};
-/// use dlock_core::{AcquireOutcome, AcquireRequest, LockBackend, MemoryBackend, OwnerId, RenewOutcome};
+/// use dlock_core::backend::{AcquireOutcome, AcquireRequest, LockBackend, MemoryBackend, OwnerId, RenewOutcome};
 /// let backend = MemoryBackend::new();
 /// let req = AcquireRequest::new("k", OwnerId::random("a"), Duration::from_secs(5));
 /// let AcquireOutcome::Acquired(lease) = backend.acquire(&req, None).await? else { unreachable!() };
@@ -262,7 +262,7 @@ pub enum RenewOutcome {
 ///
 /// # Examples
 ///
-/// See [`LockBackend`](crate::LockBackend).
+/// See [`LockBackend`](crate::backend::LockBackend).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ReleaseOutcome {
@@ -311,7 +311,8 @@ impl fmt::Display for LostReason {
 /// # Examples
 ///
 /// ```
-/// use dlock_core::{LostLease, LostReason, OwnerId};
+/// use dlock_core::LostReason;
+/// use dlock_core::backend::{LostLease, OwnerId};
 /// let loss = LostLease { owner: OwnerId::random("x"), reason: LostReason::SessionLost("session expired".into()) };
 /// assert!(loss.reason.to_string().contains("session expired"));
 /// ```

@@ -30,14 +30,17 @@
 //!
 //! | feature       | default | what it adds                                                       |
 //! |---------------|---------|--------------------------------------------------------------------|
-//! | `memory`      | yes     | [`MemoryBackend`], `memory://` URLs                                |
-//! | `redis`       | no      | `RedisBackend`: `redis://`, `redis+cluster://` URLs                |
-//! | `etcd`        | no      | `EtcdBackend`: `etcd://` URLs, interoperable with `etcdctl lock`   |
+//! | `memory`      | yes     | [`backend::MemoryBackend`], `memory://` URLs                       |
+//! | `redis`       | no      | `backend::RedisBackend`: `redis://`, `redis+cluster://` URLs       |
+//! | `etcd`        | no      | `backend::EtcdBackend`: `etcd://` URLs, interoperable with `etcdctl lock` |
 //! | `macros`      | no      | the `#[distributed_lock]` attribute on `async fn`s                 |
 //! | `conformance` | no      | `dlock_core::conformance`, the suite every backend must pass       |
 //! | `harness`     | no      | `dlock_core::harness`, real test servers started from system binaries |
 
-mod backend;
+//!
+//! The crate root is the user's API; [`backend`] holds the backend contract, the values that
+//! cross it and the built-in backends, for implementors.
+
 mod backend_spec;
 mod backend_url;
 mod config;
@@ -56,29 +59,18 @@ mod watchdog;
 
 #[doc(hidden)]
 pub mod __private;
+pub mod backend;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 #[cfg(feature = "harness")]
 pub mod harness;
 
-#[cfg(feature = "etcd")]
-pub use backend::etcd::EtcdBackend;
-#[cfg(feature = "memory")]
-pub use backend::memory::MemoryBackend;
-#[cfg(feature = "redis")]
-pub use backend::redis::RedisBackend;
-pub use backend::{Capabilities, Fencing, LockBackend};
 pub use backend_spec::{BackendSpec, BackendTable};
-pub use backend_url::{BackendKind, BackendUrl};
 pub use config::DlockConfig;
 pub use current::{CurrentLock, current_lock};
 pub use error::{BoxError, Error, ErrorKind, Result};
 pub use guard::{HandOff, LockGuard};
-pub use key::{MAX_KEY_LEN, validate_key};
-pub use lease::{
-    AcquireOutcome, AcquireRequest, Lease, LostLease, LostReason, OwnerId, ReleaseOutcome,
-    RenewOutcome,
-};
+pub use lease::LostReason;
 pub use locker::{Locker, WAIT_SLACK};
 pub use protected::Protected;
 pub use request::LockRequest;

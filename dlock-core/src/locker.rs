@@ -107,7 +107,7 @@ impl Locker {
     #[cfg(feature = "memory")]
     #[must_use]
     pub fn memory() -> Self {
-        Self::from_backend(crate::MemoryBackend::new())
+        Self::from_backend(crate::backend::MemoryBackend::new())
     }
 
     /// A Locker over `backend` with default settings.
@@ -115,7 +115,7 @@ impl Locker {
     /// # Examples
     ///
     /// ```
-    /// let locker = dlock_core::Locker::from_backend(dlock_core::MemoryBackend::new());
+    /// let locker = dlock_core::Locker::from_backend(dlock_core::backend::MemoryBackend::new());
     /// # drop(locker);
     /// ```
     #[must_use]
@@ -129,7 +129,8 @@ impl Locker {
     ///
     /// ```
     /// use std::sync::Arc;
-    /// use dlock_core::{LockBackend, Locker, MemoryBackend};
+    /// use dlock_core::Locker;
+    /// use dlock_core::backend::{LockBackend, MemoryBackend};
     /// let backend: Arc<dyn LockBackend> = Arc::new(MemoryBackend::new());
     /// let locker = Locker::from_shared_backend(backend);
     /// # drop(locker);
@@ -149,7 +150,8 @@ impl Locker {
     ///
     /// ```
     /// use std::{sync::Arc, time::Duration};
-    /// use dlock_core::{DlockConfig, Locker, MemoryBackend};
+    /// use dlock_core::{DlockConfig, Locker};
+    /// use dlock_core::backend::MemoryBackend;
     /// let config = DlockConfig { ttl: Duration::from_secs(5), ..Default::default() };
     /// let locker = Locker::with_config(Arc::new(MemoryBackend::new()), &config).unwrap();
     /// assert_eq!(locker.config().ttl, Duration::from_secs(5));
@@ -209,17 +211,19 @@ impl Locker {
         let url = BackendUrl::parse(&config.backend.to_url())?;
         let backend: Arc<dyn LockBackend> = match url.kind() {
             #[cfg(feature = "memory")]
-            crate::BackendKind::Memory => {
-                Arc::new(crate::MemoryBackend::shared_table(url.memory_table_name()))
-            }
+            crate::backend::BackendKind::Memory => Arc::new(
+                crate::backend::MemoryBackend::shared_table(url.memory_table_name()),
+            ),
             #[cfg(feature = "redis")]
-            crate::BackendKind::Redis | crate::BackendKind::RedisCluster => {
-                Arc::new(crate::RedisBackend::connect(&url, config.operation_timeout).await?)
+            crate::backend::BackendKind::Redis | crate::backend::BackendKind::RedisCluster => {
+                Arc::new(
+                    crate::backend::RedisBackend::connect(&url, config.operation_timeout).await?,
+                )
             }
             #[cfg(feature = "etcd")]
-            crate::BackendKind::Etcd => {
-                Arc::new(crate::EtcdBackend::connect(&url, config.operation_timeout).await?)
-            }
+            crate::backend::BackendKind::Etcd => Arc::new(
+                crate::backend::EtcdBackend::connect(&url, config.operation_timeout).await?,
+            ),
             other => {
                 return Err(Error::config(
                     "url",

@@ -7,9 +7,9 @@
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
+use dlock_core::backend::{BackendUrl, EtcdBackend};
 use dlock_core::conformance::{Expectations, Target};
 use dlock_core::harness::{EtcdCluster, EtcdServer};
-use dlock_core::{BackendUrl, EtcdBackend};
 
 const TIMEOUT: Duration = Duration::from_secs(2);
 

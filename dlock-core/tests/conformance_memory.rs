@@ -3,8 +3,8 @@
 
 use std::sync::Arc;
 
+use dlock_core::backend::{LockBackend, MemoryBackend};
 use dlock_core::conformance::{Expectations, Target};
-use dlock_core::{LockBackend, MemoryBackend};
 
 async fn direct() -> Target<MemoryBackend> {
     let table = MemoryBackend::new();

@@ -4,9 +4,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use dlock_core::backend::{BackendUrl, RedisBackend};
 use dlock_core::conformance::{Expectations, Target};
 use dlock_core::harness::{RedisCluster, RedisServer};
-use dlock_core::{BackendUrl, RedisBackend};
 
 const TIMEOUT: Duration = Duration::from_secs(2);
 

@@ -9,8 +9,9 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use dlock_core::backend::{BackendUrl, EtcdBackend, LockBackend};
 use dlock_core::harness::{EtcdCluster, EtcdServer};
-use dlock_core::{BackendUrl, DlockConfig, Error, EtcdBackend, LockBackend, Locker, LostReason};
+use dlock_core::{DlockConfig, Error, Locker, LostReason};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
@@ -575,13 +576,16 @@ async fn one_lease_per_ttl_two_tasks_still_exclude_each_other() {
     )
     .await
     .expect("connect");
-    let request = dlock_core::AcquireRequest::new(
+    let request = dlock_core::backend::AcquireRequest::new(
         "abandoned",
-        dlock_core::OwnerId::random("raw"),
+        dlock_core::backend::OwnerId::random("raw"),
         Duration::from_secs(30),
     );
     let granted = raw.acquire(&request, None).await.expect("acquire");
-    assert!(matches!(granted, dlock_core::AcquireOutcome::Acquired(_)));
+    assert!(matches!(
+        granted,
+        dlock_core::backend::AcquireOutcome::Acquired(_)
+    ));
     assert_eq!(etcd_keys(&endpoint, "abandoned/").await.len(), 1);
     drop(raw);
     let give_up = Instant::now() + Duration::from_secs(5);

@@ -6,10 +6,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use async_trait::async_trait;
-use dlock_core::{
-    AcquireOutcome, AcquireRequest, Capabilities, DlockConfig, Error, Fencing, Lease, LockBackend,
-    Locker, MemoryBackend, ReleaseOutcome, RenewOutcome, Result,
+use dlock_core::backend::{
+    AcquireOutcome, AcquireRequest, Capabilities, Fencing, Lease, LockBackend, MemoryBackend,
+    ReleaseOutcome, RenewOutcome,
 };
+use dlock_core::{DlockConfig, Error, Locker, Result};
 
 /// The memory backend without fencing tokens.
 #[derive(Debug, Default)]

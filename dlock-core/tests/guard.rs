@@ -6,7 +6,8 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use dlock_core::{DlockConfig, Error, HandOff, LockGuard, Locker, LostReason, MemoryBackend};
+use dlock_core::backend::MemoryBackend;
+use dlock_core::{DlockConfig, Error, HandOff, LockGuard, Locker, LostReason};
 use support::Faulty;
 
 #[test]
@@ -144,7 +145,7 @@ async fn with_lock_cancels_the_body_when_the_lease_is_broken() {
     };
     let breaker = async {
         tokio::time::sleep(Duration::from_millis(150)).await;
-        dlock_core::LockBackend::force_release(&table, "dlock:settle")
+        dlock_core::backend::LockBackend::force_release(&table, "dlock:settle")
             .await
             .unwrap()
     };

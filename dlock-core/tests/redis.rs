@@ -5,8 +5,9 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use dlock_core::backend::{BackendUrl, RedisBackend};
 use dlock_core::harness::RedisServer;
-use dlock_core::{BackendUrl, DlockConfig, Error, Locker, LostReason, RedisBackend};
+use dlock_core::{DlockConfig, Error, Locker, LostReason};
 
 const OPERATION_TIMEOUT: Duration = Duration::from_millis(500);
 

@@ -3,7 +3,8 @@
 
 use std::time::Duration;
 
-use dlock_core::{Error, Locker, MemoryBackend};
+use dlock_core::backend::MemoryBackend;
+use dlock_core::{Error, Locker};
 
 #[tokio::test]
 async fn nested_acquire_in_one_task_reenters_and_outermost_release_releases() {

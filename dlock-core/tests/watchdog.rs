@@ -5,7 +5,8 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use dlock_core::{DlockConfig, Locker, MemoryBackend};
+use dlock_core::backend::MemoryBackend;
+use dlock_core::{DlockConfig, Locker};
 use support::Faulty;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

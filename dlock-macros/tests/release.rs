@@ -8,10 +8,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use dlock_core::{
-    AcquireOutcome, AcquireRequest, Capabilities, Error, Lease, LockBackend, Locker, LostLease,
-    MemoryBackend, ReleaseOutcome, RenewOutcome, distributed_lock,
+use dlock_core::backend::{
+    AcquireOutcome, AcquireRequest, Capabilities, Lease, LockBackend, LostLease, MemoryBackend,
+    ReleaseOutcome, RenewOutcome,
 };
+use dlock_core::{Error, Locker, distributed_lock};
 use tokio::sync::{broadcast, oneshot};
 
 use support::{assert_free_now, assert_held, assert_released, within_10s};

@@ -3,7 +3,8 @@
 
 use std::process::ExitCode;
 
-use dlock_core::{BackendKind, Error};
+use dlock_core::Error;
+use dlock_core::backend::BackendKind;
 
 /// The backend features of this crate (each forwards to dlock-core's feature of the same name).
 pub const BACKEND_FEATURES: &[&str] = &["redis", "etcd"];

@@ -26,7 +26,8 @@ use crate::lease::{AcquireOutcome, AcquireRequest, Lease, OwnerId, ReleaseOutcom
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> dlock_core::Result<()> {
-/// use dlock_core::{Locker, MemoryBackend};
+/// use dlock_core::Locker;
+/// use dlock_core::backend::MemoryBackend;
 ///
 /// let table = MemoryBackend::new();
 /// let a = Locker::from_backend(table.clone());
@@ -200,7 +201,7 @@ impl MemoryBackend {
     /// # Examples
     ///
     /// ```
-    /// let backend = dlock_core::MemoryBackend::new();
+    /// let backend = dlock_core::backend::MemoryBackend::new();
     /// assert_eq!(backend.held_keys(), 0);
     /// ```
     #[must_use]
@@ -214,7 +215,7 @@ impl MemoryBackend {
     /// # Examples
     ///
     /// ```
-    /// use dlock_core::MemoryBackend;
+    /// use dlock_core::backend::MemoryBackend;
     /// let a = MemoryBackend::shared_table("jobs");
     /// let _ = MemoryBackend::shared_table("jobs"); // the same table as `a`
     /// # drop(a);

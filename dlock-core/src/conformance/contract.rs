@@ -5,10 +5,11 @@ use std::time::{Duration, Instant};
 
 use super::Target;
 use super::support::{CountingBackend, key};
+use crate::Error;
 use crate::backend::LockBackend;
+use crate::backend::MAX_KEY_LEN;
 use crate::lease::{AcquireOutcome, AcquireRequest, Lease, OwnerId, ReleaseOutcome, RenewOutcome};
 use crate::locker::Locker;
-use crate::{Error, MAX_KEY_LEN};
 
 async fn grant<B: LockBackend + ?Sized>(client: &B, key: &str, ttl: Duration) -> Lease {
     let request = AcquireRequest::new(key, OwnerId::random("conformance"), ttl);

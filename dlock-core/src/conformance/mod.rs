@@ -8,10 +8,10 @@
 //!
 //! ```ignore
 //! dlock_core::conformance_tests!(memory, async {
-//!     let table = dlock_core::MemoryBackend::new();
+//!     let table = dlock_core::backend::MemoryBackend::new();
 //!     dlock_core::conformance::Target::new(
 //!         move || { let t = table.clone(); async move { std::sync::Arc::new(t) } },
-//!         dlock_core::conformance::Expectations::of(&dlock_core::MemoryBackend::new()),
+//!         dlock_core::conformance::Expectations::of(&dlock_core::backend::MemoryBackend::new()),
 //!     )
 //! });
 //! ```

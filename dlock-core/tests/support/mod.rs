@@ -8,10 +8,11 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use dlock_core::{
-    AcquireOutcome, AcquireRequest, Capabilities, Error, Lease, LockBackend, MemoryBackend,
-    ReleaseOutcome, RenewOutcome, Result,
+use dlock_core::backend::{
+    AcquireOutcome, AcquireRequest, Capabilities, Lease, LockBackend, MemoryBackend,
+    ReleaseOutcome, RenewOutcome,
 };
+use dlock_core::{Error, Result};
 
 #[derive(Debug, Default)]
 pub struct Faulty {

@@ -234,7 +234,8 @@ impl EtcdBackend {
     /// ```no_run
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> dlock_core::Result<()> {
     /// use std::time::Duration;
-    /// use dlock_core::{BackendUrl, EtcdBackend, Locker};
+    /// use dlock_core::Locker;
+    /// use dlock_core::backend::{BackendUrl, EtcdBackend};
     /// let url = BackendUrl::parse("etcd://127.0.0.1:2379,127.0.0.1:22379/app1/")?;
     /// let locker = Locker::from_backend(EtcdBackend::connect(&url, Duration::from_secs(2)).await?);
     /// # drop(locker); Ok(()) }
@@ -271,7 +272,7 @@ impl EtcdBackend {
     /// # Examples
     ///
     /// ```no_run
-    /// # async fn probe(backend: &dlock_core::EtcdBackend) {
+    /// # async fn probe(backend: &dlock_core::backend::EtcdBackend) {
     /// assert_eq!(backend.waiters("dlock:order:42"), 0);
     /// # }
     /// ```

@@ -183,7 +183,7 @@ impl RedisBackend {
     /// # Examples
     ///
     /// ```no_run
-    /// # async fn check(backend: &dlock_core::RedisBackend) {
+    /// # async fn check(backend: &dlock_core::backend::RedisBackend) {
     /// if let Some(policy) = backend.eviction_risk().await {
     ///     eprintln!("lock keys may be evicted: maxmemory-policy is {policy}");
     /// }

@@ -163,7 +163,9 @@ async fn main() -> ExitCode {
     };
     let mut targets = Vec::new();
     if args.auto_servers {
-        targets.push(Ok(Target::Memory(dlock_core::MemoryBackend::new())));
+        targets.push(Ok(
+            Target::Memory(dlock_core::backend::MemoryBackend::new()),
+        ));
         targets.push(Target::redis_started().await);
         targets.push(Target::etcd_started().await);
     }

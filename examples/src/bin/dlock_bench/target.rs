@@ -3,11 +3,11 @@
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
-use dlock_core::harness::{EtcdServer, RedisServer};
-use dlock_core::{
-    AcquireOutcome, AcquireRequest, BackendKind, BackendUrl, DlockConfig, LockBackend, Locker,
-    MemoryBackend, OwnerId,
+use dlock_core::backend::{
+    AcquireOutcome, AcquireRequest, BackendKind, BackendUrl, LockBackend, MemoryBackend, OwnerId,
 };
+use dlock_core::harness::{EtcdServer, RedisServer};
+use dlock_core::{DlockConfig, Locker};
 use redis::aio::ConnectionManager;
 
 /// The backend under test.
@@ -232,7 +232,7 @@ impl Raw {
         match self {
             Self::Memory(table) => {
                 let req = AcquireRequest::new(key, OwnerId::from_string(owner), ttl);
-                let lease = dlock_core::Lease::new(&req, Instant::now());
+                let lease = dlock_core::backend::Lease::new(&req, Instant::now());
                 table.release(&lease).await.expect("memory");
             }
             Self::Redis(conn, script) => {
