@@ -63,7 +63,7 @@ pub(crate) fn validate_prefix(prefix: &str) -> std::result::Result<(), &'static 
 /// The key a backend sees: the Locker's prefix followed by the user key.
 pub(crate) fn full_key(prefix: &str, key: &str) -> Result<Arc<str>> {
     validate_key(key)?;
-    Ok(format!("{prefix}{key}").into())
+    Ok([prefix, key].concat().into())
 }
 
 #[cfg(test)]
