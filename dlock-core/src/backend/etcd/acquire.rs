@@ -287,10 +287,10 @@ impl Inner {
             };
             match wake {
                 Wake::Recheck => {}
-                Wake::Deadline => {
-                    self.give_up(pending).await;
-                    return Ok(Turn::Busy);
-                }
+                // Busy at once: our queued key is deleted in the background as `pending`
+                // drops (a commit on the cluster, which a caller at its deadline must not
+                // wait for).
+                Wake::Deadline => return Ok(Turn::Busy),
                 Wake::SessionLost => {
                     pending.delete = Delete::Nothing; // gone with the lease
                     return Ok(Turn::Requeue("the lease was lost while waiting"));
@@ -404,21 +404,6 @@ impl Inner {
         tokio::select! {
             () = session.lost() => false,
             () = tokio::time::sleep_until(until.into()) => true,
-        }
-    }
-
-    /// The deadline passed while queued: delete our key now, so a Busy answer leaves nothing
-    /// behind (a failed delete is retried in the background).
-    async fn give_up(&self, mut pending: PendingKey) {
-        let Delete::Exact(create_revision) = pending.delete else {
-            return;
-        };
-        if self
-            .delete_exact(&pending.key, create_revision)
-            .await
-            .is_ok()
-        {
-            pending.delete = Delete::Nothing; // deleted now, or already gone
         }
     }
 
