@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
-use crate::backend::{Capabilities, Fencing, LockBackend};
+use crate::backend::{BackendKind, Capabilities, Fencing, LockBackend};
 use crate::backend_url::BackendUrl;
 use crate::config::DlockConfig;
 use crate::guard::LockGuard;
@@ -211,17 +211,15 @@ impl Locker {
         let url = BackendUrl::parse(&config.backend.to_url())?;
         let backend: Arc<dyn LockBackend> = match url.kind() {
             #[cfg(feature = "memory")]
-            crate::backend::BackendKind::Memory => Arc::new(
-                crate::backend::MemoryBackend::shared_table(url.memory_table_name()),
-            ),
+            BackendKind::Memory => Arc::new(crate::backend::MemoryBackend::shared_table(
+                url.memory_table_name(),
+            )),
             #[cfg(feature = "redis")]
-            crate::backend::BackendKind::Redis | crate::backend::BackendKind::RedisCluster => {
-                Arc::new(
-                    crate::backend::RedisBackend::connect(&url, config.operation_timeout).await?,
-                )
-            }
+            BackendKind::Redis | BackendKind::RedisCluster => Arc::new(
+                crate::backend::RedisBackend::connect(&url, config.operation_timeout).await?,
+            ),
             #[cfg(feature = "etcd")]
-            crate::backend::BackendKind::Etcd => Arc::new(
+            BackendKind::Etcd => Arc::new(
                 crate::backend::EtcdBackend::connect(&url, config.operation_timeout).await?,
             ),
             other => {

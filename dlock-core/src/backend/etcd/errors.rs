@@ -44,11 +44,18 @@ pub(super) fn is_lease_not_found(error: &Error) -> bool {
     let (Error::Refused { source, .. } | Error::Unavailable { source, .. }) = error else {
         return false;
     };
-    match source.downcast_ref::<EtcdError>() {
-        Some(EtcdError::GRpcStatus(status)) => {
+    source
+        .downcast_ref::<EtcdError>()
+        .is_some_and(names_a_lost_lease)
+}
+
+/// [`is_lease_not_found`] for the client's own error (a keepalive stream's, too).
+pub(super) fn names_a_lost_lease(error: &EtcdError) -> bool {
+    match error {
+        EtcdError::GRpcStatus(status) => {
             status.code() == Code::NotFound && status.message().contains("lease not found")
         }
-        Some(EtcdError::LeaseKeepAliveError(message)) => message.contains("not found"),
+        EtcdError::LeaseKeepAliveError(message) => message.contains("not found"),
         _ => false,
     }
 }

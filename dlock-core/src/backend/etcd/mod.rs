@@ -227,7 +227,8 @@ impl EtcdBackend {
     ///
     /// [`Error::Config`] for a URL that is not `etcd://[user:password@]host:port,...[/namespace]`
     /// (TLS, `etcds://`, is not supported); [`Error::Unavailable`] / [`Error::Timeout`] when the
-    /// cluster cannot be reached or refuses the credentials within `timeout`.
+    /// cluster cannot be reached within `timeout`; [`Error::Refused`] when it refuses the
+    /// credentials.
     ///
     /// # Examples
     ///

@@ -332,21 +332,10 @@ async fn open(
             session.confirmed(sent);
             Ok(pair)
         }
-        Ok(Err(etcd_client::Error::LeaseKeepAliveError(message)))
-            if message.contains("not found") =>
-        {
+        Ok(Err(error)) if super::errors::names_a_lost_lease(&error) => {
             Err(StreamEnd::Lost(format!(
-                "etcd lease {:x} expired or was revoked",
+                "etcd lease {:x} expired or was revoked ({error})",
                 session.id
-            )))
-        }
-        Ok(Err(etcd_client::Error::GRpcStatus(status)))
-            if status.message().contains("lease not found") =>
-        {
-            Err(StreamEnd::Lost(format!(
-                "etcd lease {:x} expired or was revoked ({})",
-                session.id,
-                status.message()
             )))
         }
         Ok(Err(error)) => Err(StreamEnd::Broken(error.to_string())),
