@@ -12,7 +12,7 @@ use std::time::Instant;
 use async_trait::async_trait;
 use tokio::sync::broadcast;
 
-use crate::Result;
+use crate::{LockMode, Result};
 
 #[cfg(feature = "etcd")]
 pub(crate) mod etcd;
@@ -40,8 +40,16 @@ pub use redis::RedisBackend;
 /// Implementations must uphold, for every key:
 ///
 /// * **Mutual exclusion.** While a lease is valid (its ttl, counted from
-///   [`Lease::valid_from`], has not run out and it was not released) no other
-///   [`acquire`](Self::acquire) for the key returns [`AcquireOutcome::Acquired`].
+///   [`Lease::valid_from`], has not run out and it was not released) no
+///   [`acquire`](Self::acquire) for the key returns [`AcquireOutcome::Acquired`] in a mode that
+///   conflicts with it: an exclusive grant conflicts with every other grant, a shared grant
+///   with exclusive ones, and a semaphore never has more than its limit of permits out.
+/// * **Modes.** Only the modes [`Capabilities::supports`] claims are asked for (the core checks
+///   before calling). Read-write locks are first come, first served: a shared request that
+///   arrives while an exclusive one waits queues behind it. A semaphore stores its limit while
+///   it has holders or waiters; a permit request naming another limit fails with
+///   [`Error::PermitLimitMismatch`](crate::Error::PermitLimitMismatch). Each reader and each
+///   permit is its own grant: its own owner, lease, renewal and release.
 /// * **Waiting.** `acquire` waits in the backend's native way until the lock is granted or
 ///   `deadline` passes — try-and-notify (Redis, memory), enqueue-and-watch-the-predecessor
 ///   (etcd, ZooKeeper) or block-on-the-server (PostgreSQL) — never by polling at a fixed
@@ -219,6 +227,13 @@ pub struct Capabilities {
     pub self_renewing: bool,
     /// The most leases [`LockBackend::renew`] accepts in one call.
     pub max_renew_batch: usize,
+    /// Read-write locks: [`LockMode::Shared`] grants next to each other, queued fairly with
+    /// [`LockMode::Exclusive`] ones (a reader that arrives after a waiting writer queues
+    /// behind it).
+    pub read_write: bool,
+    /// Semaphores: [`LockMode::Permit`] grants, at most `limit` at once per key, the limit
+    /// stored with the semaphore and checked on every acquire.
+    pub semaphore: bool,
 }
 
 impl Capabilities {
@@ -232,7 +247,43 @@ impl Capabilities {
             fencing: Fencing::None,
             self_renewing: false,
             max_renew_batch: 1,
+            read_write: false,
+            semaphore: false,
         }
+    }
+
+    /// Whether a lock can be taken in `mode` here (every backend takes exclusive locks).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use dlock_core::LockMode;
+    /// use dlock_core::backend::Capabilities;
+    /// let caps = Capabilities::new("example").read_write(true);
+    /// assert!(caps.supports(LockMode::Shared));
+    /// assert!(!caps.supports(LockMode::Permit { limit: 2 }));
+    /// ```
+    #[must_use]
+    pub const fn supports(&self, mode: LockMode) -> bool {
+        match mode {
+            LockMode::Exclusive => true,
+            LockMode::Shared => self.read_write,
+            LockMode::Permit { .. } => self.semaphore,
+        }
+    }
+
+    /// Sets [`Capabilities::read_write`].
+    #[must_use]
+    pub const fn read_write(mut self, supported: bool) -> Self {
+        self.read_write = supported;
+        self
+    }
+
+    /// Sets [`Capabilities::semaphore`].
+    #[must_use]
+    pub const fn semaphore(mut self, supported: bool) -> Self {
+        self.semaphore = supported;
+        self
     }
 
     /// Sets [`Capabilities::fair`].

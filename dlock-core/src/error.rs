@@ -67,6 +67,31 @@ pub enum Error {
         key: String,
     },
 
+    /// The current task holds only the read lock of `key` and asked for its write lock. Waiting
+    /// would wait for itself (the write lock needs the task's own read lock gone), so the
+    /// request fails at once. Release the read lock first, or take the write lock from the
+    /// start (a read lock inside a write lock re-enters).
+    #[error(
+        "this task holds the read lock of `{key}` and asked for its write lock, which would wait \
+         for itself: release the read lock first"
+    )]
+    LockUpgrade {
+        /// The user key.
+        key: String,
+    },
+
+    /// A semaphore is in use with another number of permits than this caller named. Every
+    /// caller of one semaphore must name the same limit.
+    #[error("semaphore `{key}` has {stored} permits; this caller asked for one of {requested}")]
+    PermitLimitMismatch {
+        /// The user key (backends report the full key; the Locker gives the caller's).
+        key: String,
+        /// The limit the semaphore was created with.
+        stored: u32,
+        /// The limit this caller named.
+        requested: u32,
+    },
+
     /// The key is empty, too long, or contains characters no backend can store safely.
     #[error("invalid lock key `{key}`: {reason}")]
     InvalidKey {
@@ -154,8 +179,10 @@ pub enum ErrorKind {
     Refused,
     /// The backend cannot do what was asked ([`Error::Unsupported`]).
     Unsupported,
-    /// The caller's input or set-up is wrong: a key, a config value, no global Locker
-    /// ([`Error::InvalidKey`], [`Error::Config`], [`Error::NoGlobalLocker`]).
+    /// The caller's input or set-up is wrong: a key, a config value, no global Locker, a
+    /// lock upgrade, a semaphore limit that differs from its other callers'
+    /// ([`Error::InvalidKey`], [`Error::Config`], [`Error::NoGlobalLocker`],
+    /// [`Error::LockUpgrade`], [`Error::PermitLimitMismatch`]).
     InvalidInput,
 }
 
@@ -243,9 +270,11 @@ impl Error {
             Self::Unavailable { .. } | Self::Timeout { .. } => ErrorKind::Unavailable,
             Self::Refused { .. } => ErrorKind::Refused,
             Self::Unsupported { .. } => ErrorKind::Unsupported,
-            Self::InvalidKey { .. } | Self::Config { .. } | Self::NoGlobalLocker => {
-                ErrorKind::InvalidInput
-            }
+            Self::InvalidKey { .. }
+            | Self::Config { .. }
+            | Self::NoGlobalLocker
+            | Self::LockUpgrade { .. }
+            | Self::PermitLimitMismatch { .. } => ErrorKind::InvalidInput,
         }
     }
 

@@ -4,11 +4,11 @@ use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
 
-use crate::Result;
 use crate::hold::{Hold, ShareOwner};
 use crate::lease::LostReason;
 use crate::protected::Protected;
 use crate::reentrancy::HolderId;
+use crate::{LockMode, Result};
 
 /// A held distributed lock.
 ///
@@ -70,6 +70,24 @@ impl LockGuard {
     #[must_use]
     pub fn key(&self) -> &str {
         self.hold.watch().user_key()
+    }
+
+    /// How this guard's grant holds the key. A read lock taken inside the same task's write
+    /// lock shares the write grant, and reports [`LockMode::Exclusive`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> dlock_core::Result<()> {
+    /// use dlock_core::LockMode;
+    /// let locker = dlock_core::Locker::memory();
+    /// assert_eq!(locker.read_lock("k").await?.mode(), LockMode::Shared);
+    /// assert_eq!(locker.lock("k").await?.mode(), LockMode::Exclusive);
+    /// # Ok(()) }
+    /// ```
+    #[must_use]
+    pub fn mode(&self) -> LockMode {
+        self.hold.lease().mode
     }
 
     /// The fencing token of this grant: strictly greater than the token of every earlier
@@ -305,6 +323,7 @@ impl fmt::Debug for LockGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LockGuard")
             .field("key", &self.key())
+            .field("mode", &self.mode())
             .field("fencing_token", &self.fencing_token())
             .field("nested", &self.nested)
             .field("held", &self.is_held())

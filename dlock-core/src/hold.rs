@@ -13,7 +13,7 @@ use crate::lease::{Lease, ReleaseOutcome};
 use crate::lease_watch::LeaseWatch;
 use crate::locker::LockerShared;
 use crate::reentrancy::HolderId;
-use crate::{Error, Result};
+use crate::{Error, LockMode, Result};
 
 /// Who owns a share: a task (or thread), or nobody yet (a hand-off in flight).
 pub(crate) type ShareOwner = Option<HolderId>;
@@ -54,10 +54,12 @@ impl Hold {
         self.shares.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Adds a share for `owner`; a holder's first share makes its nested acquires re-enter.
+    /// Adds a share for `owner`; a holder's first share makes its nested acquires re-enter
+    /// (a permit's never do).
     pub(crate) fn add_share(self: &Arc<Self>, owner: ShareOwner) {
         let first = { self.shares().add(owner) };
-        if let (true, Some(holder)) = (first, owner) {
+        let reenters = !matches!(self.lease.mode, LockMode::Permit { .. });
+        if let (true, true, Some(holder)) = (first, reenters, owner) {
             self.locker.reentrancy().register(holder, self);
         }
     }

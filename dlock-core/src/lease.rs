@@ -5,6 +5,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::mode::LockMode;
+
 /// A unique identity for one grant of a lock. A [`Locker`](crate::Locker) makes its own:
 /// its id (128 random bits, drawn once) and the number of the grant, counted up per Locker.
 ///
@@ -86,6 +88,9 @@ pub struct AcquireRequest {
     /// asked; one whose tokens come free (memory, etcd) always does. `true` unless set
     /// otherwise with [`with_fencing`](Self::with_fencing).
     pub fencing: bool,
+    /// How the key is to be held. The core asks only for modes the backend's
+    /// [`Capabilities`](crate::backend::Capabilities) claim.
+    pub mode: LockMode,
 }
 
 impl AcquireRequest {
@@ -97,7 +102,26 @@ impl AcquireRequest {
             owner,
             ttl,
             fencing: true,
+            mode: LockMode::Exclusive,
         }
+    }
+
+    /// Sets [`mode`](Self::mode) (exclusive unless set).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use dlock_core::LockMode;
+    /// use dlock_core::backend::{AcquireRequest, OwnerId};
+    /// let req = AcquireRequest::new("k", OwnerId::random("doc"), Duration::from_secs(1))
+    ///     .with_mode(LockMode::Shared);
+    /// assert_eq!(req.mode, LockMode::Shared);
+    /// ```
+    #[must_use]
+    pub const fn with_mode(mut self, mode: LockMode) -> Self {
+        self.mode = mode;
+        self
     }
 
     /// Sets [`fencing`](Self::fencing): whether the grant must carry a fencing token.
@@ -142,6 +166,8 @@ pub struct Lease {
     pub owner: OwnerId,
     /// The lease length.
     pub ttl: Duration,
+    /// The mode it was granted in (the request's).
+    pub mode: LockMode,
     /// Strictly increasing per key across grants, when the backend has one.
     pub fencing_token: Option<u64>,
     /// Send time of the request that started the current lease period.
@@ -159,6 +185,7 @@ impl Lease {
             key: req.key.clone(),
             owner: req.owner.clone(),
             ttl: req.ttl,
+            mode: req.mode,
             fencing_token: None,
             valid_from,
             extension: None,
@@ -192,6 +219,7 @@ impl fmt::Debug for Lease {
             .field("key", &self.key)
             .field("owner", &self.owner)
             .field("ttl", &self.ttl)
+            .field("mode", &self.mode)
             .field("fencing_token", &self.fencing_token)
             .field("valid_from", &self.valid_from)
             .field("extension", &self.extension.is_some())

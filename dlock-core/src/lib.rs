@@ -52,6 +52,7 @@ mod key;
 mod lease;
 mod lease_watch;
 mod locker;
+mod mode;
 mod protected;
 mod reentrancy;
 mod request;
@@ -72,6 +73,7 @@ pub use error::{BoxError, Error, ErrorKind, Result};
 pub use guard::{HandOff, LockGuard};
 pub use lease::LostReason;
 pub use locker::{Locker, WAIT_SLACK};
+pub use mode::LockMode;
 pub use protected::Protected;
 pub use request::LockRequest;
 

@@ -16,7 +16,7 @@ use crate::lease_watch::LeaseWatch;
 use crate::reentrancy::{HolderId, Reentrancy};
 use crate::request::LockRequest;
 use crate::watchdog::Watchdog;
-use crate::{Error, Result};
+use crate::{Error, LockMode, Result};
 
 /// A cheap-to-clone handle over one lock backend, with the defaults of every lock taken
 /// through it (key prefix, ttl, wait, watchdog cadence, operation timeout).
@@ -307,7 +307,86 @@ impl Locker {
     /// # drop(guard); Ok(()) }
     /// ```
     pub fn lock<'a>(&'a self, key: &'a str) -> LockRequest<'a> {
-        LockRequest::new(self, key)
+        LockRequest::new(self, key, LockMode::Exclusive)
+    }
+
+    /// Starts building an acquire of the read side of the read-write lock `key`: readers hold
+    /// it side by side, never next to a writer. A reader that arrives while a writer waits
+    /// queues behind the writer, so readers never starve writers.
+    ///
+    /// A task that holds the write lock of `key` gets its read lock at once (a nested guard of
+    /// the write grant). The backend must support read-write locks
+    /// ([`Capabilities::read_write`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`lock`](Self::lock); [`Error::Unsupported`] on a backend without read-write locks.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> dlock_core::Result<()> {
+    /// let locker = dlock_core::Locker::memory();
+    /// let first = locker.read_lock("catalog").await?;
+    /// let other = locker.clone();
+    /// // Another task reads at the same time:
+    /// tokio::spawn(async move { other.read_lock("catalog").await.map(drop) }).await.unwrap()?;
+    /// # drop(first); Ok(()) }
+    /// ```
+    pub fn read_lock<'a>(&'a self, key: &'a str) -> LockRequest<'a> {
+        LockRequest::new(self, key, LockMode::Shared)
+    }
+
+    /// Starts building an acquire of the write side of the read-write lock `key`: held alone,
+    /// with no reader and no other writer. The same as [`lock`](Self::lock): a plain lock and
+    /// a write lock of one key exclude each other.
+    ///
+    /// A task that holds only the read lock of `key` gets [`Error::LockUpgrade`] at once: it
+    /// would wait for itself.
+    ///
+    /// # Errors
+    ///
+    /// As [`lock`](Self::lock); [`Error::LockUpgrade`] as above.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> dlock_core::Result<()> {
+    /// let locker = dlock_core::Locker::memory();
+    /// let writer = locker.write_lock("catalog").await?;
+    /// let reader = locker.read_lock("catalog").await?; // same task: re-enters (downgrade)
+    /// assert!(reader.is_nested());
+    /// # drop((reader, writer)); Ok(()) }
+    /// ```
+    pub fn write_lock<'a>(&'a self, key: &'a str) -> LockRequest<'a> {
+        LockRequest::new(self, key, LockMode::Exclusive)
+    }
+
+    /// Starts building an acquire of one of `permits` permits of the semaphore `key`: at most
+    /// `permits` guards hold it at once, across every client of the backend. Every caller of
+    /// one semaphore must name the same number; a permit of a vanished holder frees at its
+    /// ttl. Permits do not re-enter: a task asking twice takes two.
+    ///
+    /// # Errors
+    ///
+    /// As [`lock`](Self::lock); [`Error::PermitLimitMismatch`] when the semaphore is in use
+    /// with another number of permits; [`Error::Config`] for zero permits;
+    /// [`Error::Unsupported`] on a backend without semaphores.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> dlock_core::Result<()> {
+    /// use std::time::Duration;
+    /// let locker = dlock_core::Locker::memory();
+    /// let a = locker.semaphore("pdf-renderers", 2).await?;
+    /// let b = locker.semaphore("pdf-renderers", 2).await?;
+    /// let third = locker.semaphore("pdf-renderers", 2).wait(Duration::ZERO).await;
+    /// assert!(matches!(third, Err(dlock_core::Error::Busy { .. })));
+    /// # drop((a, b)); Ok(()) }
+    /// ```
+    pub fn semaphore<'a>(&'a self, key: &'a str, permits: u32) -> LockRequest<'a> {
+        LockRequest::new(self, key, LockMode::Permit { limit: permits })
     }
 
     /// Like [`lock`](Self::lock), but makes exactly one attempt: it never waits.
@@ -324,7 +403,7 @@ impl Locker {
     /// # drop(first); Ok(()) }
     /// ```
     pub fn try_lock<'a>(&'a self, key: &'a str) -> LockRequest<'a> {
-        LockRequest::new(self, key).wait(Duration::ZERO)
+        self.lock(key).wait(Duration::ZERO)
     }
 
     /// Acquires `key` with the defaults, runs `work` under the lock, cancels it if the lease
@@ -422,7 +501,23 @@ impl Locker {
         crate::key::full_key(&self.shared.config.key_prefix, key).map(|full| full.to_string())
     }
 
+    /// Takes a lock as `options` describe: checks the request, re-enters a hold of this task
+    /// where the mode allows, else asks the backend (within the wait) and keeps the grant.
     pub(crate) async fn acquire(&self, options: AcquireOptions<'_>) -> Result<LockGuard> {
+        let checked = self.check(&options)?;
+        let holder = HolderId::current();
+        if options.reentrant
+            && let Some(guard) = self.reenter(&options, &checked, holder)?
+        {
+            return Ok(guard);
+        }
+        let started = Instant::now();
+        let lease = self.grant(&options, checked, started).await?;
+        self.keep(&options, lease, holder, started)
+    }
+
+    /// Validates `options` against the settings and the backend, before any round trip.
+    fn check(&self, options: &AcquireOptions<'_>) -> Result<Checked> {
         let shared = &self.shared;
         let full_key = crate::key::full_key(&shared.config.key_prefix, options.key)?;
         let ttl = options.ttl.unwrap_or(shared.config.ttl);
@@ -433,6 +528,22 @@ impl Locker {
                 "must be at least 10ms",
             ));
         }
+        if options.mode == (LockMode::Permit { limit: 0 }) {
+            return Err(Error::config(
+                "permits",
+                "0",
+                "a semaphore needs at least one permit",
+            ));
+        }
+        if !shared.capabilities.supports(options.mode) {
+            return Err(Error::Unsupported {
+                backend: shared.capabilities.name,
+                operation: match options.mode {
+                    LockMode::Permit { .. } => "semaphores",
+                    _ => "read-write locks",
+                },
+            });
+        }
         let fencing = options.fencing.unwrap_or(shared.config.fencing);
         if fencing && shared.capabilities.fencing == Fencing::None {
             return Err(Error::Unsupported {
@@ -440,47 +551,87 @@ impl Locker {
                 operation: "fencing tokens",
             });
         }
-        let holder = HolderId::current();
-        if options.reentrant
-            && let Some(hold) = shared.reentrancy.find(holder, &full_key)
-        {
-            if let Some(lost) = hold.lost_error() {
-                return Err(lost);
-            }
-            if fencing && hold.lease().fencing_token.is_none() {
-                return Err(Error::config(
-                    "fencing",
-                    "true",
-                    format!(
-                        "this task already holds `{}` without a fencing token, and a nested \
-                         acquire shares that grant: ask for the token on the outermost one",
-                        options.key
-                    ),
-                ));
-            }
-            tracing::trace!(key = options.key, "dlock: re-entered");
-            return Ok(LockGuard::new(hold, true, holder));
-        }
+        Ok(Checked {
+            full_key,
+            ttl,
+            fencing,
+        })
+    }
 
+    /// A nested guard on the hold this task has on the key, if the mode re-enters it: any
+    /// lock inside a write lock (a read lock there is a downgrade), a read lock inside a read
+    /// lock. Permits never re-enter.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LockUpgrade`] for a write lock inside this task's read lock; the hold's
+    /// [`Error::LeaseLost`] once it is lost; [`Error::Config`] for a fencing token asked of a
+    /// hold taken without one.
+    fn reenter(
+        &self,
+        options: &AcquireOptions<'_>,
+        checked: &Checked,
+        holder: HolderId,
+    ) -> Result<Option<LockGuard>> {
+        if matches!(options.mode, LockMode::Permit { .. }) {
+            return Ok(None);
+        }
+        let Some(hold) = self.shared.reentrancy.find(holder, &checked.full_key) else {
+            return Ok(None);
+        };
+        if let Some(lost) = hold.lost_error() {
+            return Err(lost);
+        }
+        if hold.lease().mode == LockMode::Shared && options.mode == LockMode::Exclusive {
+            return Err(Error::LockUpgrade {
+                key: options.key.to_owned(),
+            });
+        }
+        if checked.fencing && hold.lease().fencing_token.is_none() {
+            return Err(Error::config(
+                "fencing",
+                "true",
+                format!(
+                    "this task already holds `{}` without a fencing token, and a nested \
+                     acquire shares that grant: ask for the token on the outermost one",
+                    options.key
+                ),
+            ));
+        }
+        tracing::trace!(key = options.key, mode = %options.mode, "dlock: re-entered");
+        Ok(Some(LockGuard::new(hold, true, holder)))
+    }
+
+    /// Asks the backend for a new grant, within the caller's wait counted from `started`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Busy`] when the wait ran out; the backend's errors, bounded in time.
+    async fn grant(
+        &self,
+        options: &AcquireOptions<'_>,
+        checked: Checked,
+        started: Instant,
+    ) -> Result<Lease> {
+        let shared = &self.shared;
         let grant = shared.grants.fetch_add(1, Ordering::Relaxed) + 1;
-        let request = AcquireRequest::new(full_key, OwnerId::numbered(&shared.id, grant), ttl)
-            .with_fencing(fencing);
+        let request = AcquireRequest::new(
+            checked.full_key,
+            OwnerId::numbered(&shared.id, grant),
+            checked.ttl,
+        )
+        .with_fencing(checked.fencing)
+        .with_mode(options.mode);
         let wait = options.wait.unwrap_or(shared.config.wait);
-        // The clock is read only when something uses it (a deadline, the debug event): on
-        // some machines reading it is a system call.
-        let started =
-            (wait.is_some() || tracing::enabled!(tracing::Level::DEBUG)).then(Instant::now);
-        let deadline = wait.zip(started).map(|(w, started)| started + w);
-        let waited = || started.map_or(Duration::ZERO, |started| started.elapsed());
-        let outcome = match deadline {
-            Some(deadline) => {
+        let outcome = match wait {
+            Some(wait) => {
                 // One attempt is one operation; a wait gets a short slack past its end.
-                let slack = match wait {
-                    Some(wait) if !wait.is_zero() => {
-                        WAIT_SLACK.min(shared.config.operation_timeout)
-                    }
-                    _ => shared.config.operation_timeout,
+                let slack = if wait.is_zero() {
+                    shared.config.operation_timeout
+                } else {
+                    WAIT_SLACK.min(shared.config.operation_timeout)
                 };
+                let deadline = started + wait;
                 self.acquire_by(request, deadline, deadline + slack).await
             }
             None => {
@@ -490,20 +641,34 @@ impl Locker {
                 }
                 outcome
             }
-        }?;
-        let lease = match outcome {
-            AcquireOutcome::Acquired(lease) => lease,
-            AcquireOutcome::Busy { retry_after } => {
-                return Err(Error::Busy {
-                    key: options.key.to_owned(),
-                    waited: waited(),
-                    retry_after,
-                });
-            }
         };
+        match outcome.map_err(|error| for_the_caller(error, options.key))? {
+            AcquireOutcome::Acquired(lease) => Ok(lease),
+            AcquireOutcome::Busy { retry_after } => Err(Error::Busy {
+                key: options.key.to_owned(),
+                waited: started.elapsed(),
+                retry_after,
+            }),
+        }
+    }
+
+    /// Puts a fresh grant under the watchdog and wraps it in this task's guard.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LeaseLost`] when the grant came too late to be used safely (it is released in
+    /// the background).
+    fn keep(
+        &self,
+        options: &AcquireOptions<'_>,
+        lease: Lease,
+        holder: HolderId,
+        started: Instant,
+    ) -> Result<LockGuard> {
+        let shared = &self.shared;
         // The backend may grant less than asked (a negotiated session timeout): trust the
         // shorter of the two.
-        let ttl = lease.ttl.min(ttl);
+        let ttl = lease.ttl.min(options.ttl.unwrap_or(shared.config.ttl));
         let watch = Arc::new(LeaseWatch::new(
             Arc::clone(&lease.key),
             shared.config.key_prefix.len(),
@@ -518,8 +683,9 @@ impl Locker {
         let guard = LockGuard::new(hold, false, holder);
         tracing::debug!(
             key = options.key,
+            mode = %options.mode,
             fencing_token = guard.fencing_token(),
-            waited_us = u64::try_from(waited().as_micros()).unwrap_or(u64::MAX),
+            waited_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
             "dlock: acquired"
         );
         if let Some(reason) = guard.lost_reason() {
@@ -588,6 +754,27 @@ impl Locker {
     }
 }
 
+/// A backend's error as the caller should see it: keys named as the caller gave them.
+fn for_the_caller(error: Error, user_key: &str) -> Error {
+    match error {
+        Error::PermitLimitMismatch {
+            stored, requested, ..
+        } => Error::PermitLimitMismatch {
+            key: user_key.to_owned(),
+            stored,
+            requested,
+        },
+        other => other,
+    }
+}
+
+/// What [`Locker::check`] found valid in a request.
+struct Checked {
+    full_key: Arc<str>,
+    ttl: Duration,
+    fencing: bool,
+}
+
 /// Whether an acquire that failed with `error` may still have been granted on the server (the
 /// request was sent, and no answer came back), so its owner's grant must be released.
 fn may_have_been_applied(error: &Error) -> bool {
@@ -606,6 +793,8 @@ pub(crate) struct AcquireOptions<'a> {
     pub(crate) reentrant: bool,
     /// Whether the grant must carry a fencing token; `None`: the Locker's default.
     pub(crate) fencing: Option<bool>,
+    /// How the key is held.
+    pub(crate) mode: LockMode,
 }
 
 impl LockerShared {

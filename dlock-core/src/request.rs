@@ -4,9 +4,9 @@ use std::future::{Future, IntoFuture};
 use std::pin::Pin;
 use std::time::Duration;
 
-use crate::Result;
 use crate::guard::LockGuard;
 use crate::locker::{AcquireOptions, Locker};
+use crate::{LockMode, Result};
 
 /// An acquire being configured; `.await` it to get a [`LockGuard`].
 ///
@@ -32,7 +32,7 @@ pub struct LockRequest<'a> {
 }
 
 impl<'a> LockRequest<'a> {
-    pub(crate) const fn new(locker: &'a Locker, key: &'a str) -> Self {
+    pub(crate) const fn new(locker: &'a Locker, key: &'a str, mode: LockMode) -> Self {
         Self {
             locker,
             options: AcquireOptions {
@@ -42,6 +42,7 @@ impl<'a> LockRequest<'a> {
                 watchdog: true,
                 reentrant: true,
                 fencing: None,
+                mode,
             },
         }
     }

@@ -2,9 +2,13 @@
 //! [`LockBackend`] contract.
 //!
 //! Locks live in a table shared by every clone of one [`MemoryBackend`], so they exclude tasks
-//! of one process only. Leases really expire, fencing tokens strictly increase, and waiters are
-//! granted the lock in FIFO order by direct hand-off: a release gives the lock to the oldest
-//! waiter and wakes just that one, so a releaser that re-requests at once queues behind it.
+//! of one process only. All three modes: exclusive, shared (read-write locks) and permits
+//! (semaphores). Leases really expire, fencing tokens strictly increase across every grant, and
+//! waiters are granted the key in FIFO order by direct hand-off: a release gives it to the
+//! oldest waiter — and to the waiters right behind it that may hold next to it (readers, or
+//! permits up to the limit) — and wakes just those, so a releaser that re-requests at once
+//! queues behind them, and a reader that arrives while a writer waits queues behind the
+//! writer.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -13,9 +17,9 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use tokio::sync::Notify;
 
-use crate::Result;
 use crate::backend::{Capabilities, Fencing, LockBackend};
 use crate::lease::{AcquireOutcome, AcquireRequest, Lease, OwnerId, ReleaseOutcome, RenewOutcome};
+use crate::{Error, LockMode, Result};
 
 /// In-process locks with real leases, FIFO hand-off and fencing tokens.
 ///
@@ -50,27 +54,86 @@ struct Table {
     last_waiter_id: u64,
 }
 
+/// One key: who holds it, who waits, and (while a semaphore is in use) its limit.
 #[derive(Debug, Default)]
 struct KeyState {
-    holder: Option<Holder>,
+    holders: Vec<Holder>,
     waiters: VecDeque<Waiter>,
+    /// The limit of the semaphore on this key, stored by its first permit request and kept
+    /// while the key has holders or waiters.
+    permit_limit: Option<u32>,
 }
 
 #[derive(Debug)]
 struct Holder {
     owner: OwnerId,
+    mode: LockMode,
     ttl: Duration,
     granted_at: Instant,
     expires_at: Instant,
     token: u64,
 }
 
+impl Holder {
+    fn new(owner: OwnerId, mode: LockMode, ttl: Duration, now: Instant, token: u64) -> Self {
+        Self {
+            owner,
+            mode,
+            ttl,
+            granted_at: now,
+            expires_at: now + ttl,
+            token,
+        }
+    }
+}
+
 #[derive(Debug)]
 struct Waiter {
     id: u64,
     owner: OwnerId,
+    mode: LockMode,
     ttl: Duration,
     wake: Arc<Notify>,
+}
+
+impl KeyState {
+    /// Whether a grant in `mode` may join the current holders: an exclusive grant only on a
+    /// free key, a shared one next to shared ones, a permit next to fewer than `limit`
+    /// permits.
+    fn admits(&self, mode: LockMode) -> bool {
+        let holders = &self.holders;
+        match mode {
+            _ if holders.is_empty() => true,
+            LockMode::Exclusive => false,
+            LockMode::Shared => holders.iter().all(|h| h.mode == LockMode::Shared),
+            LockMode::Permit { limit } => {
+                holders
+                    .iter()
+                    .all(|h| matches!(h.mode, LockMode::Permit { .. }))
+                    && holders.len() < usize::try_from(limit).unwrap_or(usize::MAX)
+            }
+        }
+    }
+
+    fn holder(&self, owner: &OwnerId) -> Option<&Holder> {
+        self.holders.iter().find(|h| &h.owner == owner)
+    }
+
+    /// Removes `owner`'s grant; returns whether it held one.
+    fn remove_holder(&mut self, owner: &OwnerId) -> bool {
+        let before = self.holders.len();
+        self.holders.retain(|h| &h.owner != owner);
+        self.holders.len() < before
+    }
+
+    /// The soonest moment a holder's lease runs out.
+    fn first_expiry(&self) -> Option<Instant> {
+        self.holders.iter().map(|h| h.expires_at).min()
+    }
+
+    fn is_unused(&self) -> bool {
+        self.holders.is_empty() && self.waiters.is_empty()
+    }
 }
 
 impl Table {
@@ -84,37 +147,70 @@ impl Table {
             .unwrap_or_else(|| unreachable!("inserted above"))
     }
 
-    fn grant(&mut self, key: &str, owner: OwnerId, ttl: Duration, now: Instant) {
+    fn grant(&mut self, key: &str, req: &AcquireRequest, now: Instant) {
         self.last_token += 1;
         let token = self.last_token;
-        let state = self.state_of(key);
-        state.holder = Some(Holder {
-            owner,
-            ttl,
-            granted_at: now,
-            expires_at: now + ttl,
+        self.state_of(key).holders.push(Holder::new(
+            req.owner.clone(),
+            req.mode,
+            req.ttl,
+            now,
             token,
-        });
+        ));
     }
 
-    /// Drops an expired holder and, if the lock is free, hands it to the oldest waiter.
+    /// Drops expired holders and hands the key to the waiters at the head of the queue, in
+    /// order, as long as each is admitted next to the holders (several readers, several
+    /// permits, or one writer). Forgets a key nobody holds or waits for.
     fn settle(&mut self, key: &str, now: Instant) {
-        let Some(state) = self.keys.get_mut(key) else {
+        let Self {
+            keys, last_token, ..
+        } = self;
+        let Some(state) = keys.get_mut(key) else {
             return;
         };
-        if state.holder.as_ref().is_some_and(|h| h.expires_at <= now) {
-            state.holder = None;
+        state.holders.retain(|h| h.expires_at > now);
+        while let Some(next) = state.waiters.front()
+            && state.admits(next.mode)
+        {
+            let next = state.waiters.pop_front().expect("just looked at it");
+            *last_token += 1;
+            state.holders.push(Holder::new(
+                next.owner,
+                next.mode,
+                next.ttl,
+                now,
+                *last_token,
+            ));
+            next.wake.notify_one();
         }
-        if state.holder.is_some() {
-            return;
+        if state.is_unused() {
+            keys.remove(key);
         }
-        match state.waiters.pop_front() {
-            Some(next) => {
-                next.wake.notify_one();
-                self.grant(key, next.owner, next.ttl, now);
+    }
+
+    /// Checks `req`'s semaphore limit against the one stored for its key, storing it if the
+    /// key has none.
+    fn check_permit_limit(&mut self, req: &AcquireRequest) -> Result<()> {
+        let LockMode::Permit { limit } = req.mode else {
+            return Ok(());
+        };
+        let state = self.state_of(&req.key);
+        match state.permit_limit {
+            Some(stored) if stored != limit => {
+                let mismatch = Error::PermitLimitMismatch {
+                    key: req.key.to_string(),
+                    stored,
+                    requested: limit,
+                };
+                if state.is_unused() {
+                    self.keys.remove(&*req.key);
+                }
+                Err(mismatch)
             }
-            None => {
-                self.keys.remove(key);
+            _ => {
+                state.permit_limit = Some(limit);
+                Ok(())
             }
         }
     }
@@ -129,38 +225,36 @@ impl Table {
         wake: &Arc<Notify>,
     ) -> bool {
         let state = self.state_of(key);
-        let holding = state.holder.as_ref().is_some_and(|h| h.owner == req.owner);
-        if holding || state.waiters.iter().any(|w| w.id == id) {
+        if state.holder(&req.owner).is_some() || state.waiters.iter().any(|w| w.id == id) {
             return false;
         }
         state.waiters.push_front(Waiter {
             id,
             owner: req.owner.clone(),
+            mode: req.mode,
             ttl: req.ttl,
             wake: Arc::clone(wake),
         });
         true
     }
 
-    fn holder_of(&self, key: &str) -> Option<&Holder> {
-        self.keys.get(key)?.holder.as_ref()
-    }
-
     fn lease_if_owner(&self, req: &AcquireRequest) -> Option<Lease> {
-        let holder = self.holder_of(&req.key)?;
-        (holder.owner == req.owner)
-            .then(|| Lease::new(req, holder.granted_at).with_fencing_token(holder.token))
+        let holder = self.keys.get(&*req.key)?.holder(&req.owner)?;
+        Some(Lease::new(req, holder.granted_at).with_fencing_token(holder.token))
     }
 
+    /// How long until a holder of `key` may let go: the soonest lease end.
     fn remaining(&self, key: &str, now: Instant) -> Option<Duration> {
-        self.holder_of(key)
-            .map(|h| h.expires_at.saturating_duration_since(now))
+        let expiry = self.keys.get(key)?.first_expiry()?;
+        Some(expiry.saturating_duration_since(now))
     }
 
-    fn is_free_for_newcomer(&self, key: &str) -> bool {
+    /// Whether `mode` is granted at once: nobody waits (a newcomer never overtakes a waiter,
+    /// so a waiting writer is not starved by readers) and the holders admit it.
+    fn grants_newcomer(&self, key: &str, mode: LockMode) -> bool {
         self.keys
             .get(key)
-            .is_none_or(|s| s.holder.is_none() && s.waiters.is_empty())
+            .is_none_or(|s| s.waiters.is_empty() && s.admits(mode))
     }
 }
 
@@ -182,14 +276,8 @@ impl Drop for QueueTicket<'_> {
         let now = Instant::now();
         if let Some(state) = table.keys.get_mut(self.key) {
             state.waiters.retain(|w| w.id != self.id);
-            if state
-                .holder
-                .as_ref()
-                .is_some_and(|h| &h.owner == self.owner)
-            {
-                // Granted by hand-off while we were being cancelled: pass it on.
-                state.holder = None;
-            }
+            // Granted by hand-off while we were being cancelled: pass it on.
+            state.remove_holder(self.owner);
         }
         table.settle(self.key, now);
     }
@@ -269,7 +357,11 @@ impl MemoryBackend {
             granted: false,
         };
         loop {
-            let holder_expiry = self.table().holder_of(&req.key).map(|h| h.expires_at);
+            let holder_expiry = self
+                .table()
+                .keys
+                .get(&*req.key)
+                .and_then(KeyState::first_expiry);
             let wake_at = match (holder_expiry, deadline) {
                 (Some(e), Some(d)) => Some(e.min(d)),
                 (e, d) => e.or(d),
@@ -319,23 +411,24 @@ impl LockBackend for MemoryBackend {
         let (id, wake) = {
             let mut table = self.table();
             table.settle(&req.key, now);
-            if table.is_free_for_newcomer(&req.key) {
-                table.grant(&req.key, req.owner.clone(), req.ttl, now);
+            table.check_permit_limit(req)?;
+            if table.grants_newcomer(&req.key, req.mode) {
+                table.grant(&req.key, req, now);
                 let lease = table.lease_if_owner(req).expect("just granted");
                 return Ok(AcquireOutcome::Acquired(lease));
             }
             if deadline.is_some_and(|d| d <= now) {
-                return Ok(AcquireOutcome::Busy {
-                    retry_after: table.remaining(&req.key, now),
-                });
+                let retry_after = table.remaining(&req.key, now);
+                table.settle(&req.key, now); // forgets a limit stored just now
+                return Ok(AcquireOutcome::Busy { retry_after });
             }
             table.last_waiter_id += 1;
             let id = table.last_waiter_id;
             let wake = Arc::new(Notify::new());
-            let state = table.keys.entry(Arc::clone(&req.key)).or_default();
-            state.waiters.push_back(Waiter {
+            table.state_of(&req.key).waiters.push_back(Waiter {
                 id,
                 owner: req.owner.clone(),
+                mode: req.mode,
                 ttl: req.ttl,
                 wake: Arc::clone(&wake),
             });
@@ -354,8 +447,7 @@ impl LockBackend for MemoryBackend {
                 let holder = table
                     .keys
                     .get_mut(&*lease.key)
-                    .and_then(|s| s.holder.as_mut())
-                    .filter(|h| h.owner == lease.owner);
+                    .and_then(|s| s.holders.iter_mut().find(|h| h.owner == lease.owner));
                 match holder {
                     Some(h) => {
                         h.expires_at = now + h.ttl;
@@ -371,13 +463,13 @@ impl LockBackend for MemoryBackend {
         let now = Instant::now();
         let mut table = self.table();
         table.settle(&lease.key, now);
-        let Some(state) = table.keys.get_mut(&*lease.key) else {
-            return Ok(ReleaseOutcome::NotHeld);
-        };
-        if state.holder.as_ref().is_none_or(|h| h.owner != lease.owner) {
+        let released = table
+            .keys
+            .get_mut(&*lease.key)
+            .is_some_and(|state| state.remove_holder(&lease.owner));
+        if !released {
             return Ok(ReleaseOutcome::NotHeld);
         }
-        state.holder = None;
         table.settle(&lease.key, now);
         Ok(ReleaseOutcome::Released)
     }
@@ -389,8 +481,7 @@ impl LockBackend for MemoryBackend {
         let removed = table
             .keys
             .get_mut(key)
-            .and_then(|s| s.holder.take())
-            .is_some();
+            .is_some_and(|state| !std::mem::take(&mut state.holders).is_empty());
         table.settle(key, now);
         Ok(removed)
     }
@@ -398,6 +489,8 @@ impl LockBackend for MemoryBackend {
     fn capabilities(&self) -> Capabilities {
         Capabilities::new("memory")
             .fair(true)
+            .read_write(true)
+            .semaphore(true)
             .fencing(Fencing::Volatile)
             .max_renew_batch(usize::MAX)
     }

@@ -21,6 +21,7 @@
 mod contract;
 mod exclusion;
 mod leases;
+mod modes;
 mod reentrancy;
 mod support;
 mod waiting;
@@ -40,6 +41,12 @@ pub use leases::{
     dropped_guard_releases, lease_expires_without_watchdog, lost_lease_cancels_work,
     paused_holder_never_resumes_its_work, ttl_expiry_after_holder_vanishes,
     watchdog_keeps_lock_past_three_ttls,
+};
+pub use modes::{
+    cancelled_reader_or_permit_leaves_nothing_behind, downgrade_reenters_and_upgrade_errors,
+    readers_overlap, semaphore_limit_mismatch_is_an_error, semaphore_never_exceeds_its_limit,
+    tokens_increase_across_modes, vanished_permit_frees_at_its_ttl, waiting_writer_is_not_starved,
+    writer_excludes_readers_and_writers,
 };
 pub use reentrancy::{hand_off_shares_the_hold, reentrancy_is_per_task};
 pub use support::CountingBackend;
@@ -183,6 +190,10 @@ pub struct Expectations {
     pub fencing: bool,
     /// Waiters are served in arrival order.
     pub fair: bool,
+    /// Read-write locks are supported (the mode scenarios check `Unsupported` otherwise).
+    pub read_write: bool,
+    /// Semaphores are supported.
+    pub semaphore: bool,
     /// `force_release` is supported (used to delete a key behind its holder's back).
     pub force_release: bool,
     /// The short lease the timing scenarios use. It must be long enough for a few round trips.
@@ -202,6 +213,8 @@ impl Expectations {
         Self {
             fencing: caps.fencing != Fencing::None,
             fair: caps.fair,
+            read_write: caps.read_write,
+            semaphore: caps.semaphore,
             force_release: true,
             ttl: Duration::from_millis(300),
             slack: Duration::from_millis(250),
@@ -262,6 +275,15 @@ macro_rules! conformance_tests {
                 cancelled_wait_leaves_nothing_behind,
                 reentrancy_is_per_task,
                 hand_off_shares_the_hold,
+                readers_overlap,
+                writer_excludes_readers_and_writers,
+                waiting_writer_is_not_starved,
+                semaphore_never_exceeds_its_limit,
+                vanished_permit_frees_at_its_ttl,
+                semaphore_limit_mismatch_is_an_error,
+                downgrade_reenters_and_upgrade_errors,
+                cancelled_reader_or_permit_leaves_nothing_behind,
+                tokens_increase_across_modes,
             );
         }
     };

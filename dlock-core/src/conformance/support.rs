@@ -148,6 +148,99 @@ impl UnsafeCounter {
     }
 }
 
+/// A resource of two fields that a writer sets one after the other, with a pause between, so
+/// that between the two writes they differ. A reader that sees them differ, or change while it
+/// reads, ran next to a writer; a writer that finds them different on entry ran next to
+/// another writer.
+#[derive(Debug, Default)]
+pub(crate) struct TornPair {
+    fields: Mutex<(u64, u64)>,
+    torn_reads: Mutex<u64>,
+    torn_writes: Mutex<u64>,
+}
+
+impl TornPair {
+    fn fields(&self) -> (u64, u64) {
+        *self.fields.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn count(counter: &Mutex<u64>) {
+        *counter.lock().unwrap_or_else(PoisonError::into_inner) += 1;
+    }
+
+    /// One write: the first field, a pause, the second.
+    pub(crate) async fn write(&self, pause: Duration) {
+        let (first, second) = self.fields();
+        if first != second {
+            Self::count(&self.torn_writes);
+        }
+        self.fields.lock().unwrap_or_else(PoisonError::into_inner).0 = first + 1;
+        tokio::time::sleep(pause).await;
+        self.fields.lock().unwrap_or_else(PoisonError::into_inner).1 = first + 1;
+    }
+
+    /// One read: both fields, a pause, both fields again.
+    pub(crate) async fn read(&self, pause: Duration) {
+        let seen = self.fields();
+        tokio::time::sleep(pause).await;
+        if seen.0 != seen.1 || self.fields() != seen {
+            Self::count(&self.torn_reads);
+        }
+    }
+
+    pub(crate) fn torn_reads(&self) -> u64 {
+        *self
+            .torn_reads
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub(crate) fn torn_writes(&self) -> u64 {
+        *self
+            .torn_writes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Completed writes (the first field counts them).
+    pub(crate) fn writes(&self) -> u64 {
+        self.fields().1
+    }
+}
+
+/// How many holders are inside at once, counted on entry and exit, and the most ever seen.
+#[derive(Debug, Default)]
+pub(crate) struct Occupancy {
+    inside_and_most: Mutex<(usize, usize)>,
+}
+
+impl Occupancy {
+    /// Enters, stays for `pause`, leaves.
+    pub(crate) async fn stay(&self, pause: Duration) {
+        {
+            let mut counts = self
+                .inside_and_most
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            counts.0 += 1;
+            counts.1 = counts.1.max(counts.0);
+        }
+        tokio::time::sleep(pause).await;
+        self.inside_and_most
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .0 -= 1;
+    }
+
+    /// The most holders that were inside at once.
+    pub(crate) fn most(&self) -> usize {
+        self.inside_and_most
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .1
+    }
+}
+
 /// Asserts `elapsed` is within `[low, high]`, with a message naming `what`.
 pub(crate) fn assert_between(what: &str, elapsed: Duration, low: Duration, high: Duration) {
     assert!(
@@ -182,5 +275,31 @@ mod tests {
         assert_eq!(counter.value(), 1, "one update lost");
         assert_eq!(counter.overlaps().len(), 1);
         assert_eq!(counter.stale_tokens().len(), 1);
+    }
+
+    /// A read and a write at the same time are seen, and so are two writes.
+    #[tokio::test]
+    async fn torn_pair_detects_overlapping_readers_and_writers() {
+        let pair = Arc::new(TornPair::default());
+        let pause = Duration::from_millis(30);
+        pair.write(Duration::ZERO).await;
+        pair.read(Duration::ZERO).await;
+        assert_eq!(
+            pair.torn_reads() + pair.torn_writes(),
+            0,
+            "one at a time counted as torn"
+        );
+        let (p1, p2) = (Arc::clone(&pair), Arc::clone(&pair));
+        tokio::join!(p1.write(pause), async {
+            tokio::time::sleep(pause / 3).await;
+            p2.read(pause / 3).await;
+        });
+        assert_eq!(pair.torn_reads(), 1);
+        let (p1, p2) = (Arc::clone(&pair), Arc::clone(&pair));
+        tokio::join!(p1.write(pause), async {
+            tokio::time::sleep(pause / 3).await;
+            p2.write(pause / 3).await;
+        });
+        assert_eq!(pair.torn_writes(), 1);
     }
 }
