@@ -1,8 +1,7 @@
 //! The one error type of dlock, and its `Result` alias.
 
+use std::fmt;
 use std::time::Duration;
-
-use crate::lease::LostReason;
 
 /// A boxed error from a backend's client library.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
@@ -289,5 +288,38 @@ impl Error {
     #[must_use]
     pub const fn is_retryable(&self) -> bool {
         matches!(self.kind(), ErrorKind::Busy | ErrorKind::Unavailable)
+    }
+}
+
+/// Why a lease is considered lost.
+///
+/// # Examples
+///
+/// ```
+/// use dlock_core::LostReason;
+/// assert_eq!(LostReason::NotOwner.to_string(), "the backend says another owner holds the key or it is gone");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LostReason {
+    /// A renewal found the key gone or owned by someone else.
+    NotOwner,
+    /// The local conservative deadline passed without a successful renewal.
+    Expired,
+    /// The backend reported the session or lease that kept the lock gone (an etcd lease
+    /// expired or revoked, a ZooKeeper session expired, a PostgreSQL connection closed); the
+    /// text says which, for logs.
+    SessionLost(String),
+}
+
+impl fmt::Display for LostReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::NotOwner => {
+                f.write_str("the backend says another owner holds the key or it is gone")
+            }
+            Self::Expired => f.write_str("the lease expired locally without a successful renewal"),
+            Self::SessionLost(why) => write!(f, "the session that kept it is gone: {why}"),
+        }
     }
 }

@@ -4,8 +4,8 @@ use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
 
+use crate::LostReason;
 use crate::hold::{Hold, ShareOwner};
-use crate::lease::LostReason;
 use crate::protected::Protected;
 use crate::reentrancy::HolderId;
 use crate::{LockMode, Result};

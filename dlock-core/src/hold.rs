@@ -9,10 +9,10 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
+use crate::keeper::LeaseKeeper;
 use crate::lease::{Lease, ReleaseOutcome};
 use crate::lease_watch::LeaseWatch;
-use crate::locker::LockerShared;
-use crate::reentrancy::HolderId;
+use crate::reentrancy::{HolderId, Reentrancy};
 use crate::{Error, LockMode, Result};
 
 /// Who owns a share: a task (or thread), or nobody yet (a hand-off in flight).
@@ -20,7 +20,8 @@ pub(crate) type ShareOwner = Option<HolderId>;
 
 #[derive(Debug)]
 pub(crate) struct Hold {
-    locker: Arc<LockerShared>,
+    keeper: Arc<LeaseKeeper>,
+    reentrancy: Arc<Reentrancy<Self>>,
     lease: Lease,
     watch: Arc<LeaseWatch>,
     shares: Mutex<ShareCounts>,
@@ -28,18 +29,20 @@ pub(crate) struct Hold {
 }
 
 impl Hold {
-    pub(crate) fn new(locker: Arc<LockerShared>, lease: Lease, watch: Arc<LeaseWatch>) -> Self {
+    pub(crate) fn new(
+        keeper: Arc<LeaseKeeper>,
+        reentrancy: Arc<Reentrancy<Self>>,
+        lease: Lease,
+        watch: Arc<LeaseWatch>,
+    ) -> Self {
         Self {
-            locker,
+            keeper,
+            reentrancy,
             lease,
             watch,
             shares: Mutex::new(ShareCounts::default()),
             released: AtomicBool::new(false),
         }
-    }
-
-    pub(crate) const fn full_key(&self) -> &Arc<str> {
-        &self.lease.key
     }
 
     pub(crate) const fn lease(&self) -> &Lease {
@@ -60,7 +63,7 @@ impl Hold {
         let first = { self.shares().add(owner) };
         let reenters = !matches!(self.lease.mode, LockMode::Permit { .. });
         if let (true, true, Some(holder)) = (first, reenters, owner) {
-            self.locker.reentrancy().register(holder, self);
+            self.reentrancy.register(holder, &self.lease.key, self);
         }
     }
 
@@ -72,9 +75,7 @@ impl Hold {
             (holder_done, shares.is_empty())
         };
         if let (true, Some(holder)) = (holder_done, owner) {
-            self.locker
-                .reentrancy()
-                .forget(holder, &self.lease.key, self);
+            self.reentrancy.forget(holder, &self.lease.key, self);
         }
         last
     }
@@ -95,10 +96,10 @@ impl Hold {
 
     /// Releases the grant now (the caller gave up the last share).
     pub(crate) async fn release_now(&self) -> Result<()> {
-        self.locker.watchdog().forget(&self.lease.owner);
+        self.keeper.watchdog().forget(&self.lease.owner);
         let lost = self.lost_error();
         self.watch.released();
-        let outcome = self.locker.release_lease(&self.lease).await;
+        let outcome = self.keeper.release_lease(&self.lease).await;
         // Only now: if this future is dropped mid-release, `Drop` releases in the background.
         self.released.store(true, Ordering::SeqCst);
         tracing::debug!(key = %self.watch.user_key(), ?outcome, "dlock: released");
@@ -118,16 +119,14 @@ impl Drop for Hold {
     fn drop(&mut self) {
         let owners = self.shares().take_owners();
         for holder in owners.into_iter().flatten() {
-            self.locker
-                .reentrancy()
-                .forget(holder, &self.lease.key, self);
+            self.reentrancy.forget(holder, &self.lease.key, self);
         }
         if self.released.swap(true, Ordering::SeqCst) {
             return;
         }
         self.watch.released();
-        self.locker.watchdog().forget(&self.lease.owner);
-        self.locker.release_in_background(self.lease.clone());
+        self.keeper.watchdog().forget(&self.lease.owner);
+        self.keeper.release_in_background(self.lease.clone());
     }
 }
 

@@ -5,6 +5,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::error::LostReason;
 use crate::mode::LockMode;
 
 /// A unique identity for one grant of a lock. A [`Locker`](crate::Locker) makes its own:
@@ -299,39 +300,6 @@ pub enum ReleaseOutcome {
     /// The lock was not held by this owner (already released, expired, or taken by another).
     /// Nothing was changed.
     NotHeld,
-}
-
-/// Why a lease is considered lost.
-///
-/// # Examples
-///
-/// ```
-/// use dlock_core::LostReason;
-/// assert_eq!(LostReason::NotOwner.to_string(), "the backend says another owner holds the key or it is gone");
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum LostReason {
-    /// A renewal found the key gone or owned by someone else.
-    NotOwner,
-    /// The local conservative deadline passed without a successful renewal.
-    Expired,
-    /// The backend reported the session or lease that kept the lock gone (an etcd lease
-    /// expired or revoked, a ZooKeeper session expired, a PostgreSQL connection closed); the
-    /// text says which, for logs.
-    SessionLost(String),
-}
-
-impl fmt::Display for LostReason {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::NotOwner => {
-                f.write_str("the backend says another owner holds the key or it is gone")
-            }
-            Self::Expired => f.write_str("the lease expired locally without a successful renewal"),
-            Self::SessionLost(why) => write!(f, "the session that kept it is gone: {why}"),
-        }
-    }
 }
 
 /// A loss a backend learned by itself, pushed to the core.

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
-use crate::lease::LostReason;
+use crate::LostReason;
 
 /// The safety margin subtracted from every lease: clocks on two machines may run at slightly
 /// different rates (RedLock's analysis uses 1 % of the ttl plus 2 ms).

@@ -41,6 +41,7 @@
 //! The crate root is the user's API; [`backend`] holds the backend contract, the values that
 //! cross it and the built-in backends, for implementors.
 
+mod acquire;
 mod backend_spec;
 mod backend_url;
 mod config;
@@ -48,6 +49,7 @@ mod current;
 mod error;
 mod guard;
 mod hold;
+mod keeper;
 mod key;
 mod lease;
 mod lease_watch;
@@ -66,13 +68,13 @@ pub mod conformance;
 #[cfg(feature = "harness")]
 pub mod harness;
 
+pub use acquire::WAIT_SLACK;
 pub use backend_spec::{BackendSpec, BackendTable};
 pub use config::DlockConfig;
 pub use current::{CurrentLock, current_lock};
-pub use error::{BoxError, Error, ErrorKind, Result};
+pub use error::{BoxError, Error, ErrorKind, LostReason, Result};
 pub use guard::{HandOff, LockGuard};
-pub use lease::LostReason;
-pub use locker::{Locker, WAIT_SLACK};
+pub use locker::Locker;
 pub use mode::LockMode;
 pub use protected::Protected;
 pub use request::LockRequest;

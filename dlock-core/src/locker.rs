@@ -2,20 +2,14 @@
 
 use std::fmt;
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crate::backend::{BackendKind, Capabilities, Fencing, LockBackend};
+use crate::acquire::LockerState;
+use crate::backend::{BackendKind, Capabilities, LockBackend};
 use crate::backend_url::BackendUrl;
 use crate::config::DlockConfig;
-use crate::guard::LockGuard;
-use crate::hold::Hold;
-use crate::lease::{AcquireOutcome, AcquireRequest, Lease, OwnerId, ReleaseOutcome};
-use crate::lease_watch::LeaseWatch;
-use crate::reentrancy::{HolderId, Reentrancy};
 use crate::request::LockRequest;
-use crate::watchdog::Watchdog;
 use crate::{Error, LockMode, Result};
 
 /// A cheap-to-clone handle over one lock backend, with the defaults of every lock taken
@@ -43,57 +37,16 @@ use crate::{Error, LockMode, Result};
 /// ```
 #[derive(Clone)]
 pub struct Locker {
-    shared: Arc<LockerShared>,
-}
-
-/// The state behind every clone of one Locker.
-pub(crate) struct LockerShared {
-    /// 128 random bits in hex, drawn once: the scope of this Locker's owner ids.
-    id: String,
-    /// How many grants this Locker asked for: the other half of an owner id.
-    grants: AtomicU64,
-    backend: Arc<dyn LockBackend>,
-    capabilities: Capabilities,
-    config: DlockConfig,
-    reentrancy: Reentrancy,
-    watchdog: Watchdog,
-}
-
-impl Drop for LockerShared {
-    fn drop(&mut self) {
-        self.watchdog.shutdown();
-    }
-}
-
-impl fmt::Debug for LockerShared {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Locker")
-            .field("id", &self.id)
-            .field("backend", &self.capabilities.name)
-            .field("key_prefix", &self.config.key_prefix)
-            .field("ttl", &self.config.ttl)
-            .finish_non_exhaustive()
-    }
+    state: Arc<LockerState>,
 }
 
 impl fmt::Debug for Locker {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.shared.fmt(f)
+        self.state.fmt(f)
     }
 }
 
 static GLOBAL: RwLock<Option<Locker>> = RwLock::new(None);
-
-/// The most an acquire that waits (`wait(d)`, `d > 0`) may answer after its wait ran out,
-/// whatever the server does (capped by the operation timeout): time for the last attempt's
-/// round trip and for giving up a queued place.
-///
-/// # Examples
-///
-/// ```
-/// assert_eq!(dlock_core::WAIT_SLACK, std::time::Duration::from_millis(250));
-/// ```
-pub const WAIT_SLACK: Duration = Duration::from_millis(250);
 
 impl Locker {
     /// A Locker over a fresh, private in-process lock table, with default settings.
@@ -162,19 +115,8 @@ impl Locker {
     }
 
     fn build(backend: Arc<dyn LockBackend>, config: DlockConfig) -> Self {
-        let capabilities = backend.capabilities();
-        let id = OwnerId::random("locker").as_str()["locker:".len()..].to_owned();
-        let watchdog = Watchdog::new(Arc::clone(&backend), config.operation_timeout);
         Self {
-            shared: Arc::new(LockerShared {
-                id,
-                grants: AtomicU64::new(0),
-                backend,
-                capabilities,
-                config,
-                reentrancy: Reentrancy::default(),
-                watchdog,
-            }),
+            state: Arc::new(LockerState::new(backend, config)),
         }
     }
 
@@ -307,7 +249,7 @@ impl Locker {
     /// # drop(guard); Ok(()) }
     /// ```
     pub fn lock<'a>(&'a self, key: &'a str) -> LockRequest<'a> {
-        LockRequest::new(self, key, LockMode::Exclusive)
+        LockRequest::new(&self.state, key, LockMode::Exclusive)
     }
 
     /// Starts building an acquire of the read side of the read-write lock `key`: readers hold
@@ -334,7 +276,7 @@ impl Locker {
     /// # drop(first); Ok(()) }
     /// ```
     pub fn read_lock<'a>(&'a self, key: &'a str) -> LockRequest<'a> {
-        LockRequest::new(self, key, LockMode::Shared)
+        LockRequest::new(&self.state, key, LockMode::Shared)
     }
 
     /// Starts building an acquire of the write side of the read-write lock `key`: held alone,
@@ -359,7 +301,7 @@ impl Locker {
     /// # drop((reader, writer)); Ok(()) }
     /// ```
     pub fn write_lock<'a>(&'a self, key: &'a str) -> LockRequest<'a> {
-        LockRequest::new(self, key, LockMode::Exclusive)
+        LockRequest::new(&self.state, key, LockMode::Exclusive)
     }
 
     /// Starts building an acquire of one of `permits` permits of the semaphore `key`: at most
@@ -386,7 +328,7 @@ impl Locker {
     /// # drop((a, b)); Ok(()) }
     /// ```
     pub fn semaphore<'a>(&'a self, key: &'a str, permits: u32) -> LockRequest<'a> {
-        LockRequest::new(self, key, LockMode::Permit { limit: permits })
+        LockRequest::new(&self.state, key, LockMode::Permit { limit: permits })
     }
 
     /// Like [`lock`](Self::lock), but makes exactly one attempt: it never waits.
@@ -439,7 +381,7 @@ impl Locker {
     /// ```
     #[must_use]
     pub fn backend(&self) -> &Arc<dyn LockBackend> {
-        &self.shared.backend
+        self.state.keeper.backend()
     }
 
     /// What the backend can do.
@@ -452,7 +394,7 @@ impl Locker {
     /// ```
     #[must_use]
     pub fn capabilities(&self) -> Capabilities {
-        self.shared.capabilities
+        self.state.capabilities
     }
 
     /// The settings this Locker was built with.
@@ -465,7 +407,7 @@ impl Locker {
     /// ```
     #[must_use]
     pub fn config(&self) -> &DlockConfig {
-        &self.shared.config
+        &self.state.config
     }
 
     /// How many leases the watchdog is keeping or watching now (one per held grant).
@@ -483,7 +425,7 @@ impl Locker {
     /// ```
     #[must_use]
     pub fn watched_leases(&self) -> usize {
-        self.shared.watchdog.watched()
+        self.state.keeper.watchdog().watched()
     }
 
     /// The key a backend stores for the user key `key` (the prefix added).
@@ -498,380 +440,6 @@ impl Locker {
     /// assert_eq!(dlock_core::Locker::memory().backend_key("a").unwrap(), "dlock:a");
     /// ```
     pub fn backend_key(&self, key: &str) -> Result<String> {
-        crate::key::full_key(&self.shared.config.key_prefix, key).map(|full| full.to_string())
-    }
-
-    /// Takes a lock as `options` describe: checks the request, re-enters a hold of this task
-    /// where the mode allows, else asks the backend (within the wait) and keeps the grant.
-    pub(crate) async fn acquire(&self, options: AcquireOptions<'_>) -> Result<LockGuard> {
-        let checked = self.check(&options)?;
-        let holder = HolderId::current();
-        if options.reentrant
-            && let Some(guard) = self.reenter(&options, &checked, holder)?
-        {
-            return Ok(guard);
-        }
-        let started = Instant::now();
-        let lease = self.grant(&options, checked, started).await?;
-        self.keep(&options, lease, holder, started)
-    }
-
-    /// Validates `options` against the settings and the backend, before any round trip.
-    fn check(&self, options: &AcquireOptions<'_>) -> Result<Checked> {
-        let shared = &self.shared;
-        let full_key = crate::key::full_key(&shared.config.key_prefix, options.key)?;
-        let ttl = options.ttl.unwrap_or(shared.config.ttl);
-        if ttl < Duration::from_millis(10) {
-            return Err(Error::config(
-                "ttl",
-                humantime::format_duration(ttl).to_string(),
-                "must be at least 10ms",
-            ));
-        }
-        if options.mode == (LockMode::Permit { limit: 0 }) {
-            return Err(Error::config(
-                "permits",
-                "0",
-                "a semaphore needs at least one permit",
-            ));
-        }
-        if !shared.capabilities.supports(options.mode) {
-            return Err(Error::Unsupported {
-                backend: shared.capabilities.name,
-                operation: match options.mode {
-                    LockMode::Permit { .. } => "semaphores",
-                    _ => "read-write locks",
-                },
-            });
-        }
-        let fencing = options.fencing.unwrap_or(shared.config.fencing);
-        if fencing && shared.capabilities.fencing == Fencing::None {
-            return Err(Error::Unsupported {
-                backend: shared.capabilities.name,
-                operation: "fencing tokens",
-            });
-        }
-        Ok(Checked {
-            full_key,
-            ttl,
-            fencing,
-        })
-    }
-
-    /// A nested guard on the hold this task has on the key, if the mode re-enters it: any
-    /// lock inside a write lock (a read lock there is a downgrade), a read lock inside a read
-    /// lock. Permits never re-enter.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::LockUpgrade`] for a write lock inside this task's read lock; the hold's
-    /// [`Error::LeaseLost`] once it is lost; [`Error::Config`] for a fencing token asked of a
-    /// hold taken without one.
-    fn reenter(
-        &self,
-        options: &AcquireOptions<'_>,
-        checked: &Checked,
-        holder: HolderId,
-    ) -> Result<Option<LockGuard>> {
-        if matches!(options.mode, LockMode::Permit { .. }) {
-            return Ok(None);
-        }
-        let Some(hold) = self.shared.reentrancy.find(holder, &checked.full_key) else {
-            return Ok(None);
-        };
-        if let Some(lost) = hold.lost_error() {
-            return Err(lost);
-        }
-        if hold.lease().mode == LockMode::Shared && options.mode == LockMode::Exclusive {
-            return Err(Error::LockUpgrade {
-                key: options.key.to_owned(),
-            });
-        }
-        if checked.fencing && hold.lease().fencing_token.is_none() {
-            return Err(Error::config(
-                "fencing",
-                "true",
-                format!(
-                    "this task already holds `{}` without a fencing token, and a nested \
-                     acquire shares that grant: ask for the token on the outermost one",
-                    options.key
-                ),
-            ));
-        }
-        tracing::trace!(key = options.key, mode = %options.mode, "dlock: re-entered");
-        Ok(Some(LockGuard::new(hold, true, holder)))
-    }
-
-    /// Asks the backend for a new grant, within the caller's wait counted from `started`.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Busy`] when the wait ran out; the backend's errors, bounded in time.
-    async fn grant(
-        &self,
-        options: &AcquireOptions<'_>,
-        checked: Checked,
-        started: Instant,
-    ) -> Result<Lease> {
-        let shared = &self.shared;
-        let grant = shared.grants.fetch_add(1, Ordering::Relaxed) + 1;
-        let request = AcquireRequest::new(
-            checked.full_key,
-            OwnerId::numbered(&shared.id, grant),
-            checked.ttl,
-        )
-        .with_fencing(checked.fencing)
-        .with_mode(options.mode);
-        let wait = options.wait.unwrap_or(shared.config.wait);
-        let outcome = match wait {
-            Some(wait) => {
-                // One attempt is one operation; a wait gets a short slack past its end.
-                let slack = if wait.is_zero() {
-                    shared.config.operation_timeout
-                } else {
-                    WAIT_SLACK.min(shared.config.operation_timeout)
-                };
-                let deadline = started + wait;
-                self.acquire_by(request, deadline, deadline + slack).await
-            }
-            None => {
-                let outcome = shared.backend.acquire(&request, None).await;
-                if outcome.as_ref().is_err_and(may_have_been_applied) {
-                    shared.release_once_answered(Lease::new(&request, Instant::now()));
-                }
-                outcome
-            }
-        };
-        match outcome.map_err(|error| for_the_caller(error, options.key))? {
-            AcquireOutcome::Acquired(lease) => Ok(lease),
-            AcquireOutcome::Busy { retry_after } => Err(Error::Busy {
-                key: options.key.to_owned(),
-                waited: started.elapsed(),
-                retry_after,
-            }),
-        }
-    }
-
-    /// Puts a fresh grant under the watchdog and wraps it in this task's guard.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::LeaseLost`] when the grant came too late to be used safely (it is released in
-    /// the background).
-    fn keep(
-        &self,
-        options: &AcquireOptions<'_>,
-        lease: Lease,
-        holder: HolderId,
-        started: Instant,
-    ) -> Result<LockGuard> {
-        let shared = &self.shared;
-        // The backend may grant less than asked (a negotiated session timeout): trust the
-        // shorter of the two.
-        let ttl = lease.ttl.min(options.ttl.unwrap_or(shared.config.ttl));
-        let watch = Arc::new(LeaseWatch::new(
-            Arc::clone(&lease.key),
-            shared.config.key_prefix.len(),
-            ttl,
-            lease.valid_from,
-        ));
-        let cadence = options.watchdog.then(|| self.cadence(ttl));
-        shared
-            .watchdog
-            .watch(lease.clone(), Arc::clone(&watch), cadence);
-        let hold = Arc::new(Hold::new(Arc::clone(shared), lease, watch));
-        let guard = LockGuard::new(hold, false, holder);
-        tracing::debug!(
-            key = options.key,
-            mode = %options.mode,
-            fencing_token = guard.fencing_token(),
-            waited_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
-            "dlock: acquired"
-        );
-        if let Some(reason) = guard.lost_reason() {
-            // Granted, but the reply came too late to use it safely; dropping the guard
-            // releases the grant in the background.
-            return Err(Error::LeaseLost {
-                key: options.key.to_owned(),
-                reason,
-            });
-        }
-        Ok(guard)
-    }
-
-    /// The backend's acquire of `request`, waiting natively until `deadline`, answered by
-    /// `answer_by` whatever the server does ([`Error::Timeout`] then). An attempt still in
-    /// flight at `answer_by` goes on in the background for at most the operation timeout,
-    /// and whatever it was granted is released: a late grant is never left to its ttl.
-    async fn acquire_by(
-        &self,
-        request: AcquireRequest,
-        deadline: Instant,
-        answer_by: Instant,
-    ) -> Result<AcquireOutcome> {
-        let unconfirmed = Lease::new(&request, Instant::now());
-        let shared = Arc::clone(&self.shared);
-        let mut attempt =
-            Box::pin(async move { shared.backend.acquire(&request, Some(deadline)).await });
-        if let Ok(outcome) = tokio::time::timeout_at(answer_by.into(), attempt.as_mut()).await {
-            if outcome.as_ref().is_err_and(may_have_been_applied) {
-                self.shared.release_once_answered(unconfirmed);
-            }
-            return outcome;
-        }
-        let shared = Arc::clone(&self.shared);
-        let key = Arc::clone(&unconfirmed.key);
-        let spawned = self.shared.watchdog.spawn(async move {
-            let finished = tokio::time::timeout(shared.config.operation_timeout, attempt).await;
-            // A grant that came too late, or a request that may still be applied after this
-            // (an owner-checked release of a grant that never was changes nothing).
-            match finished {
-                Ok(Ok(AcquireOutcome::Acquired(lease))) => shared.release_once_answered(lease),
-                Ok(Ok(AcquireOutcome::Busy { .. })) => {}
-                Ok(Err(error)) if !may_have_been_applied(&error) => {}
-                Ok(Err(_)) | Err(_) => shared.release_once_answered(unconfirmed),
-            }
-        });
-        if !spawned {
-            tracing::debug!(%key, "dlock: no runtime to finish a late acquire; a late grant expires at its ttl");
-        }
-        Err(self.timeout("acquire"))
-    }
-
-    fn cadence(&self, ttl: Duration) -> Duration {
-        match self.shared.config.watchdog_interval {
-            Some(interval) if interval <= ttl / 2 => interval,
-            _ => ttl / 3,
-        }
-    }
-
-    fn timeout(&self, operation: &'static str) -> Error {
-        Error::Timeout {
-            backend: self.shared.capabilities.name,
-            operation,
-            after: self.shared.config.operation_timeout,
-        }
-    }
-}
-
-/// A backend's error as the caller should see it: keys named as the caller gave them.
-fn for_the_caller(error: Error, user_key: &str) -> Error {
-    match error {
-        Error::PermitLimitMismatch {
-            stored, requested, ..
-        } => Error::PermitLimitMismatch {
-            key: user_key.to_owned(),
-            stored,
-            requested,
-        },
-        other => other,
-    }
-}
-
-/// What [`Locker::check`] found valid in a request.
-struct Checked {
-    full_key: Arc<str>,
-    ttl: Duration,
-    fencing: bool,
-}
-
-/// Whether an acquire that failed with `error` may still have been granted on the server (the
-/// request was sent, and no answer came back), so its owner's grant must be released.
-fn may_have_been_applied(error: &Error) -> bool {
-    error.kind() == crate::ErrorKind::Unavailable
-}
-
-/// What [`LockRequest`] passes to [`Locker::acquire`].
-#[derive(Debug)]
-pub(crate) struct AcquireOptions<'a> {
-    pub(crate) key: &'a str,
-    pub(crate) ttl: Option<Duration>,
-    /// `None`: the Locker's default; `Some(None)`: until acquired.
-    pub(crate) wait: Option<Option<Duration>>,
-    pub(crate) watchdog: bool,
-    /// Whether a hold of the current task on the key is re-entered.
-    pub(crate) reentrant: bool,
-    /// Whether the grant must carry a fencing token; `None`: the Locker's default.
-    pub(crate) fencing: Option<bool>,
-    /// How the key is held.
-    pub(crate) mode: LockMode,
-}
-
-impl LockerShared {
-    pub(crate) const fn reentrancy(&self) -> &Reentrancy {
-        &self.reentrancy
-    }
-
-    pub(crate) const fn watchdog(&self) -> &Watchdog {
-        &self.watchdog
-    }
-
-    /// Owner-checked release, bounded by the operation timeout.
-    pub(crate) async fn release_lease(&self, lease: &Lease) -> Result<ReleaseOutcome> {
-        let timeout = self.config.operation_timeout;
-        tokio::time::timeout(timeout, self.backend.release(lease))
-            .await
-            .unwrap_or_else(|_| {
-                Err(Error::Timeout {
-                    backend: self.capabilities.name,
-                    operation: "release",
-                    after: timeout,
-                })
-            })
-    }
-
-    /// Releases `lease` — a grant the caller never got, or may have been made after the
-    /// caller heard of a failure — from a spawned task, trying again until the backend
-    /// answers or the lease would have run out anyway: a server that stops answering while
-    /// the acquire is in flight may apply it when it comes back.
-    pub(crate) fn release_once_answered(self: &Arc<Self>, lease: Lease) {
-        let shared = Arc::clone(self);
-        let key = Arc::clone(&lease.key);
-        let spawned = self.watchdog.spawn(async move {
-            let expires = lease.valid_from + lease.ttl;
-            let mut pause = Duration::from_millis(50);
-            loop {
-                match shared.release_lease(&lease).await {
-                    Ok(outcome) => {
-                        tracing::debug!(key = %lease.key, ?outcome, "dlock: released a grant its caller did not get");
-                        return;
-                    }
-                    Err(error) if Instant::now() + pause < expires => {
-                        tracing::debug!(key = %lease.key, %error, "dlock: releasing an unconfirmed grant; trying again");
-                        tokio::time::sleep(pause).await;
-                        pause = (pause * 2).min(Duration::from_secs(1));
-                    }
-                    Err(error) => {
-                        tracing::warn!(key = %lease.key, %error, "dlock: could not release an unconfirmed grant; it expires at its ttl");
-                        return;
-                    }
-                }
-            }
-        });
-        if !spawned {
-            tracing::debug!(%key, "dlock: no runtime to release an unconfirmed grant; it expires at its ttl");
-        }
-    }
-
-    /// Releases `lease` from a spawned task (a guard was dropped). Without a runtime the
-    /// lease simply runs out at its ttl.
-    pub(crate) fn release_in_background(self: &Arc<Self>, lease: Lease) {
-        let shared = Arc::clone(self);
-        let key = lease.key.clone();
-        let spawned = self.watchdog.spawn(async move {
-            match shared.release_lease(&lease).await {
-                Ok(outcome) => {
-                    tracing::debug!(key = %lease.key, ?outcome, "dlock: released on drop");
-                }
-                Err(error) => tracing::warn!(
-                    key = %lease.key,
-                    %error,
-                    "dlock: release on drop failed; the lease will expire at its ttl"
-                ),
-            }
-        });
-        if !spawned {
-            tracing::debug!(%key, "dlock: guard dropped with no runtime known; the lease will expire at its ttl");
-        }
+        crate::key::full_key(&self.state.config.key_prefix, key).map(|full| full.to_string())
     }
 }

@@ -8,7 +8,7 @@ use std::task::{Context, Poll};
 
 use pin_project_lite::pin_project;
 
-use crate::lease::LostReason;
+use crate::LostReason;
 use crate::lease_watch::LeaseWatch;
 use crate::{Error, Result};
 

@@ -9,14 +9,13 @@
 //! `FuturesUnordered`) re-enter each other's holds, and a guard moved to another task keeps
 //! counting for the task that acquired it.
 //!
-//! Entries are keyed by the full lock key, shared with the lease (no copy per lock).
+//! Entries are keyed by the full lock key, shared with the lease (no copy per lock), and
+//! point weakly to the hold (`H`): a hold that is gone is never found.
 
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::thread::ThreadId;
-
-use crate::hold::Hold;
 
 /// Who is acquiring: a tokio task, or a thread outside any task.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -33,20 +32,34 @@ impl HolderId {
 
 /// Each held key's holders (foldhash: randomly seeded per map, and much cheaper than SipHash
 /// on a short key, which every lock and unlock hashes).
-type HoldsByKey = HashMap<Arc<str>, Holders, foldhash::fast::RandomState>;
+type HoldsByKey<H> = HashMap<Arc<str>, Holders<H>, foldhash::fast::RandomState>;
 
 /// The holds of one Locker, by key and holder.
-#[derive(Debug, Default)]
-pub(crate) struct Reentrancy {
-    holds: Mutex<HoldsByKey>,
+#[derive(Debug)]
+pub(crate) struct Reentrancy<H> {
+    holds: Mutex<HoldsByKey<H>>,
+}
+
+impl<H> Default for Reentrancy<H> {
+    fn default() -> Self {
+        Self {
+            holds: Mutex::default(),
+        }
+    }
 }
 
 /// The holders of one key (almost always one), each with a weak link to its hold.
-#[derive(Debug, Default)]
-struct Holders(Vec<(HolderId, Weak<Hold>)>);
+#[derive(Debug)]
+struct Holders<H>(Vec<(HolderId, Weak<H>)>);
 
-impl Holders {
-    fn find(&self, holder: HolderId) -> Option<&Weak<Hold>> {
+impl<H> Default for Holders<H> {
+    fn default() -> Self {
+        Self(Vec::new())
+    }
+}
+
+impl<H> Holders<H> {
+    fn find(&self, holder: HolderId) -> Option<&Weak<H>> {
         self.0
             .iter()
             .find(|(id, _)| *id == holder)
@@ -54,7 +67,7 @@ impl Holders {
     }
 
     /// Records `hold` for `holder` unless a live hold is recorded already.
-    fn register(&mut self, holder: HolderId, hold: &Arc<Hold>) {
+    fn register(&mut self, holder: HolderId, hold: &Arc<H>) {
         match self.0.iter_mut().find(|(id, _)| *id == holder) {
             Some((_, existing)) if existing.strong_count() == 0 => *existing = Arc::downgrade(hold),
             Some(_) => {}
@@ -63,7 +76,7 @@ impl Holders {
     }
 
     /// Drops `holder`'s entry if it is `hold` or dead; returns whether none are left.
-    fn forget(&mut self, holder: HolderId, hold: *const Hold) -> bool {
+    fn forget(&mut self, holder: HolderId, hold: *const H) -> bool {
         self.0.retain(|(id, weak)| {
             *id != holder || (weak.strong_count() > 0 && !std::ptr::eq(weak.as_ptr(), hold))
         });
@@ -71,27 +84,28 @@ impl Holders {
     }
 }
 
-impl Reentrancy {
-    fn holds(&self) -> MutexGuard<'_, HoldsByKey> {
+impl<H> Reentrancy<H> {
+    fn holds(&self) -> MutexGuard<'_, HoldsByKey<H>> {
         self.holds.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The live hold `holder` has on `key`, if any.
-    pub(crate) fn find(&self, holder: HolderId, key: &str) -> Option<Arc<Hold>> {
+    pub(crate) fn find(&self, holder: HolderId, key: &str) -> Option<Arc<H>> {
         self.holds().get(key)?.find(holder)?.upgrade()
     }
 
-    /// Records that `holder` holds `hold`, so its nested acquires re-enter. An earlier live
-    /// hold of the same holder and key (taken with `.reentrant(false)`) keeps the entry.
-    pub(crate) fn register(&self, holder: HolderId, hold: &Arc<Hold>) {
+    /// Records that `holder` holds `key` through `hold`, so its nested acquires re-enter. An
+    /// earlier live hold of the same holder and key (taken with `.reentrant(false)`) keeps the
+    /// entry.
+    pub(crate) fn register(&self, holder: HolderId, key: &Arc<str>, hold: &Arc<H>) {
         self.holds()
-            .entry(Arc::clone(hold.full_key()))
+            .entry(Arc::clone(key))
             .or_default()
             .register(holder, hold);
     }
 
     /// Forgets that `holder` holds `key` through `hold` (its last share of it is gone).
-    pub(crate) fn forget(&self, holder: HolderId, key: &Arc<str>, hold: *const Hold) {
+    pub(crate) fn forget(&self, holder: HolderId, key: &Arc<str>, hold: *const H) {
         if let Entry::Occupied(mut holders) = self.holds().entry(Arc::clone(key))
             && holders.get_mut().forget(holder, hold)
         {

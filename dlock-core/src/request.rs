@@ -2,10 +2,11 @@
 
 use std::future::{Future, IntoFuture};
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
+use crate::acquire::{AcquireOptions, LockerState};
 use crate::guard::LockGuard;
-use crate::locker::{AcquireOptions, Locker};
 use crate::{LockMode, Result};
 
 /// An acquire being configured; `.await` it to get a [`LockGuard`].
@@ -27,12 +28,12 @@ use crate::{LockMode, Result};
 #[must_use = "a lock request does nothing until it is `.await`ed"]
 #[derive(Debug)]
 pub struct LockRequest<'a> {
-    locker: &'a Locker,
+    locker: &'a Arc<LockerState>,
     options: AcquireOptions<'a>,
 }
 
 impl<'a> LockRequest<'a> {
-    pub(crate) const fn new(locker: &'a Locker, key: &'a str, mode: LockMode) -> Self {
+    pub(crate) const fn new(locker: &'a Arc<LockerState>, key: &'a str, mode: LockMode) -> Self {
         Self {
             locker,
             options: AcquireOptions {

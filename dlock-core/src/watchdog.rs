@@ -17,8 +17,9 @@ use tokio::sync::{Notify, broadcast};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use crate::LostReason;
 use crate::backend::LockBackend;
-use crate::lease::{Lease, LostLease, LostReason, OwnerId, RenewOutcome};
+use crate::lease::{Lease, LostLease, OwnerId, RenewOutcome};
 use crate::lease_watch::{LeaseWatch, drift_margin};
 
 /// The watchdog of one Locker.

@@ -5,8 +5,9 @@ use std::time::{Duration, Instant};
 use super::Target;
 use super::support::{assert_between, key};
 use crate::Error;
+use crate::LostReason;
 use crate::backend::LockBackend;
-use crate::lease::{AcquireOutcome, AcquireRequest, LostReason, OwnerId};
+use crate::lease::{AcquireOutcome, AcquireRequest, OwnerId};
 use crate::lease_watch::drift_margin;
 
 /// A holder that vanishes without releasing (a crashed process: granted through the raw

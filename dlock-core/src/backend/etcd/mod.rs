@@ -29,10 +29,9 @@ use self::session::{Session, Sessions};
 use crate::backend::{Capabilities, Fencing, LockBackend};
 use crate::backend_url::BackendUrl;
 use crate::lease::{
-    AcquireOutcome, AcquireRequest, Lease, LostLease, LostReason, OwnerId, ReleaseOutcome,
-    RenewOutcome,
+    AcquireOutcome, AcquireRequest, Lease, LostLease, OwnerId, ReleaseOutcome, RenewOutcome,
 };
-use crate::{Error, Result};
+use crate::{Error, LostReason, Result};
 
 /// etcd's default `--max-txn-ops`: one renewal transaction checks at most this many locks.
 const RENEW_BATCH: usize = 128;

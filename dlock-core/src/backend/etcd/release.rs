@@ -10,7 +10,8 @@ use etcd_client::{
 use super::keys::LockName;
 use super::session::Session;
 use super::{Delete, EtcdGrant, Inner};
-use crate::lease::{Lease, LostLease, LostReason, ReleaseOutcome, RenewOutcome};
+use crate::LostReason;
+use crate::lease::{Lease, LostLease, ReleaseOutcome, RenewOutcome};
 use crate::lease_watch::drift_margin;
 use crate::{Error, Result};
 

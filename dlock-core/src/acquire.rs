@@ -1,0 +1,361 @@
+//! How a Locker takes a lock: the state behind every clone of one Locker, and the steps of an
+//! acquire — check the request, re-enter a hold of this task, ask the backend within the
+//! wait, keep the grant under the watchdog.
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::backend::{Capabilities, Fencing, LockBackend};
+use crate::config::DlockConfig;
+use crate::guard::LockGuard;
+use crate::hold::Hold;
+use crate::keeper::LeaseKeeper;
+use crate::lease::{AcquireOutcome, AcquireRequest, Lease, OwnerId};
+use crate::lease_watch::LeaseWatch;
+use crate::reentrancy::{HolderId, Reentrancy};
+use crate::{Error, LockMode, Result};
+
+/// The most an acquire that waits (`wait(d)`, `d > 0`) may answer after its wait ran out,
+/// whatever the server does (capped by the operation timeout): time for the last attempt's
+/// round trip and for giving up a queued place.
+///
+/// # Examples
+///
+/// ```
+/// assert_eq!(dlock_core::WAIT_SLACK, std::time::Duration::from_millis(250));
+/// ```
+pub const WAIT_SLACK: Duration = Duration::from_millis(250);
+
+/// The state behind every clone of one Locker.
+pub(crate) struct LockerState {
+    /// 128 random bits in hex, drawn once: the scope of this Locker's owner ids.
+    id: String,
+    /// How many grants this Locker asked for: the other half of an owner id.
+    grants: AtomicU64,
+    pub(crate) capabilities: Capabilities,
+    pub(crate) config: DlockConfig,
+    pub(crate) keeper: Arc<LeaseKeeper>,
+    reentrancy: Arc<Reentrancy<Hold>>,
+}
+
+impl fmt::Debug for LockerState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Locker")
+            .field("id", &self.id)
+            .field("backend", &self.capabilities.name)
+            .field("key_prefix", &self.config.key_prefix)
+            .field("ttl", &self.config.ttl)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a [`LockRequest`](crate::LockRequest) asks for.
+#[derive(Debug)]
+pub(crate) struct AcquireOptions<'a> {
+    pub(crate) key: &'a str,
+    pub(crate) ttl: Option<Duration>,
+    /// `None`: the Locker's default; `Some(None)`: until acquired.
+    pub(crate) wait: Option<Option<Duration>>,
+    pub(crate) watchdog: bool,
+    /// Whether a hold of the current task on the key is re-entered.
+    pub(crate) reentrant: bool,
+    /// Whether the grant must carry a fencing token; `None`: the Locker's default.
+    pub(crate) fencing: Option<bool>,
+    /// How the key is held.
+    pub(crate) mode: LockMode,
+}
+
+/// What [`LockerState::check`] found valid in a request.
+struct Checked {
+    full_key: Arc<str>,
+    ttl: Duration,
+    fencing: bool,
+}
+
+impl LockerState {
+    /// The state of a new Locker over `backend` with (valid) `config`.
+    pub(crate) fn new(backend: Arc<dyn LockBackend>, config: DlockConfig) -> Self {
+        let capabilities = backend.capabilities();
+        let id = OwnerId::random("locker").as_str()["locker:".len()..].to_owned();
+        Self {
+            id,
+            grants: AtomicU64::new(0),
+            capabilities,
+            keeper: Arc::new(LeaseKeeper::new(backend, config.operation_timeout)),
+            config,
+            reentrancy: Arc::default(),
+        }
+    }
+
+    /// Takes a lock as `options` describe: checks the request, re-enters a hold of this task
+    /// where the mode allows, else asks the backend (within the wait) and keeps the grant.
+    pub(crate) async fn acquire(&self, options: AcquireOptions<'_>) -> Result<LockGuard> {
+        let checked = self.check(&options)?;
+        let holder = HolderId::current();
+        if options.reentrant
+            && let Some(guard) = self.reenter(&options, &checked, holder)?
+        {
+            return Ok(guard);
+        }
+        let started = Instant::now();
+        let lease = self.grant(&options, checked, started).await?;
+        self.keep(&options, lease, holder, started)
+    }
+
+    /// Validates `options` against the settings and the backend, before any round trip.
+    fn check(&self, options: &AcquireOptions<'_>) -> Result<Checked> {
+        let full_key = crate::key::full_key(&self.config.key_prefix, options.key)?;
+        let ttl = options.ttl.unwrap_or(self.config.ttl);
+        if ttl < Duration::from_millis(10) {
+            return Err(Error::config(
+                "ttl",
+                humantime::format_duration(ttl).to_string(),
+                "must be at least 10ms",
+            ));
+        }
+        if options.mode == (LockMode::Permit { limit: 0 }) {
+            return Err(Error::config(
+                "permits",
+                "0",
+                "a semaphore needs at least one permit",
+            ));
+        }
+        if !self.capabilities.supports(options.mode) {
+            return Err(Error::Unsupported {
+                backend: self.capabilities.name,
+                operation: match options.mode {
+                    LockMode::Permit { .. } => "semaphores",
+                    _ => "read-write locks",
+                },
+            });
+        }
+        let fencing = options.fencing.unwrap_or(self.config.fencing);
+        if fencing && self.capabilities.fencing == Fencing::None {
+            return Err(Error::Unsupported {
+                backend: self.capabilities.name,
+                operation: "fencing tokens",
+            });
+        }
+        Ok(Checked {
+            full_key,
+            ttl,
+            fencing,
+        })
+    }
+
+    /// A nested guard on the hold this task has on the key, if the mode re-enters it: any
+    /// lock inside a write lock (a read lock there is a downgrade), a read lock inside a read
+    /// lock. Permits never re-enter.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LockUpgrade`] for a write lock inside this task's read lock; the hold's
+    /// [`Error::LeaseLost`] once it is lost; [`Error::Config`] for a fencing token asked of a
+    /// hold taken without one.
+    fn reenter(
+        &self,
+        options: &AcquireOptions<'_>,
+        checked: &Checked,
+        holder: HolderId,
+    ) -> Result<Option<LockGuard>> {
+        if matches!(options.mode, LockMode::Permit { .. }) {
+            return Ok(None);
+        }
+        let Some(hold) = self.reentrancy.find(holder, &checked.full_key) else {
+            return Ok(None);
+        };
+        if let Some(lost) = hold.lost_error() {
+            return Err(lost);
+        }
+        if hold.lease().mode == LockMode::Shared && options.mode == LockMode::Exclusive {
+            return Err(Error::LockUpgrade {
+                key: options.key.to_owned(),
+            });
+        }
+        if checked.fencing && hold.lease().fencing_token.is_none() {
+            return Err(Error::config(
+                "fencing",
+                "true",
+                format!(
+                    "this task already holds `{}` without a fencing token, and a nested \
+                     acquire shares that grant: ask for the token on the outermost one",
+                    options.key
+                ),
+            ));
+        }
+        tracing::trace!(key = options.key, mode = %options.mode, "dlock: re-entered");
+        Ok(Some(LockGuard::new(hold, true, holder)))
+    }
+
+    /// Asks the backend for a new grant, within the caller's wait counted from `started`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Busy`] when the wait ran out; the backend's errors, bounded in time.
+    async fn grant(
+        &self,
+        options: &AcquireOptions<'_>,
+        checked: Checked,
+        started: Instant,
+    ) -> Result<Lease> {
+        let grant = self.grants.fetch_add(1, Ordering::Relaxed) + 1;
+        let request = AcquireRequest::new(
+            checked.full_key,
+            OwnerId::numbered(&self.id, grant),
+            checked.ttl,
+        )
+        .with_fencing(checked.fencing)
+        .with_mode(options.mode);
+        let wait = options.wait.unwrap_or(self.config.wait);
+        let operation_timeout = self.keeper.operation_timeout();
+        let outcome = match wait {
+            Some(wait) => {
+                // One attempt is one operation; a wait gets a short slack past its end.
+                let slack = if wait.is_zero() {
+                    operation_timeout
+                } else {
+                    WAIT_SLACK.min(operation_timeout)
+                };
+                let deadline = started + wait;
+                self.acquire_by(request, deadline, deadline + slack).await
+            }
+            None => {
+                let outcome = self.keeper.backend().acquire(&request, None).await;
+                if outcome.as_ref().is_err_and(may_have_been_applied) {
+                    self.keeper
+                        .release_once_answered(Lease::new(&request, Instant::now()));
+                }
+                outcome
+            }
+        };
+        match outcome.map_err(|error| for_the_caller(error, options.key))? {
+            AcquireOutcome::Acquired(lease) => Ok(lease),
+            AcquireOutcome::Busy { retry_after } => Err(Error::Busy {
+                key: options.key.to_owned(),
+                waited: started.elapsed(),
+                retry_after,
+            }),
+        }
+    }
+
+    /// The backend's acquire of `request`, waiting natively until `deadline`, answered by
+    /// `answer_by` whatever the server does ([`Error::Timeout`] then). An attempt still in
+    /// flight at `answer_by` goes on in the background for at most the operation timeout,
+    /// and whatever it was granted is released: a late grant is never left to its ttl.
+    async fn acquire_by(
+        &self,
+        request: AcquireRequest,
+        deadline: Instant,
+        answer_by: Instant,
+    ) -> Result<AcquireOutcome> {
+        let unconfirmed = Lease::new(&request, Instant::now());
+        let keeper = Arc::clone(&self.keeper);
+        let mut attempt =
+            Box::pin(async move { keeper.backend().acquire(&request, Some(deadline)).await });
+        if let Ok(outcome) = tokio::time::timeout_at(answer_by.into(), attempt.as_mut()).await {
+            if outcome.as_ref().is_err_and(may_have_been_applied) {
+                self.keeper.release_once_answered(unconfirmed);
+            }
+            return outcome;
+        }
+        let keeper = Arc::clone(&self.keeper);
+        let key = Arc::clone(&unconfirmed.key);
+        let spawned = self.keeper.watchdog().spawn(async move {
+            let finished = tokio::time::timeout(keeper.operation_timeout(), attempt).await;
+            // A grant that came too late, or a request that may still be applied after this
+            // (an owner-checked release of a grant that never was changes nothing).
+            match finished {
+                Ok(Ok(AcquireOutcome::Acquired(lease))) => keeper.release_once_answered(lease),
+                Ok(Ok(AcquireOutcome::Busy { .. })) => {}
+                Ok(Err(error)) if !may_have_been_applied(&error) => {}
+                Ok(Err(_)) | Err(_) => keeper.release_once_answered(unconfirmed),
+            }
+        });
+        if !spawned {
+            tracing::debug!(%key, "dlock: no runtime to finish a late acquire; a late grant expires at its ttl");
+        }
+        Err(self.keeper.timeout("acquire"))
+    }
+
+    /// Puts a fresh grant under the watchdog and wraps it in this task's guard.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LeaseLost`] when the grant came too late to be used safely (it is released in
+    /// the background).
+    fn keep(
+        &self,
+        options: &AcquireOptions<'_>,
+        lease: Lease,
+        holder: HolderId,
+        started: Instant,
+    ) -> Result<LockGuard> {
+        // The backend may grant less than asked (a negotiated session timeout): trust the
+        // shorter of the two.
+        let ttl = lease.ttl.min(options.ttl.unwrap_or(self.config.ttl));
+        let watch = Arc::new(LeaseWatch::new(
+            Arc::clone(&lease.key),
+            self.config.key_prefix.len(),
+            ttl,
+            lease.valid_from,
+        ));
+        let cadence = options.watchdog.then(|| self.cadence(ttl));
+        self.keeper
+            .watchdog()
+            .watch(lease.clone(), Arc::clone(&watch), cadence);
+        let hold = Hold::new(
+            Arc::clone(&self.keeper),
+            Arc::clone(&self.reentrancy),
+            lease,
+            watch,
+        );
+        let guard = LockGuard::new(Arc::new(hold), false, holder);
+        tracing::debug!(
+            key = options.key,
+            mode = %options.mode,
+            fencing_token = guard.fencing_token(),
+            waited_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
+            "dlock: acquired"
+        );
+        if let Some(reason) = guard.lost_reason() {
+            // Granted, but the reply came too late to use it safely; dropping the guard
+            // releases the grant in the background.
+            return Err(Error::LeaseLost {
+                key: options.key.to_owned(),
+                reason,
+            });
+        }
+        Ok(guard)
+    }
+
+    /// The watchdog's renewal period for a lease of `ttl`: the configured interval if it
+    /// leaves room for a second try before the lease runs out, else `ttl / 3`.
+    fn cadence(&self, ttl: Duration) -> Duration {
+        match self.config.watchdog_interval {
+            Some(interval) if interval <= ttl / 2 => interval,
+            _ => ttl / 3,
+        }
+    }
+}
+
+/// A backend's error as the caller should see it: keys named as the caller gave them.
+fn for_the_caller(error: Error, user_key: &str) -> Error {
+    match error {
+        Error::PermitLimitMismatch {
+            stored, requested, ..
+        } => Error::PermitLimitMismatch {
+            key: user_key.to_owned(),
+            stored,
+            requested,
+        },
+        other => other,
+    }
+}
+
+/// Whether an acquire that failed with `error` may still have been granted on the server (the
+/// request was sent, and no answer came back), so its owner's grant must be released.
+fn may_have_been_applied(error: &Error) -> bool {
+    error.kind() == crate::ErrorKind::Unavailable
+}
