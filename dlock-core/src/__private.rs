@@ -17,12 +17,11 @@
 
 use std::borrow::Cow;
 use std::future::Future;
-use std::pin::pin;
 use std::time::Duration;
 
 pub use crate::Locker;
 use crate::current::CurrentLock;
-use crate::{Error, LockGuard, Result};
+use crate::{Error, Result};
 
 /// The attribute's `ttl`, `wait`, `watchdog` and `fencing` arguments.
 #[derive(Debug, Clone, Copy)]
@@ -87,8 +86,10 @@ impl IntoLocker for Result<Locker> {
 ///   running the body.
 /// * The lease lost while the body runs: the body is dropped at its next await point and
 ///   [`Error::LeaseLost`] is returned.
-/// * The body finished: the lock is released before returning. See `finish` for what a
-///   failed release means.
+/// * The body finished: the lock is released before returning, by the scope rule
+///   ([`LockGuard::run_and_release`](crate::LockGuard::run_and_release)): a successful body
+///   whose lock was found lost at release gives [`Error::LeaseLost`]; a failed body's own
+///   error stands; an unreachable server is traced and the body's result returned.
 /// * A panic in the body, or the caller dropping this future: the guard's drop releases in
 ///   the background.
 ///
@@ -120,50 +121,7 @@ where
     };
     let guard = request.await?;
     let current = CurrentLock::new(key, guard.fencing_token());
-    let mut body = pin!(current.scope(body));
-    let output = guard.run(body.as_mut()).await?;
-    let current = body.take_value();
-    finish(guard, current, output).await
-}
-
-/// Releases after the body returned `output`, and decides what to return:
-///
-/// * released: `output`;
-/// * [`Error::LeaseLost`] or [`Error::NotHolder`] at release (the lock stopped protecting the
-///   body before it was released, so its work may have overlapped another holder's): that
-///   error if the body succeeded; the body's own error (and a warning) if it failed;
-/// * any other release error (backend unreachable, timeout): a warning, and `output` — the body
-///   finished while the lease was valid, and the lock frees itself when its ttl runs out.
-async fn finish<T, E>(
-    guard: LockGuard,
-    current: Option<CurrentLock>,
-    output: Result<T, E>,
-) -> Result<T, E>
-where
-    E: From<Error>,
-{
-    let error = match guard.release().await {
-        Ok(()) => return output,
-        Err(error) => error,
-    };
-    let key = current.as_ref().map_or("", CurrentLock::key);
-    match error {
-        Error::LeaseLost { .. } | Error::NotHolder { .. } if output.is_ok() => Err(error.into()),
-        Error::LeaseLost { .. } | Error::NotHolder { .. } => {
-            tracing::warn!(
-                key,
-                %error,
-                "dlock: the lock stopped protecting a #[distributed_lock] body that failed; returning the body's error"
-            );
-            output
-        }
-        _ => {
-            tracing::warn!(
-                key,
-                %error,
-                "dlock: releasing after a #[distributed_lock] body failed; the lock will expire at its ttl"
-            );
-            output
-        }
-    }
+    guard
+        .run_and_release(current.scope(body), Result::is_ok)
+        .await?
 }

@@ -58,6 +58,7 @@ mod mode;
 mod protected;
 mod reentrancy;
 mod request;
+mod scope;
 mod watchdog;
 
 #[doc(hidden)]

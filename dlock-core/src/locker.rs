@@ -349,11 +349,14 @@ impl Locker {
     }
 
     /// Acquires `key` with the defaults, runs `work` under the lock, cancels it if the lease
-    /// is lost, and releases.
+    /// is lost, and releases — by the [scope rule](crate::LockGuard::run_and_release) every
+    /// wrapper uses: a release that cannot reach the server after `work` finished is traced,
+    /// and `work`'s output returned (the lock frees itself at its ttl).
     ///
     /// # Errors
     ///
-    /// Any acquire error; [`Error::LeaseLost`] if the lease was lost before `work` finished.
+    /// Any acquire error; [`Error::LeaseLost`] if the lease was lost before `work` finished or
+    /// the release found it lost.
     ///
     /// # Examples
     ///
@@ -366,9 +369,7 @@ impl Locker {
     /// ```
     pub async fn with_lock<F: Future>(&self, key: &str, work: F) -> Result<F::Output> {
         let guard = self.lock(key).await?;
-        let output = guard.run(work).await?;
-        guard.release().await?;
-        Ok(output)
+        guard.run_and_release(work, |_| true).await
     }
 
     /// The backend this Locker uses.

@@ -5,7 +5,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 
-use dlock_core::{Error, LockGuard, LostReason, Protected, Result as LockResult};
+use dlock_core::{Error, LockGuard, Protected, Result as LockResult};
 use http::{Request, Response};
 use pin_project_lite::pin_project;
 use tower_service::Service;
@@ -45,7 +45,12 @@ pin_project! {
             // The handler, polled only while the lease is valid.
             #[pin]
             future: Protected<S::Future>,
-            guard: LockGuard,
+            guard: Option<LockGuard>,
+        },
+        Releasing {
+            release: BoxFuture<LockResult<()>>,
+            key: String,
+            output: Option<Result<S::Response, S::Error>>,
         },
         Passthrough {
             #[pin]
@@ -130,29 +135,49 @@ where
                     };
                     let request = request.take().expect("request taken once");
                     let future = guard.protect(inner.call(request));
-                    this.state.set(State::Running { future, guard });
+                    this.state.set(State::Running {
+                        future,
+                        guard: Some(guard),
+                    });
                 }
                 StateProj::Running { future, guard } => {
-                    let response = match ready!(future.poll(cx)) {
-                        // A success whose lease ran out while the handler finished may have
-                        // overlapped another holder: not a success to report.
-                        Ok(Ok(response)) if response.status().is_success() && !guard.is_held() => {
-                            let error = Error::LeaseLost {
-                                key: guard.key().to_owned(),
-                                reason: guard.lost_reason().unwrap_or(LostReason::Expired),
-                            };
-                            tracing::warn!(%error, "dlock-tower: the lease ran out while the handler finished; answering 503");
-                            Ok(this.settings.on_error.respond(guard.key(), &error))
-                        }
-                        // The response is ready: the lock is released as the guard drops.
+                    let output = ready!(future.poll(cx));
+                    let guard = guard.take().expect("guard taken once");
+                    let output = match output {
                         Ok(output) => output,
                         Err(error) => {
+                            // The guard's drop releases in the background.
                             tracing::warn!(%error, "dlock-tower: lease lost mid-request; the handler was cancelled");
-                            Ok(this.settings.on_error.respond(guard.key(), &error))
+                            let response = this.settings.on_error.respond(guard.key(), &error);
+                            this.state.set(State::Done);
+                            return Poll::Ready(Ok(response));
                         }
                     };
-                    // Drops the handler's future (if still running) and the guard (which
-                    // releases).
+                    // A 2xx whose lock is found lost at release may have overlapped another
+                    // holder: not a success to report (dlock's one scope rule).
+                    let succeeded =
+                        matches!(&output, Ok(response) if response.status().is_success());
+                    let key = guard.key().to_owned();
+                    this.state.set(State::Releasing {
+                        release: Box::pin(guard.release_after(succeeded)),
+                        key,
+                        output: Some(output),
+                    });
+                }
+                StateProj::Releasing {
+                    release,
+                    key,
+                    output,
+                } => {
+                    let verdict = ready!(release.as_mut().poll(cx));
+                    let output = output.take().expect("output taken once");
+                    let response = match verdict {
+                        Ok(()) => output,
+                        Err(error) => {
+                            tracing::warn!(%error, "dlock-tower: the lock stopped protecting the handler; answering 503");
+                            Ok(this.settings.on_error.respond(key, &error))
+                        }
+                    };
                     this.state.set(State::Done);
                     return Poll::Ready(response);
                 }
