@@ -8,7 +8,7 @@
 //!     ::dlock_core::__private::run(
 //!         ::dlock_core::__private::Locker::global(),          // or IntoLocker::into_locker(expr)
 //!         ::std::borrow::Cow::Owned(::std::format!("order:{}", id)),
-//!         ::dlock_core::__private::Options { ttl: .., wait: .., watchdog: true, fencing: None },
+//!         ::dlock_core::__private::Options { ttl: .., wait: .., watchdog: true, fencing: None, mode: .. },
 //!         async move { body },
 //!     )
 //!     .await
@@ -21,9 +21,9 @@ use std::time::Duration;
 
 pub use crate::Locker;
 use crate::current::CurrentLock;
-use crate::{Error, Result};
+use crate::{Error, LockMode, Result};
 
-/// The attribute's `ttl`, `wait`, `watchdog` and `fencing` arguments.
+/// The attribute's `ttl`, `wait`, `watchdog`, `fencing`, `mode` and `permits` arguments.
 #[derive(Debug, Clone, Copy)]
 pub struct Options {
     /// `ttl = ".."`; `None`: the Locker's default.
@@ -34,6 +34,8 @@ pub struct Options {
     pub watchdog: bool,
     /// `fencing = ..`; `None`: the Locker's default.
     pub fencing: Option<bool>,
+    /// `mode = "read"` (shared), `permits = N` (a permit), else exclusive.
+    pub mode: LockMode,
 }
 
 /// The attribute's `wait` argument.
@@ -107,7 +109,9 @@ where
     E: From<Error>,
 {
     let locker = locker?;
-    let mut request = locker.lock(&key).watchdog(options.watchdog);
+    let mut request = locker
+        .lock_as(&key, options.mode)
+        .watchdog(options.watchdog);
     if let Some(ttl) = options.ttl {
         request = request.ttl(ttl);
     }

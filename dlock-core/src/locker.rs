@@ -331,6 +331,27 @@ impl Locker {
         LockRequest::new(&self.state, key, LockMode::Permit { limit: permits })
     }
 
+    /// Starts building an acquire of `key` in `mode`, chosen at run time: what
+    /// [`lock`](Self::lock) / [`write_lock`](Self::write_lock) (exclusive),
+    /// [`read_lock`](Self::read_lock) (shared) and [`semaphore`](Self::semaphore) (a permit)
+    /// build.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> dlock_core::Result<()> {
+    /// use dlock_core::LockMode;
+    /// let locker = dlock_core::Locker::memory();
+    /// let read_only = true;
+    /// let mode = if read_only { LockMode::Shared } else { LockMode::Exclusive };
+    /// let guard = locker.lock_as("catalog", mode).await?;
+    /// assert_eq!(guard.mode(), LockMode::Shared);
+    /// # Ok(()) }
+    /// ```
+    pub fn lock_as<'a>(&'a self, key: &'a str, mode: LockMode) -> LockRequest<'a> {
+        LockRequest::new(&self.state, key, mode)
+    }
+
     /// Like [`lock`](Self::lock), but makes exactly one attempt: it never waits.
     ///
     /// # Examples

@@ -1,11 +1,11 @@
 //! The attribute's arguments: `key = "order:<id>", ttl = "10s", wait = "2s", watchdog = false,
-//! fencing = true, locker = <expr>, crate = "path"`.
+//! fencing = true, mode = "read" | "write", permits = N, locker = <expr>, crate = "path"`.
 
 use proc_macro2::Span;
 use quote::ToTokens;
 use syn::ext::IdentExt;
 use syn::parse::{Parse, ParseStream};
-use syn::{Expr, ExprLit, Ident, Lit, LitBool, LitStr, Path, Token};
+use syn::{Expr, ExprLit, Ident, Lit, LitBool, LitInt, LitStr, Path, Token};
 
 use crate::duration::{self, Parsed};
 use crate::key_template::KeyTemplate;
@@ -16,11 +16,18 @@ mod kw {
     syn::custom_keyword!(wait);
     syn::custom_keyword!(watchdog);
     syn::custom_keyword!(fencing);
+    syn::custom_keyword!(mode);
+    syn::custom_keyword!(permits);
     syn::custom_keyword!(locker);
 }
 
 /// Every argument name, in the order the docs list them.
-const ARGUMENTS: &str = "`key`, `ttl`, `wait`, `watchdog`, `fencing`, `locker`, `crate`";
+const ARGUMENTS: &str =
+    "`key`, `ttl`, `wait`, `watchdog`, `fencing`, `mode`, `permits`, `locker`, `crate`";
+
+/// The error for `mode` and `permits` together, spanned on the second of them.
+const MODE_AND_PERMITS: &str = "`#[distributed_lock]`: `mode` and `permits` cannot be combined: \
+     `mode` takes one side of a read-write lock, `permits` one permit of a semaphore";
 
 /// The parsed arguments of one `#[distributed_lock(..)]`.
 #[derive(Default)]
@@ -30,6 +37,8 @@ pub(crate) struct LockArgs {
     pub(crate) wait: Option<Wait>,
     pub(crate) watchdog: Option<LitBool>,
     pub(crate) fencing: Option<LitBool>,
+    pub(crate) mode: Option<Mode>,
+    pub(crate) permits: Option<Permits>,
     pub(crate) locker: Option<Expr>,
     pub(crate) krate: Option<Path>,
 }
@@ -38,6 +47,20 @@ pub(crate) struct LockArgs {
 pub(crate) struct KeyArg {
     pub(crate) lit: LitStr,
     pub(crate) template: KeyTemplate,
+}
+
+/// `mode = "read" | "write"`: the side of a read-write lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    Read,
+    Write,
+}
+
+/// `permits = N`: one of N permits of a semaphore, and where it was written.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Permits {
+    pub(crate) limit: u32,
+    pub(crate) span: Span,
 }
 
 /// `wait = "..."`.
@@ -61,6 +84,18 @@ impl Parse for LockArgs {
                 parse_once::<kw::watchdog, _>(input, &mut args.watchdog, parse_bool)?;
             } else if input.peek(kw::fencing) {
                 parse_once::<kw::fencing, _>(input, &mut args.fencing, parse_bool)?;
+            } else if input.peek(kw::mode) {
+                let at = input.span();
+                parse_once::<kw::mode, _>(input, &mut args.mode, parse_mode)?;
+                if args.permits.is_some() {
+                    return Err(syn::Error::new(at, MODE_AND_PERMITS));
+                }
+            } else if input.peek(kw::permits) {
+                let at = input.span();
+                parse_once::<kw::permits, _>(input, &mut args.permits, parse_permits)?;
+                if args.mode.is_some() {
+                    return Err(syn::Error::new(at, MODE_AND_PERMITS));
+                }
             } else if input.peek(kw::locker) {
                 parse_once::<kw::locker, _>(input, &mut args.locker, |input, _| input.parse())?;
             } else if input.peek(Token![crate]) {
@@ -171,6 +206,62 @@ fn parse_wait(input: ParseStream<'_>, name: &str) -> syn::Result<Wait> {
         return Ok(Wait::Forever);
     }
     parse_duration(&lit, name).map(Wait::For)
+}
+
+fn parse_mode(input: ParseStream<'_>, name: &str) -> syn::Result<Mode> {
+    let lit = string_literal(input, name, "\"read\"")?;
+    match lit.value().as_str() {
+        "read" => Ok(Mode::Read),
+        "write" => Ok(Mode::Write),
+        other => Err(syn::Error::new(
+            lit.span(),
+            format!(
+                "`#[distributed_lock]`: unknown `mode` {other:?}; expected \"read\" (shared with \
+                 other readers) or \"write\" (exclusive); for a semaphore use `permits = N`"
+            ),
+        )),
+    }
+}
+
+fn parse_permits(input: ParseStream<'_>, name: &str) -> syn::Result<Permits> {
+    let lit = match input.parse::<Expr>()? {
+        Expr::Lit(ExprLit {
+            lit: Lit::Int(lit), ..
+        }) => lit,
+        other => {
+            return Err(syn::Error::new_spanned(
+                other,
+                format!(
+                    "`#[distributed_lock]`: `{name}` must be a whole number, e.g. `{name} = 3`"
+                ),
+            ));
+        }
+    };
+    let limit = positive_u32(&lit)?;
+    Ok(Permits {
+        limit,
+        span: lit.span(),
+    })
+}
+
+fn positive_u32(lit: &LitInt) -> syn::Result<u32> {
+    let limit: u32 = lit.base10_parse().map_err(|_| {
+        syn::Error::new(
+            lit.span(),
+            format!(
+                "`#[distributed_lock]`: `permits` must fit in a u32 (at most {}), not {lit}",
+                u32::MAX
+            ),
+        )
+    })?;
+    if limit == 0 {
+        return Err(syn::Error::new(
+            lit.span(),
+            "`#[distributed_lock]`: `permits` must be at least 1: it is how many holders the \
+             semaphore lets in at once",
+        ));
+    }
+    Ok(limit)
 }
 
 fn parse_bool(input: ParseStream<'_>, name: &str) -> syn::Result<LitBool> {

@@ -11,7 +11,7 @@ use syn::{
     ReturnType, Stmt, Type, TypeParamBound,
 };
 
-use crate::attr::{LockArgs, Wait};
+use crate::attr::{LockArgs, Mode, Wait};
 use crate::duration::Parsed;
 
 /// Expands `#[distributed_lock(args)] item`. On any error the original item is emitted
@@ -223,12 +223,21 @@ fn gen_options(args: &LockArgs) -> TokenStream {
         || quote! { ::core::option::Option::None },
         |fencing| quote! { ::core::option::Option::Some(#fencing) },
     );
+    let mode = match (args.mode, args.permits) {
+        (Some(Mode::Read), _) => quote! { #krate::LockMode::Shared },
+        (_, Some(permits)) => {
+            let limit = permits.limit;
+            quote_spanned! { permits.span=> #krate::LockMode::Permit { limit: #limit } }
+        }
+        (Some(Mode::Write) | None, None) => quote! { #krate::LockMode::Exclusive },
+    };
     quote! {
         #krate::__private::Options {
             ttl: #ttl,
             wait: #wait,
             watchdog: #watchdog,
             fencing: #fencing,
+            mode: #mode,
         }
     }
 }

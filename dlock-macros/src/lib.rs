@@ -86,6 +86,8 @@ use proc_macro::TokenStream;
 /// | `wait = "2s"` | the Locker's `wait` (until acquired, unless configured) | give up with `Error::Busy` after this long; `"0s"`: one attempt; `"forever"`: until acquired |
 /// | `watchdog = false` | `true` | don't renew: the lock lasts at most `ttl` (ShedLock's `lockAtMostFor`); the body is cancelled when it runs out |
 /// | `fencing = true` | the Locker's `fencing` (`false`) | the grant must carry a fencing token (Redis issues one only when asked; memory and etcd always do) |
+/// | `mode = "read"` / `"write"` | exclusive | one side of a read-write lock: readers of a key run side by side, a writer alone; a read inside the same task's write lock re-enters it |
+/// | `permits = 3` | — | one of that many permits of a semaphore (cannot be combined with `mode`; every user of the key names the same number) |
 /// | `locker = <expr>` | `Locker::global()` | a `Locker`, a `&Locker` or a `dlock_core::Result<Locker>`; may use the fn's parameters, e.g. `locker = &self.locker` |
 /// | `crate = "path"` | `dlock_core` | where `dlock-core` is, if renamed or re-exported |
 ///

@@ -1,0 +1,10 @@
+use dlock_core::{Error, distributed_lock};
+
+#[distributed_lock(key = "order:<id>", permits = 0)]
+async fn settle(id: u64) -> Result<u64, Error> {
+    Ok(id)
+}
+
+fn main() {
+    let _ = settle(1);
+}
