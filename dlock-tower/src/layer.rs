@@ -4,8 +4,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use dlock_core::{Error, Locker};
-use http::Response;
+use dlock_core::{Error, LockMode, Locker};
+use http::{Method, Response};
 use tower_layer::Layer;
 
 use crate::reject::{Reject, locked_response, unavailable_response};
@@ -19,6 +19,7 @@ use crate::service::DistributedLock;
 /// |---|---|
 /// | still busy after `wait` (default: one attempt) | `423 Locked` + `Retry-After` |
 /// | the lock service failed | `503 Service Unavailable` |
+/// | the lock cannot be taken as set up (a mode the backend lacks, an invalid key) | `500 Internal Server Error` |
 /// | the lease was lost while the handler ran (the handler is dropped) | `503 Service Unavailable` |
 /// | the key cannot be built (e.g. unknown path parameter) | `500 Internal Server Error` |
 ///
@@ -53,6 +54,7 @@ pub(crate) struct Settings {
     pub(crate) ttl: Option<Duration>,
     pub(crate) wait: Duration,
     pub(crate) watchdog: bool,
+    pub(crate) mode: ModeChoice,
     pub(crate) on_busy: Reject,
     pub(crate) on_error: Reject,
 }
@@ -69,6 +71,7 @@ impl<K> DistributedLockLayer<K> {
                 ttl: None,
                 wait: Duration::ZERO,
                 watchdog: true,
+                mode: ModeChoice::Every(LockMode::Exclusive),
                 on_busy: Reject::new(locked_response),
                 on_error: Reject::new(unavailable_response),
             }),
@@ -81,6 +84,7 @@ impl<K> DistributedLockLayer<K> {
             ttl: self.settings.ttl,
             wait: self.settings.wait,
             watchdog: self.settings.watchdog,
+            mode: self.settings.mode,
             on_busy: self.settings.on_busy.clone(),
             on_error: self.settings.on_error.clone(),
         };
@@ -104,6 +108,46 @@ impl<K> DistributedLockLayer<K> {
     /// lock and is cancelled. Defaults to `true`.
     pub fn watchdog(self, renew: bool) -> Self {
         self.with(|s| s.watchdog = renew)
+    }
+
+    /// Locks every request in `mode`. Defaults to [`LockMode::Exclusive`]: one request per key
+    /// at a time. [`LockMode::Permit`] lets up to that many requests per key run at once.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use dlock_core::LockMode;
+    /// use dlock_tower::DistributedLockLayer;
+    ///
+    /// // At most 4 exports per tenant run at once, across every instance of the service.
+    /// let key = |req: &http::Request<String>| req.headers().get("x-tenant")?.to_str().ok().map(|t| format!("exports:{t}"));
+    /// let layer = DistributedLockLayer::new(dlock_core::Locker::memory(), key)
+    ///     .mode(LockMode::Permit { limit: 4 });
+    /// # drop(layer);
+    /// ```
+    pub fn mode(self, mode: LockMode) -> Self {
+        self.with(|s| s.mode = ModeChoice::Every(mode))
+    }
+
+    /// Locks the key of a safe request (`GET`, `HEAD`, `OPTIONS`) shared and of any other
+    /// request exclusive: reads of one resource run side by side, and a write waits for them
+    /// and runs alone — a read-write lock per key, which the backend must support
+    /// ([`Capabilities::read_write`](dlock_core::backend::Capabilities::read_write); else each
+    /// safe request answers `500`). A write that waits is not overtaken by reads that come after it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use dlock_tower::DistributedLockLayer;
+    ///
+    /// let key = |req: &http::Request<String>| Some(req.uri().path().to_owned());
+    /// let layer = DistributedLockLayer::new(dlock_core::Locker::memory(), key)
+    ///     .shared_for_safe_methods()
+    ///     .wait(std::time::Duration::from_secs(2));
+    /// # drop(layer);
+    /// ```
+    pub fn shared_for_safe_methods(self) -> Self {
+        self.with(|s| s.mode = ModeChoice::ByMethod)
     }
 
     /// The response when the lock stays busy, from the lock key and the [`Error::Busy`]; its
@@ -154,6 +198,32 @@ impl<K> DistributedLockLayer<K> {
     ) -> Self {
         self.with(|s| s.on_error = Reject::new(respond))
     }
+}
+
+/// How the layer picks a request's lock mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ModeChoice {
+    /// The same for every request.
+    Every(LockMode),
+    /// Shared for safe methods, exclusive for the others.
+    ByMethod,
+}
+
+impl ModeChoice {
+    /// The mode for a request with `method`.
+    pub(crate) fn for_method(self, method: &Method) -> LockMode {
+        match self {
+            Self::Every(mode) => mode,
+            Self::ByMethod if is_safe(method) => LockMode::Shared,
+            Self::ByMethod => LockMode::Exclusive,
+        }
+    }
+}
+
+/// RFC 9110 §9.2.1's safe methods this layer reads as reads (`TRACE` is echoed by servers,
+/// not routed to handlers).
+fn is_safe(method: &Method) -> bool {
+    [Method::GET, Method::HEAD, Method::OPTIONS].contains(method)
 }
 
 impl<K: Clone> Clone for DistributedLockLayer<K> {

@@ -4,7 +4,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use dlock_core::Error;
+use dlock_core::{Error, ErrorKind};
 use http::{HeaderValue, Response, StatusCode, header};
 
 /// Builds the response for a request the layer refuses, from the lock key and the error that
@@ -74,25 +74,39 @@ pub fn locked_response(key: &str, error: &Error) -> Response<String> {
 }
 
 /// `503 Service Unavailable` with a problem-details body naming the key: the lock service
-/// failed, or the lease was lost mid-request. The error's own text (hosts, client errors)
-/// stays in the server's logs, out of the response.
+/// failed, or the lease was lost mid-request. A lock this service is set up to take wrongly
+/// (a mode the backend lacks, an invalid key or ttl: [`ErrorKind::Unsupported`] and
+/// [`ErrorKind::InvalidInput`](dlock_core::ErrorKind::InvalidInput)) is a
+/// `500 Internal Server Error` instead: retrying will not help. The error's own text (hosts,
+/// client errors) stays in the server's logs, out of the response.
 ///
 /// # Examples
 ///
 /// ```
-/// let response = dlock_tower::unavailable_response("order:42", &dlock_core::Error::NoGlobalLocker);
+/// use dlock_core::{Error, ErrorKind};
+/// let down = Error::unavailable("redis", std::io::Error::other("connection refused"));
+/// let response = dlock_tower::unavailable_response("order:42", &down);
 /// assert_eq!(response.status(), 503);
 /// assert!(response.body().contains("`order:42`"));
+/// let response = dlock_tower::unavailable_response("order:42", &Error::NoGlobalLocker);
+/// assert_eq!(response.status(), 500);
 /// ```
 #[must_use]
 pub fn unavailable_response(key: &str, error: &Error) -> Response<String> {
-    let detail = match error {
-        Error::LeaseLost { .. } => {
-            format!("The lock `{key}` was lost while the request ran; the request was cancelled.")
-        }
-        _ => format!("The lock `{key}` could not be taken: the lock service failed."),
-    };
-    problem(StatusCode::SERVICE_UNAVAILABLE, &detail)
+    match error.kind() {
+        ErrorKind::LeaseLost => problem(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &format!("The lock `{key}` was lost while the request ran; the request was cancelled."),
+        ),
+        ErrorKind::Unsupported | ErrorKind::InvalidInput => problem(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            &format!("The lock `{key}` could not be taken: this service's lock set-up is invalid."),
+        ),
+        _ => problem(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &format!("The lock `{key}` could not be taken: the lock service failed."),
+        ),
+    }
 }
 
 /// `500 Internal Server Error` for a request whose lock key cannot be built.
@@ -126,7 +140,8 @@ mod tests {
 
     #[test]
     fn a_key_with_quotes_and_controls_stays_valid_json() {
-        let response = unavailable_response("a\"b\\c\u{1}", &Error::NoGlobalLocker);
+        let down = Error::unavailable("redis", std::io::Error::other("reset"));
+        let response = unavailable_response("a\"b\\c\u{1}", &down);
         let body: serde_json::Value = serde_json::from_str(response.body()).unwrap();
         assert_eq!(body["status"], 503);
         assert_eq!(body["title"], "Service Unavailable");

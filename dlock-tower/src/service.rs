@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use dlock_core::{LockGuard, Result as LockResult};
+use dlock_core::{LockGuard, LockMode, Result as LockResult};
 use http::{Request, Response};
 use tower_service::Service;
 
@@ -94,7 +94,8 @@ where
         let inner = std::mem::replace(&mut self.inner, clone);
         match self.make_key.make_key(&mut request) {
             Ok(Some(key)) => {
-                let acquire = acquire(Arc::clone(&self.settings), key.clone());
+                let mode = self.settings.mode.for_method(request.method());
+                let acquire = acquire(Arc::clone(&self.settings), key.clone(), mode);
                 ResponseFuture::acquiring(acquire, key, inner, request, Arc::clone(&self.settings))
             }
             Ok(None) => ResponseFuture::passthrough(inner, request, Arc::clone(&self.settings)),
@@ -108,11 +109,11 @@ where
 
 type Acquire = std::pin::Pin<Box<dyn std::future::Future<Output = LockResult<LockGuard>> + Send>>;
 
-fn acquire(settings: Arc<Settings>, key: String) -> Acquire {
+fn acquire(settings: Arc<Settings>, key: String, mode: LockMode) -> Acquire {
     Box::pin(async move {
         let mut request = settings
             .locker
-            .lock(&key)
+            .lock_as(&key, mode)
             .wait(settings.wait)
             .watchdog(settings.watchdog)
             // Requests polled in one task (e.g. `join!` of two `oneshot`s) must still exclude
