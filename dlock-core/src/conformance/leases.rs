@@ -7,17 +7,17 @@ use super::support::{assert_between, key};
 use crate::Error;
 use crate::LostReason;
 use crate::backend::LockBackend;
-use crate::lease::{AcquireOutcome, AcquireRequest, OwnerId};
+use crate::lease::{AcquireRequest, OwnerId};
 use crate::lease_watch::drift_margin;
 
-/// A holder that vanishes without releasing (a crashed process: granted through the raw
-/// contract and never touched again; and a guard leaked with `mem::forget` with the watchdog
-/// off) keeps the lock for its ttl, not less, and then another client gets it.
+/// A holder that vanishes without releasing keeps the lock for its ttl, not less, and then
+/// another client gets it: a crashed client (granted through the raw contract, then its
+/// runtime shut down with nothing released — [`Target::grant_then_crash`]), and a guard leaked
+/// with `mem::forget` with the watchdog off (the core releases it at its ttl).
 pub async fn ttl_expiry_after_holder_vanishes<B: LockBackend + ?Sized>(target: &Target<B>) {
     let ttl = target.expect.ttl;
     let locker = target.locker().await;
 
-    let crashed = target.client().await;
     let vanished_key = key("vanished");
     let sent = Instant::now();
     let request = AcquireRequest::new(
@@ -25,13 +25,9 @@ pub async fn ttl_expiry_after_holder_vanishes<B: LockBackend + ?Sized>(target: &
         OwnerId::random("crashed"),
         ttl,
     );
-    let outcome = crashed
-        .acquire(&request, Some(Instant::now()))
-        .await
-        .expect("raw acquire");
     assert!(
-        matches!(outcome, AcquireOutcome::Acquired(_)),
-        "free key not granted: {outcome:?}"
+        target.grant_then_crash(request).await,
+        "free key not granted"
     );
     let guard = locker
         .lock(&vanished_key)

@@ -57,6 +57,7 @@ pub use waiting::{
 
 use crate::backend::{Fencing, LockBackend};
 use crate::config::DlockConfig;
+use crate::lease::{AcquireOutcome, AcquireRequest};
 use crate::locker::Locker;
 
 type QueueProbe = dyn Fn(&str) -> usize + Send + Sync;
@@ -120,6 +121,37 @@ impl<B: LockBackend + ?Sized> Target<B> {
             );
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
+    }
+
+    /// Grants `request` to a new client that then crashes: it is connected on a runtime of its
+    /// own, in a thread of its own, and after the grant the client and its lease are forgotten
+    /// and the runtime shut down — no release, no keepalive, no clean-up runs, as when its
+    /// process is killed. Returns whether the grant was made.
+    pub(crate) async fn grant_then_crash(&self, request: AcquireRequest) -> bool {
+        let connect = Arc::clone(&self.connect);
+        let crashed = tokio::task::spawn_blocking(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime for the crashing client");
+            let granted = runtime.block_on(async move {
+                let client = connect().await;
+                let outcome = client
+                    .acquire(&request, Some(std::time::Instant::now()))
+                    .await
+                    .expect("raw acquire");
+                let granted = matches!(outcome, AcquireOutcome::Acquired(_));
+                std::mem::forget(outcome);
+                std::mem::forget(client);
+                granted
+            });
+            // Its tasks (connections, keepalives) die with it.
+            drop(runtime);
+            granted
+        });
+        crashed
+            .await
+            .expect("the crashing client's thread panicked")
     }
 
     /// A new client of the service, used directly through the backend contract.

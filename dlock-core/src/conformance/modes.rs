@@ -10,7 +10,7 @@ use super::Target;
 use super::support::{CountingBackend, Occupancy, TornPair, assert_between, key};
 use crate::backend::LockBackend;
 use crate::config::DlockConfig;
-use crate::lease::{AcquireOutcome, AcquireRequest, OwnerId};
+use crate::lease::{AcquireRequest, OwnerId};
 use crate::locker::Locker;
 use crate::{Error, LockMode};
 
@@ -235,8 +235,8 @@ pub async fn semaphore_never_exceeds_its_limit<B: LockBackend + ?Sized>(target: 
     assert_eq!(occupancy.most(), LIMIT as usize, "permits never overlapped");
 }
 
-/// A permit granted to a client that then vanishes (granted through the raw contract, the
-/// client dropped) frees at its ttl, not before, and a waiting caller gets it then.
+/// A permit granted to a client that then crashes ([`Target::grant_then_crash`]) frees at its
+/// ttl, not before, and a waiting caller gets it then.
 pub async fn vanished_permit_frees_at_its_ttl<B: LockBackend + ?Sized>(target: &Target<B>) {
     let mode = LockMode::Permit { limit: 1 };
     if !runs(target, mode).await {
@@ -245,7 +245,6 @@ pub async fn vanished_permit_frees_at_its_ttl<B: LockBackend + ?Sized>(target: &
     let ttl = target.expect.ttl;
     let locker = target.locker().await;
     let key = key("vanished-permit");
-    let crashed = target.client().await;
     let sent = Instant::now();
     let request = AcquireRequest::new(
         locker.backend_key(&key).unwrap(),
@@ -253,15 +252,10 @@ pub async fn vanished_permit_frees_at_its_ttl<B: LockBackend + ?Sized>(target: &
         ttl,
     )
     .with_mode(mode);
-    let outcome = crashed
-        .acquire(&request, Some(Instant::now()))
-        .await
-        .expect("raw acquire");
     assert!(
-        matches!(outcome, AcquireOutcome::Acquired(_)),
-        "free permit not granted: {outcome:?}"
+        target.grant_then_crash(request).await,
+        "free permit not granted"
     );
-    drop(crashed);
     let permit = locker
         .semaphore(&key, 1)
         .wait(ttl * 4 + target.expect.slack)

@@ -11,7 +11,7 @@ use etcd_client::{
 use super::errors;
 use super::keys::LockName;
 use super::session::Session;
-use super::{Delete, EtcdGrant, Held, Inner, QueuedMark, call};
+use super::{Delete, EtcdGrant, Inner, QueuedMark, call};
 use crate::lease::{AcquireOutcome, AcquireRequest, Lease};
 use crate::{Error, Result};
 
@@ -50,7 +50,7 @@ impl PendingKey {
         self.session.as_ref().expect("present until handed over")
     }
 
-    /// The key is held now: the lock table takes over key and session.
+    /// The key is held now: the grant takes over key and session.
     fn hand_over(mut self) -> (String, Arc<Session>) {
         let session = self.session.take().expect("present until handed over");
         (std::mem::take(&mut self.key), session)
@@ -407,9 +407,9 @@ impl Inner {
         }
     }
 
-    /// Records a grant and builds its lease.
+    /// Builds the lease of a grant, which carries its key and session from now on.
     fn granted(
-        &self,
+        self: &Arc<Self>,
         req: &AcquireRequest,
         pending: PendingKey,
         create_revision: i64,
@@ -420,23 +420,13 @@ impl Inner {
         let token = u64::try_from(create_revision).unwrap_or_default();
         let mut lease = Lease::new(req, valid_from)
             .with_fencing_token(token)
-            .with_extension(Arc::new(EtcdGrant {
-                key: key.clone(),
-                create_revision,
-            }));
-        lease.ttl = ttl;
-        self.grants().held.insert(
-            req.owner.clone(),
-            Held {
+            .with_extension(Arc::new(EtcdGrant::new(
+                self,
                 key,
                 create_revision,
                 session,
-                ttl,
-                valid_from,
-                end_at_ttl: false,
-            },
-        );
-        self.reaper_wake.notify_one();
+            )));
+        lease.ttl = ttl;
         lease
     }
 }

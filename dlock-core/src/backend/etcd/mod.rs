@@ -15,23 +15,20 @@ mod session;
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use etcd_client::{Client, Txn, TxnResponse};
 use tokio::runtime::Handle;
-use tokio::sync::{Notify, broadcast};
 use tokio_util::sync::CancellationToken;
 
 use self::config::EtcdUrl;
 use self::session::{Session, Sessions};
 use crate::backend::{Capabilities, Fencing, LockBackend};
 use crate::backend_url::BackendUrl;
-use crate::lease::{
-    AcquireOutcome, AcquireRequest, Lease, LostLease, OwnerId, ReleaseOutcome, RenewOutcome,
-};
-use crate::{Error, LostReason, Result};
+use crate::lease::{AcquireOutcome, AcquireRequest, Lease, OwnerId, ReleaseOutcome, RenewOutcome};
+use crate::{Error, Result};
 
 /// etcd's default `--max-txn-ops`: one renewal transaction checks at most this many locks.
 const RENEW_BATCH: usize = 128;
@@ -150,10 +147,7 @@ pub(super) struct Inner {
     namespace: String,
     timeout: Duration,
     sessions: Sessions,
-    grants: Mutex<Grants>,
-    /// Wakes the reaper when a lock's end moved.
-    reaper_wake: Notify,
-    lost_tx: broadcast::Sender<LostLease>,
+    keys: Mutex<Keys>,
     shutdown: CancellationToken,
     runtime: Handle,
 }
@@ -164,46 +158,95 @@ impl std::fmt::Debug for Inner {
             .field("namespace", &self.namespace)
             .field("timeout", &self.timeout)
             .field("sessions", &self.sessions)
-            .field("held", &self.grants().held.len())
             .finish_non_exhaustive()
     }
 }
 
-/// What this backend holds or has queued in etcd.
+/// The etcd keys this backend uses. What it holds is not recorded here: a lease carries its
+/// own key, create revision and session ([`EtcdGrant`]), and the core decides when a lease is
+/// lost and releases it.
 #[derive(Debug, Default)]
-struct Grants {
-    /// Granted locks, by owner.
-    held: HashMap<OwnerId, Held>,
+struct Keys {
     /// etcd keys in use (queued, held, or being deleted): never reused meanwhile.
     reserved: HashSet<String>,
     /// How many acquires wait in etcd's queue, by full key.
     queued: HashMap<String, usize>,
 }
 
-/// One granted lock.
-#[derive(Debug, Clone)]
-pub(super) struct Held {
-    key: String,
-    create_revision: i64,
-    session: Arc<Session>,
-    ttl: Duration,
-    /// The latest `valid_from` reported to the core for this lock.
-    valid_from: Instant,
-    /// Released at or after its local deadline: deleted when its ttl ends, not reported lost.
-    end_at_ttl: bool,
-}
-
-impl Held {
-    fn ends_at(&self) -> Instant {
-        self.valid_from + self.ttl
-    }
-}
-
-/// What a [`Lease`] of this backend carries: the etcd key and its create revision.
-#[derive(Debug)]
+/// What a [`Lease`] of this backend carries: the etcd key, its create revision, and — until
+/// the grant is given up (released, found gone, or the last copy of the lease dropped) — the
+/// session whose lease the key is on.
 pub(super) struct EtcdGrant {
     key: String,
     create_revision: i64,
+    claim: Mutex<Option<Claim>>,
+}
+
+/// A grant's use of its session, given up once.
+struct Claim {
+    inner: Weak<Inner>,
+    session: Arc<Session>,
+}
+
+impl EtcdGrant {
+    fn new(inner: &Arc<Inner>, key: String, create_revision: i64, session: Arc<Session>) -> Self {
+        Self {
+            key,
+            create_revision,
+            claim: Mutex::new(Some(Claim {
+                inner: Arc::downgrade(inner),
+                session,
+            })),
+        }
+    }
+
+    fn claim(&self) -> MutexGuard<'_, Option<Claim>> {
+        self.claim.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether `inner` granted this and it is not given up yet.
+    fn is_live_grant_of(&self, inner: &Arc<Inner>) -> bool {
+        self.claim()
+            .as_ref()
+            .is_some_and(|claim| std::ptr::eq(claim.inner.as_ptr(), Arc::as_ptr(inner)))
+    }
+
+    /// The session the key is on, while the grant is not given up.
+    fn session(&self) -> Option<Arc<Session>> {
+        self.claim()
+            .as_ref()
+            .map(|claim| Arc::clone(&claim.session))
+    }
+
+    /// Gives the grant up (once): the caller deletes the key as it knows best.
+    fn give_up(&self) -> Option<Arc<Session>> {
+        self.claim().take().map(|claim| claim.session)
+    }
+}
+
+impl Drop for EtcdGrant {
+    /// The last copy of a lease that was never released: delete its key in the background.
+    fn drop(&mut self) {
+        let claim = self.claim().take();
+        if let Some(Claim { inner, session }) = claim
+            && let Some(inner) = inner.upgrade()
+        {
+            inner.finish_key(
+                std::mem::take(&mut self.key),
+                session,
+                Delete::Exact(self.create_revision),
+            );
+        }
+    }
+}
+
+impl std::fmt::Debug for EtcdGrant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdGrant")
+            .field("key", &self.key)
+            .field("create_revision", &self.create_revision)
+            .finish_non_exhaustive()
+    }
 }
 
 /// How the key of a lock that is given up must be deleted.
@@ -250,19 +293,15 @@ impl EtcdBackend {
         })?;
         let url = EtcdUrl::parse(url)?;
         let client = url.connect(timeout).await?;
-        let (lost_tx, _) = broadcast::channel(1024);
         let inner = Arc::new(Inner {
             sessions: Sessions::new(client.clone(), timeout),
             client,
             namespace: url.namespace,
             timeout,
-            grants: Mutex::default(),
-            reaper_wake: Notify::new(),
-            lost_tx,
+            keys: Mutex::default(),
             shutdown: CancellationToken::new(),
             runtime,
         });
-        inner.runtime.spawn(release::reaper(Arc::clone(&inner)));
         Ok(Self { inner })
     }
 
@@ -278,7 +317,7 @@ impl EtcdBackend {
     /// ```
     #[must_use]
     pub fn waiters(&self, key: &str) -> usize {
-        self.inner.grants().queued.get(key).copied().unwrap_or(0)
+        self.inner.keys().queued.get(key).copied().unwrap_or(0)
     }
 }
 
@@ -308,10 +347,6 @@ impl LockBackend for EtcdBackend {
 
     async fn force_release(&self, key: &str) -> Result<bool> {
         self.inner.force_release(key).await
-    }
-
-    fn lost_leases(&self) -> Option<broadcast::Receiver<LostLease>> {
-        Some(self.inner.lost_tx.subscribe())
     }
 
     fn capabilities(&self) -> Capabilities {
@@ -374,8 +409,8 @@ fn never_applied(error: &etcd_client::Error) -> bool {
 }
 
 impl Inner {
-    fn grants(&self) -> MutexGuard<'_, Grants> {
-        self.grants.lock().unwrap_or_else(PoisonError::into_inner)
+    fn keys(&self) -> MutexGuard<'_, Keys> {
+        self.keys.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Runs `work` in the background, on the current runtime or the one the backend was
@@ -445,11 +480,11 @@ impl Inner {
 
     /// Reserves an etcd key for a new grant of `session` under `name`.
     fn reserve_key(&self, name: &keys::LockName, session: &Session) -> String {
-        let mut grants = self.grants();
+        let mut keys = self.keys();
         let mut n = 0;
         loop {
             let key = name.key(session.id, n);
-            if grants.reserved.insert(key.clone()) {
+            if keys.reserved.insert(key.clone()) {
                 return key;
             }
             n += 1;
@@ -460,7 +495,7 @@ impl Inner {
     /// until it is gone or its lease is — then frees the reservation and the session use.
     fn finish_key(self: &Arc<Self>, key: String, session: Arc<Session>, delete: Delete) {
         if matches!(delete, Delete::Nothing) || session.is_lost() || self.shutdown.is_cancelled() {
-            self.grants().reserved.remove(&key);
+            self.keys().reserved.remove(&key);
             self.end_use(&session);
             return;
         }
@@ -468,28 +503,12 @@ impl Inner {
         self.spawn(async move { inner.delete_in_background(key, session, delete).await });
     }
 
-    /// Every lock on a lost session is lost: pushes each to the Lockers.
+    /// A session etcd no longer keeps: no new key goes on it, and its lease is revoked in
+    /// case etcd still has it (we only stopped hearing back). The locks on it are lost: the
+    /// core learns so at their next renewal, or at their local deadline.
     fn session_lost(self: &Arc<Self>, session: &Arc<Session>) {
+        tracing::debug!(lease = %format!("{:x}", session.id), reason = session.lost_reason(), "dlock: etcd session lost");
         self.sessions.forget(session);
-        let mut lost = Vec::new();
-        self.grants().held.retain(|owner, held| {
-            let on_it = Arc::ptr_eq(&held.session, session);
-            if on_it {
-                lost.push((owner.clone(), held.clone()));
-            }
-            !on_it
-        });
-        let reason = session.lost_reason();
-        for (owner, held) in lost {
-            if !held.end_at_ttl {
-                let _ = self.lost_tx.send(LostLease {
-                    owner,
-                    reason: LostReason::SessionLost(reason.clone()),
-                });
-            }
-            self.finish_key(held.key, held.session, Delete::Nothing);
-        }
-        // If etcd still has it (we only stopped hearing back), make sure its keys go.
         if !self.shutdown.is_cancelled() {
             self.revoke(session.id);
         }
@@ -497,7 +516,7 @@ impl Inner {
 
     /// Marks one more acquire of `full_key` as queued in etcd, until the mark is dropped.
     fn mark_queued(self: &Arc<Self>, full_key: &str) -> QueuedMark {
-        *self.grants().queued.entry(full_key.to_owned()).or_insert(0) += 1;
+        *self.keys().queued.entry(full_key.to_owned()).or_insert(0) += 1;
         QueuedMark {
             inner: Arc::clone(self),
             key: full_key.to_owned(),
@@ -523,11 +542,11 @@ struct QueuedMark {
 
 impl Drop for QueuedMark {
     fn drop(&mut self) {
-        let mut grants = self.inner.grants();
-        if let Some(count) = grants.queued.get_mut(&self.key) {
+        let mut keys = self.inner.keys();
+        if let Some(count) = keys.queued.get_mut(&self.key) {
             *count -= 1;
             if *count == 0 {
-                grants.queued.remove(&self.key);
+                keys.queued.remove(&self.key);
             }
         }
     }

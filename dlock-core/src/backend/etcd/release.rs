@@ -1,7 +1,7 @@
 //! Renew, release, force release, and the background work that deletes keys given up.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use etcd_client::{
     Compare, CompareOp, GetOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse,
@@ -10,35 +10,38 @@ use etcd_client::{
 use super::keys::LockName;
 use super::session::Session;
 use super::{Delete, EtcdGrant, Inner};
-use crate::LostReason;
-use crate::lease::{Lease, LostLease, ReleaseOutcome, RenewOutcome};
-use crate::lease_watch::drift_margin;
+use crate::lease::{Lease, ReleaseOutcome, RenewOutcome};
 use crate::{Error, Result};
 
 impl Inner {
     /// Answers from the keepalives, after checking in one transaction that every lock key
-    /// still exists with its create revision.
+    /// still exists with its create revision. A grant whose session is lost, or whose key is
+    /// gone, is given up and answered [`RenewOutcome::NotOwner`].
     pub(super) async fn renew(self: &Arc<Self>, leases: &[Lease]) -> Result<Vec<RenewOutcome>> {
         let mut outcomes: Vec<Option<RenewOutcome>> = Vec::with_capacity(leases.len());
         let mut checks = Vec::new();
-        {
-            let grants = self.grants();
-            for (index, lease) in leases.iter().enumerate() {
-                match grants.held.get(&lease.owner) {
-                    Some(held) if !held.session.is_lost() && held.key == grant_key(lease) => {
-                        checks.push((index, held.key.clone(), held.create_revision));
-                        outcomes.push(None);
-                    }
-                    // Not held through this backend (released, lost, or someone else's).
-                    _ => outcomes.push(Some(RenewOutcome::NotOwner)),
+        for (index, lease) in leases.iter().enumerate() {
+            let grant = lease
+                .extension::<EtcdGrant>()
+                .filter(|grant| grant.is_live_grant_of(self));
+            match grant.and_then(|grant| Some((grant, grant.session()?))) {
+                Some((grant, session)) if !session.is_lost() => {
+                    checks.push((index, grant, session));
+                    outcomes.push(None);
                 }
+                Some((grant, _lost)) => {
+                    self.give_up(grant, Delete::Nothing);
+                    outcomes.push(Some(RenewOutcome::NotOwner));
+                }
+                // Not held through this backend (released, lost, or someone else's).
+                None => outcomes.push(Some(RenewOutcome::NotOwner)),
             }
         }
         if !checks.is_empty() {
             let gets: Vec<TxnOp> = checks
                 .iter()
-                .map(|(_, key, _)| {
-                    TxnOp::get(key.as_str(), Some(GetOptions::new().with_keys_only()))
+                .map(|(_, grant, _)| {
+                    TxnOp::get(grant.key.as_str(), Some(GetOptions::new().with_keys_only()))
                 })
                 .collect();
             let reply = self.txn("renew", Txn::new().and_then(gets)).await?;
@@ -56,9 +59,19 @@ impl Inner {
                     "the renewal transaction returned the wrong number of results",
                 ));
             }
-            for ((index, key, create_revision), kvs) in checks.into_iter().zip(ranges) {
-                let exists = kvs.iter().any(|kv| kv.create_revision() == create_revision);
-                outcomes[index] = Some(self.renewed(&leases[index], &key, exists));
+            for ((index, grant, session), kvs) in checks.into_iter().zip(ranges) {
+                let exists = kvs
+                    .iter()
+                    .any(|kv| kv.create_revision() == grant.create_revision);
+                outcomes[index] = Some(if exists && !session.is_lost() {
+                    RenewOutcome::Renewed {
+                        valid_from: session.last_ok().max(leases[index].valid_from),
+                    }
+                } else {
+                    tracing::debug!(key = %grant.key, "dlock: etcd lock key gone at renewal");
+                    self.give_up(grant, Delete::Nothing);
+                    RenewOutcome::NotOwner
+                });
             }
         }
         Ok(outcomes
@@ -67,65 +80,34 @@ impl Inner {
             .collect())
     }
 
-    /// The outcome for one checked lock, updating the lock table.
-    fn renewed(self: &Arc<Self>, lease: &Lease, key: &str, exists: bool) -> RenewOutcome {
-        let mut grants = self.grants();
-        let Some(held) = grants
-            .held
-            .get_mut(&lease.owner)
-            .filter(|held| held.key == key)
-        else {
-            return RenewOutcome::NotOwner; // released meanwhile
-        };
-        if exists && !held.session.is_lost() {
-            let valid_from = held.session.last_ok().max(held.valid_from);
-            held.valid_from = valid_from;
-            drop(grants);
-            self.reaper_wake.notify_one();
-            return RenewOutcome::Renewed { valid_from };
+    /// Gives `grant` up, if it was not already: deletes its key as `delete` says and ends
+    /// its use of the session.
+    fn give_up(self: &Arc<Self>, grant: &EtcdGrant, delete: Delete) {
+        if let Some(session) = grant.give_up() {
+            self.finish_key(grant.key.clone(), session, delete);
         }
-        let held = grants
-            .held
-            .remove(&lease.owner)
-            .expect("looked up just above");
-        drop(grants);
-        tracing::debug!(key = %lease.key, "dlock: etcd lock key gone at renewal");
-        self.finish_key(held.key, held.session, Delete::Nothing);
-        RenewOutcome::NotOwner
     }
 
     /// Owner-checked delete of the lock key (its create revision must match).
     pub(super) async fn release(self: &Arc<Self>, lease: &Lease) -> Result<ReleaseOutcome> {
-        let now = Instant::now();
-        let held = {
-            let mut grants = self.grants();
-            match grants.held.get_mut(&lease.owner) {
-                Some(held) if held.key == grant_key(lease) => {
-                    if now + drift_margin(held.ttl) >= held.ends_at() {
-                        // Released at its local deadline (the holder stopped renewing): the lock
-                        // ends when its ttl does, as a server-side expiry would.
-                        held.end_at_ttl = true;
-                        drop(grants);
-                        self.reaper_wake.notify_one();
-                        return Ok(ReleaseOutcome::Released);
-                    }
-                    grants.held.remove(&lease.owner)
-                }
-                _ => None,
-            }
+        let Some(grant) = lease.extension::<EtcdGrant>() else {
+            return Ok(ReleaseOutcome::NotHeld);
         };
-        let Some(held) = held else {
+        if !grant.is_live_grant_of(self) {
             return self.release_remote(lease).await;
+        }
+        let Some(session) = grant.give_up() else {
+            return Ok(ReleaseOutcome::NotHeld); // given up meanwhile
         };
         // Until the delete is confirmed, the key is deleted in the background if this future
         // is dropped or the delete fails.
         let mut pending = Releasing {
             inner: Arc::clone(self),
-            key: held.key.clone(),
-            session: Some(Arc::clone(&held.session)),
-            create_revision: Some(held.create_revision),
+            key: grant.key.clone(),
+            session: Some(session),
+            create_revision: Some(grant.create_revision),
         };
-        let deleted = self.delete_exact(&held.key, held.create_revision).await?;
+        let deleted = self.delete_exact(&grant.key, grant.create_revision).await?;
         pending.create_revision = None;
         Ok(if deleted {
             ReleaseOutcome::Released
@@ -246,43 +228,9 @@ impl Inner {
                 () = tokio::time::sleep(wait) => {}
             }
         }
-        self.grants().reserved.remove(&key);
+        self.keys().reserved.remove(&key);
         self.end_use(&session);
     }
-
-    /// Deletes the locks whose ttl ended without a renewal; returns when to look again.
-    fn reap(self: &Arc<Self>) -> Option<Instant> {
-        let now = Instant::now();
-        let mut due = Vec::new();
-        let mut next: Option<Instant> = None;
-        self.grants().held.retain(|owner, held| {
-            let ends = held.ends_at();
-            if ends <= now {
-                due.push((owner.clone(), held.clone()));
-                return false;
-            }
-            next = Some(next.map_or(ends, |n| n.min(ends)));
-            true
-        });
-        for (owner, held) in due {
-            if !held.end_at_ttl {
-                tracing::debug!(key = %held.key, "dlock: etcd lock not renewed within its ttl; deleting it");
-                let _ = self.lost_tx.send(LostLease {
-                    owner,
-                    reason: LostReason::Expired,
-                });
-            }
-            self.finish_key(held.key, held.session, Delete::Exact(held.create_revision));
-        }
-        next
-    }
-}
-
-/// The etcd key a lease of this backend names.
-fn grant_key(lease: &Lease) -> &str {
-    lease
-        .extension::<EtcdGrant>()
-        .map_or("", |grant| grant.key.as_str())
 }
 
 /// A release in flight: dropped before its delete is confirmed, it deletes in the background.
@@ -300,25 +248,6 @@ impl Drop for Releasing {
             let delete = self.create_revision.map_or(Delete::Nothing, Delete::Exact);
             self.inner
                 .finish_key(std::mem::take(&mut self.key), session, delete);
-        }
-    }
-}
-
-/// The reaper: deletes locks whose ttl ended without a renewal (their owner vanished without
-/// a release, while other locks keep the shared lease alive), until the backend is dropped.
-pub(super) async fn reaper(inner: Arc<Inner>) {
-    loop {
-        let next = inner.reap();
-        let sleep = async {
-            match next {
-                Some(at) => tokio::time::sleep_until(at.into()).await,
-                None => std::future::pending().await,
-            }
-        };
-        tokio::select! {
-            () = inner.shutdown.cancelled() => return,
-            () = inner.reaper_wake.notified() => {}
-            () = sleep => {}
         }
     }
 }
