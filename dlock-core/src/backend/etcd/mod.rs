@@ -60,14 +60,16 @@ const RENEW_BATCH: usize = 128;
 ///   lock is released or the backend is dropped. etcd leases are whole seconds, and at least
 ///   the cluster's minimum (1.5 × its election timeout): a lock asked for 2.5 s has a 3 s lease.
 ///   A crashed process stops its keepalives, so its locks free when the lease runs out. A lock
-///   whose owner stops renewing it (a leaked guard with `.watchdog(false)`, a raw grant never
-///   renewed) is deleted by the backend when its ttl ends, although the shared lease lives on.
+///   whose owner stops renewing it while the process lives (a leaked guard with
+///   `.watchdog(false)`) is released by the Locker when its ttl ends, although the shared lease
+///   lives on; a lease value dropped without a release deletes its key in the background.
 /// * **Renewal** answers from the keepalives — `valid_from` is the send time of the lease's
 ///   last answered keepalive — after checking, in **one transaction for up to 128 locks**,
 ///   that every lock key still exists with its create revision (an admin may have deleted it).
 /// * **Loss.** etcd answering a keepalive with ttl 0 (lease expired or revoked), or no
-///   keepalive answered for the lease's ttl, loses every lock on that lease: they are pushed to
-///   the Locker at once and answer `NotOwner` at their next renewal.
+///   keepalive answered for the lease's ttl, loses every lock on that lease: each answers
+///   `NotOwner` at its next renewal (a third of its ttl at most), and the Locker's local
+///   deadline ends it in any case.
 /// * **Timeouts.** Every round trip is bounded by the operation timeout; a broken keepalive or
 ///   watch stream is reopened (possibly on another member).
 ///
