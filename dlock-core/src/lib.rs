@@ -68,6 +68,8 @@ pub mod backend;
 pub mod conformance;
 #[cfg(feature = "harness")]
 pub mod harness;
+#[doc(hidden)]
+pub mod key_template;
 
 pub use acquire::WAIT_SLACK;
 pub use backend_spec::{BackendSpec, BackendTable};

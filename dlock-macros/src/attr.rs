@@ -146,9 +146,18 @@ where
     Ok(())
 }
 
+/// `expr` without the invisible groups a `macro_rules!` fragment (`$key:literal`) is wrapped
+/// in, so the attribute works inside declarative macros.
+fn peel(expr: Expr) -> Expr {
+    match expr {
+        Expr::Group(group) => peel(*group.expr),
+        other => other,
+    }
+}
+
 /// A string literal, or an error spanned on whatever was written instead.
 fn string_literal(input: ParseStream<'_>, name: &str, example: &str) -> syn::Result<LitStr> {
-    match input.parse::<Expr>()? {
+    match peel(input.parse::<Expr>()?) {
         Expr::Lit(ExprLit {
             lit: Lit::Str(lit), ..
         }) => Ok(lit),
@@ -224,7 +233,7 @@ fn parse_mode(input: ParseStream<'_>, name: &str) -> syn::Result<Mode> {
 }
 
 fn parse_permits(input: ParseStream<'_>, name: &str) -> syn::Result<Permits> {
-    let lit = match input.parse::<Expr>()? {
+    let lit = match peel(input.parse::<Expr>()?) {
         Expr::Lit(ExprLit {
             lit: Lit::Int(lit), ..
         }) => lit,
@@ -265,7 +274,7 @@ fn positive_u32(lit: &LitInt) -> syn::Result<u32> {
 }
 
 fn parse_bool(input: ParseStream<'_>, name: &str) -> syn::Result<LitBool> {
-    match input.parse::<Expr>()? {
+    match peel(input.parse::<Expr>()?) {
         Expr::Lit(ExprLit {
             lit: Lit::Bool(lit),
             ..
@@ -279,7 +288,7 @@ fn parse_bool(input: ParseStream<'_>, name: &str) -> syn::Result<LitBool> {
 
 /// `crate = "dlock"` (as tokio-macros) or `crate = dlock`.
 fn parse_crate_path(input: ParseStream<'_>, _name: &str) -> syn::Result<Path> {
-    match input.parse::<Expr>()? {
+    match peel(input.parse::<Expr>()?) {
         Expr::Lit(ExprLit {
             lit: Lit::Str(lit), ..
         }) => lit.parse_with(Path::parse_mod_style).map_err(|_| {

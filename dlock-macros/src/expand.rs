@@ -100,7 +100,8 @@ fn gen_function(args: &LockArgs, func: &ItemFn) -> syn::Result<TokenStream> {
              `#[distributed_lock(key = \"order:<id>\")]`",
         )),
         Some(key) => {
-            if let Err(error) = key.template.check(&param_names(func)) {
+            let names: Vec<String> = parameters(func).into_iter().map(|p| p.0).collect();
+            if let Err(error) = key.template.check(&names) {
                 push(syn::Error::new(key.lit.span(), error.message()));
             }
         }
@@ -114,7 +115,7 @@ fn gen_function(args: &LockArgs, func: &ItemFn) -> syn::Result<TokenStream> {
     };
 
     let krate = args.crate_path();
-    let key = key.template.to_cow_expr(&key.lit);
+    let key = key.template.to_cow_expr(&key.lit, &parameters(func));
     let locker = match &args.locker {
         Some(expr) => {
             let krate = respan(krate.to_token_stream(), expr.span());
@@ -335,13 +336,14 @@ fn future_output(ty: &Type) -> Option<&Type> {
     }
 }
 
-/// The names a key placeholder may start with: `self` for methods, and every binding of the
-/// parameters' patterns (`id`, or `a` and `b` in `(a, b): (u32, u32)`).
-fn param_names(func: &ItemFn) -> Vec<String> {
-    fn bindings(pat: &Pat, out: &mut Vec<String>) {
+/// The names a key placeholder may start with — `self` for methods, and every binding of the
+/// parameters' patterns (`id`, or `a` and `b` in `(a, b): (u32, u32)`) — each with the span of
+/// its binding (none for `self`), whose hygiene a placeholder naming it takes.
+fn parameters(func: &ItemFn) -> Vec<(String, Option<Span>)> {
+    fn bindings(pat: &Pat, out: &mut Vec<(String, Option<Span>)>) {
         match pat {
             Pat::Ident(ident) => {
-                out.push(ident.ident.to_string());
+                out.push((ident.ident.to_string(), Some(ident.ident.span())));
                 if let Some((_, sub)) = &ident.subpat {
                     bindings(sub, out);
                 }
@@ -359,7 +361,7 @@ fn param_names(func: &ItemFn) -> Vec<String> {
     let mut names = Vec::new();
     for input in &func.sig.inputs {
         match input {
-            FnArg::Receiver(_) => names.push("self".to_owned()),
+            FnArg::Receiver(_) => names.push(("self".to_owned(), None)),
             FnArg::Typed(typed) => bindings(&typed.pat, &mut names),
         }
     }

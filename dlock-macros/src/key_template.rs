@@ -1,41 +1,33 @@
-//! Key templates: `"order:<id>"`, `"order:{id}"`, `"user:<req.user.id>"`, with `<<`, `{{`, `}}`
-//! escapes. Every placeholder is checked against the fn's parameters at compile time, and the
-//! template becomes one `format!` (or a `&'static str` when it has no placeholder).
+//! Key templates: `"order:<id>"`, `"order:{id}"`, `"user:<req.user.id>"`, with `<<`, `>>`,
+//! `{{`, `}}` escapes — parsed by the grammar dlock-core and dlock-tower's `path_key` use
+//! (the same source file, compiled in here). Every placeholder is checked against the fn's
+//! parameters at compile time, and the template becomes one `format!` (or a `&'static str`
+//! when it has no placeholder).
 
 use proc_macro2::{Span, TokenStream};
 use quote::quote_spanned;
 use syn::LitStr;
 
-/// A parsed template: literal text and placeholders, in order.
+/// dlock-core's `key_template` module, compiled into this crate (a proc-macro crate cannot
+/// depend on dlock-core, which re-exports this one).
+#[path = "../../dlock-core/src/key_template.rs"]
+#[allow(unreachable_pub)] // its items are `pub` in dlock-core, where it is a public module
+mod grammar;
+
+use grammar::Part;
+
+/// A parsed template of the attribute.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct KeyTemplate {
-    parts: Vec<Part>,
-}
-
-#[derive(Debug, PartialEq, Eq)]
-enum Part {
-    Text(String),
-    /// `<order.id>`: `["order", "id"]`, as written between the delimiters.
-    Placeholder {
-        written: String,
-        path: Vec<String>,
-    },
+    parsed: grammar::KeyTemplate,
 }
 
 /// Why a template was rejected; rendered into a message naming the macro.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum TemplateError {
-    Unclosed {
-        open: char,
-        so_far: String,
-    },
-    Empty {
-        open: char,
-        close: char,
-    },
-    Invalid {
-        written: String,
-    },
+    /// It does not parse.
+    Syntax(grammar::TemplateError),
+    /// A placeholder names no parameter of the fn.
     Unknown {
         written: String,
         params: Vec<String>,
@@ -45,21 +37,7 @@ pub(crate) enum TemplateError {
 impl TemplateError {
     pub(crate) fn message(&self) -> String {
         match self {
-            Self::Unclosed { open, so_far } => {
-                let close = closing(*open);
-                format!(
-                    "`#[distributed_lock]`: unclosed placeholder `{open}{so_far}` in the key; \
-                     close it with `{close}` (write `{open}{open}` for a literal `{open}`)"
-                )
-            }
-            Self::Empty { open, close } => format!(
-                "`#[distributed_lock]`: empty placeholder `{open}{close}` in the key; \
-                 name a parameter, e.g. `{open}id{close}` (write `{open}{open}` for a literal `{open}`)"
-            ),
-            Self::Invalid { written } => format!(
-                "`#[distributed_lock]`: invalid placeholder `{written}` in the key; expected a \
-                 parameter name, optionally with fields, e.g. `<id>` or `<order.id>`"
-            ),
+            Self::Syntax(error) => format!("`#[distributed_lock]`: in the key, {error}"),
             Self::Unknown { written, params } => {
                 let known = if params.is_empty() {
                     "the function has no parameters".to_owned()
@@ -75,69 +53,18 @@ impl TemplateError {
     }
 }
 
-const fn closing(open: char) -> char {
-    if open == '<' { '>' } else { '}' }
-}
-
 impl KeyTemplate {
     /// Parses `text` (the literal's value). Does not check names; see [`Self::check`].
     pub(crate) fn parse(text: &str) -> Result<Self, TemplateError> {
-        let mut parts = Vec::new();
-        let mut literal = String::new();
-        let mut chars = text.chars().peekable();
-        while let Some(c) = chars.next() {
-            match c {
-                '<' | '{' => {
-                    if chars.peek() == Some(&c) {
-                        chars.next();
-                        literal.push(c);
-                        continue;
-                    }
-                    let close = closing(c);
-                    let mut inner = String::new();
-                    let mut closed = false;
-                    for next in chars.by_ref() {
-                        if next == close {
-                            closed = true;
-                            break;
-                        }
-                        inner.push(next);
-                    }
-                    if !closed {
-                        return Err(TemplateError::Unclosed {
-                            open: c,
-                            so_far: inner,
-                        });
-                    }
-                    if inner.is_empty() {
-                        return Err(TemplateError::Empty { open: c, close });
-                    }
-                    let written = format!("{c}{inner}{close}");
-                    let path = parse_path(&inner).ok_or(TemplateError::Invalid {
-                        written: written.clone(),
-                    })?;
-                    if !literal.is_empty() {
-                        parts.push(Part::Text(std::mem::take(&mut literal)));
-                    }
-                    parts.push(Part::Placeholder { written, path });
-                }
-                '}' if chars.peek() == Some(&'}') => {
-                    chars.next();
-                    literal.push('}');
-                }
-                other => literal.push(other),
-            }
-        }
-        if !literal.is_empty() {
-            parts.push(Part::Text(literal));
-        }
-        Ok(Self { parts })
+        grammar::KeyTemplate::parse(text)
+            .map(|parsed| Self { parsed })
+            .map_err(TemplateError::Syntax)
     }
 
     /// Checks every placeholder's first segment against `params` (the fn's parameter names,
     /// `self` included for methods).
     pub(crate) fn check(&self, params: &[String]) -> Result<(), TemplateError> {
-        for part in &self.parts {
+        for part in self.parsed.parts() {
             if let Part::Placeholder { written, path } = part
                 && !params.iter().any(|p| *p == path[0])
             {
@@ -153,13 +80,19 @@ impl KeyTemplate {
     /// An expression of type `Cow<'static, str>`: `Cow::Borrowed("literal")` without
     /// placeholders, else `Cow::Owned(format!(..))` with each placeholder formatted with
     /// `Display` into one `String`. Spanned on the key literal, so a placeholder whose type is
-    /// not `Display` is reported there.
-    pub(crate) fn to_cow_expr(&self, lit: &LitStr) -> TokenStream {
+    /// not `Display` is reported there; a placeholder's name resolves where its parameter
+    /// (`params`: name and binding span) was written, so a key and a fn that come from
+    /// different macro contexts (a `macro_rules!` that passes `$key:literal`) still agree.
+    pub(crate) fn to_cow_expr(
+        &self,
+        lit: &LitStr,
+        params: &[(String, Option<Span>)],
+    ) -> TokenStream {
         let span = lit.span();
         let mut format = String::new();
         let mut plain = String::new();
         let mut args = Vec::new();
-        for part in &self.parts {
+        for part in self.parsed.parts() {
             match part {
                 Part::Text(text) => {
                     plain.push_str(text);
@@ -167,7 +100,12 @@ impl KeyTemplate {
                 }
                 Part::Placeholder { path, .. } => {
                     format.push_str("{}");
-                    args.push(placeholder_expr(path, span));
+                    let binding = params
+                        .iter()
+                        .find(|(name, _)| *name == path[0])
+                        .and_then(|(_, binding)| *binding);
+                    let name_span = binding.map_or(span, |binding| span.resolved_at(binding));
+                    args.push(placeholder_expr(path, span, name_span));
                 }
             }
         }
@@ -182,28 +120,9 @@ impl KeyTemplate {
     }
 }
 
-/// `order.id` / `self.items.0` → segments; `None` unless each segment is an ASCII identifier
-/// or (after the first) a tuple index.
-fn parse_path(inner: &str) -> Option<Vec<String>> {
-    let segments: Vec<String> = inner.split('.').map(str::to_owned).collect();
-    let is_ident = |s: &str| {
-        let mut chars = s.chars();
-        chars
-            .next()
-            .is_some_and(|c| c == '_' || c.is_ascii_alphabetic())
-            && chars.all(|c| c == '_' || c.is_ascii_alphanumeric())
-            && s != "_"
-    };
-    let is_index = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
-    let ok = segments
-        .iter()
-        .enumerate()
-        .all(|(i, s)| is_ident(s) || (i > 0 && is_index(s) && (s == "0" || !s.starts_with('0'))));
-    ok.then_some(segments)
-}
-
-/// `["order", "id"]` → `order.id`, every token spanned on the key literal.
-fn placeholder_expr(path: &[String], span: Span) -> TokenStream {
+/// `["order", "id"]` → `order.id`, every token spanned on the key literal, the name resolved
+/// with `name_span`'s hygiene.
+fn placeholder_expr(path: &[String], span: Span, name_span: Span) -> TokenStream {
     let mut tokens = TokenStream::new();
     for (i, segment) in path.iter().enumerate() {
         if i > 0 {
@@ -216,7 +135,7 @@ fn placeholder_expr(path: &[String], span: Span) -> TokenStream {
             };
             tokens.extend(quote_spanned! {span=> #index });
         } else {
-            let ident = syn::Ident::new(segment, span);
+            let ident = syn::Ident::new(segment, if i == 0 { name_span } else { span });
             tokens.extend(quote_spanned! {span=> #ident });
         }
     }
@@ -225,51 +144,21 @@ fn placeholder_expr(path: &[String], span: Span) -> TokenStream {
 
 #[cfg(test)]
 mod tests {
-    use super::{KeyTemplate, Part, TemplateError};
-
-    fn placeholders(text: &str) -> Vec<Vec<String>> {
-        KeyTemplate::parse(text)
-            .unwrap()
-            .parts
-            .into_iter()
-            .filter_map(|p| match p {
-                Part::Placeholder { path, .. } => Some(path),
-                Part::Text(_) => None,
-            })
-            .collect()
-    }
+    use super::{KeyTemplate, TemplateError};
 
     fn render(text: &str) -> String {
         let lit = syn::LitStr::new(text, proc_macro2::Span::call_site());
         KeyTemplate::parse(text)
             .unwrap()
-            .to_cow_expr(&lit)
+            .to_cow_expr(&lit, &[])
             .to_string()
     }
 
     #[test]
-    fn both_placeholder_styles() {
-        assert_eq!(placeholders("order:<id>"), [["id"]]);
-        assert_eq!(placeholders("order:{id}"), [["id"]]);
-        assert_eq!(placeholders("<a>-{b}"), [["a"], ["b"]]);
-        assert_eq!(placeholders("user:<req.user.id>"), [["req", "user", "id"]]);
-        assert_eq!(placeholders("pair:<p.0>"), [["p", "0"]]);
-        assert_eq!(placeholders("<self.id>"), [["self", "id"]]);
-    }
-
-    #[test]
-    fn escapes() {
+    fn renders_text_and_placeholders_into_one_format() {
         assert_eq!(
-            render("a<<b"),
-            r#":: std :: borrow :: Cow :: Borrowed ("a<b")"#
-        );
-        assert_eq!(
-            render("a{{b}}"),
-            r#":: std :: borrow :: Cow :: Borrowed ("a{b}")"#
-        );
-        assert_eq!(
-            render("a>b}c"),
-            r#":: std :: borrow :: Cow :: Borrowed ("a>b}c")"#
+            render("a<<b>>"),
+            r#":: std :: borrow :: Cow :: Borrowed ("a<b>")"#
         );
         assert_eq!(
             render("{{<id>}}"),
@@ -282,34 +171,14 @@ mod tests {
     }
 
     #[test]
-    fn errors() {
-        assert_eq!(
-            KeyTemplate::parse("order:<id"),
-            Err(TemplateError::Unclosed {
-                open: '<',
-                so_far: "id".into()
-            })
+    fn errors_name_the_macro() {
+        let unclosed = KeyTemplate::parse("order:<id").unwrap_err();
+        assert!(matches!(unclosed, TemplateError::Syntax(_)));
+        assert!(
+            unclosed
+                .message()
+                .starts_with("`#[distributed_lock]`: in the key, unclosed placeholder `<id`")
         );
-        assert_eq!(
-            KeyTemplate::parse("order:{id"),
-            Err(TemplateError::Unclosed {
-                open: '{',
-                so_far: "id".into()
-            })
-        );
-        assert_eq!(
-            KeyTemplate::parse("x<>"),
-            Err(TemplateError::Empty {
-                open: '<',
-                close: '>'
-            })
-        );
-        for bad in ["<a b>", "<a.>", "<.a>", "<1>", "<a:?>", "<a.01>", "<_>"] {
-            assert!(
-                matches!(KeyTemplate::parse(bad), Err(TemplateError::Invalid { .. })),
-                "{bad}"
-            );
-        }
         let template = KeyTemplate::parse("order:<idd>").unwrap();
         let err = template.check(&["id".into(), "amount".into()]).unwrap_err();
         assert_eq!(

@@ -101,7 +101,8 @@ use proc_macro::TokenStream;
 ///   `Display`;
 /// * `<order.id>` reaches a field (`<pair.0>` a tuple field), `<self.id>` a field of the
 ///   receiver;
-/// * `<<` is a literal `<`, `{{` a literal `{` and `}}` a literal `}`;
+/// * `<<`, `>>`, `{{` and `}}` are the literal `<`, `>`, `{` and `}` (a lone `>` or `}` is literal
+///   too): the grammar `dlock_tower::path_key` uses, one parser for both;
 /// * every placeholder must name a parameter: a typo is a compile error on the key literal
 ///   listing the fn's parameters.
 ///

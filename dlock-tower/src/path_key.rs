@@ -3,13 +3,15 @@
 use std::fmt;
 
 use axum::extract::{FromRequestParts, RawPathParams};
+use dlock_core::key_template::{KeyTemplate, Part as TemplatePart};
 use http::Request;
 
 use crate::key::{KeyError, MakeLockKey};
 
 /// A key template over the matched route's path parameters, in the syntax of
-/// `#[distributed_lock]`: `<id>` or `{id}` name a parameter; `<<`, `>>`, `{{`, `}}` are the
-/// literal characters. Use it with [`Router::route_layer`](axum::Router::route_layer) (which
+/// `#[distributed_lock]` (one parser for both): `<id>` or `{id}` name a parameter; `<<`, `>>`,
+/// `{{`, `}}` are the literal characters. Path parameters have no fields: `<order.id>` is an
+/// error here. Use it with [`Router::route_layer`](axum::Router::route_layer) (which
 /// runs after routing, when the parameters are known), not `Router::layer`.
 ///
 /// # Examples
@@ -77,7 +79,7 @@ impl PathKey {
     ///
     /// # Errors
     ///
-    /// [`TemplateError`] for an unclosed or empty placeholder.
+    /// [`TemplateError`] for an unclosed, empty or invalid placeholder, or one with fields.
     ///
     /// # Examples
     ///
@@ -86,54 +88,21 @@ impl PathKey {
     /// assert_eq!(key.parameters().collect::<Vec<_>>(), ["user", "cart"]);
     /// ```
     pub fn parse(template: &str) -> Result<Self, TemplateError> {
-        let mut parts = Vec::new();
-        let mut text = String::new();
-        let mut chars = template.chars().peekable();
-        while let Some(c) = chars.next() {
-            let close = match c {
-                '<' => '>',
-                '{' => '}',
-                '>' | '}' if chars.peek() == Some(&c) => {
-                    chars.next();
-                    text.push(c);
-                    continue;
+        let error = |why: String| TemplateError(format!("key template `{template}`: {why}"));
+        let parsed = KeyTemplate::parse(template).map_err(|e| error(e.to_string()))?;
+        let parts = parsed
+            .parts()
+            .iter()
+            .map(|part| match part {
+                TemplatePart::Text(text) => Ok(Part::Text(text.clone())),
+                TemplatePart::Placeholder { path, .. } if path.len() == 1 => {
+                    Ok(Part::Param(path[0].clone()))
                 }
-                _ => {
-                    text.push(c);
-                    continue;
-                }
-            };
-            if chars.peek() == Some(&c) {
-                chars.next();
-                text.push(c);
-                continue;
-            }
-            let mut name = String::new();
-            loop {
-                match chars.next() {
-                    Some(n) if n == close => break,
-                    Some(n) => name.push(n),
-                    None => {
-                        return Err(TemplateError(format!(
-                            "key template `{template}`: unclosed placeholder `{c}{name}` (escape a literal `{c}` as `{c}{c}`)"
-                        )));
-                    }
-                }
-            }
-            let name = name.trim().to_owned();
-            if name.is_empty() {
-                return Err(TemplateError(format!(
-                    "key template `{template}`: empty placeholder"
-                )));
-            }
-            if !text.is_empty() {
-                parts.push(Part::Text(std::mem::take(&mut text)));
-            }
-            parts.push(Part::Param(name));
-        }
-        if !text.is_empty() {
-            parts.push(Part::Text(text));
-        }
+                TemplatePart::Placeholder { written, .. } => Err(error(format!(
+                    "`{written}`: a path parameter has no fields; name the parameter alone"
+                ))),
+            })
+            .collect::<Result<_, _>>()?;
         Ok(Self {
             template: template.to_owned(),
             parts,
@@ -269,6 +238,12 @@ mod tests {
                 .unwrap_err()
                 .to_string()
                 .contains("empty")
+        );
+        assert!(
+            PathKey::parse("order:<order.id>")
+                .unwrap_err()
+                .to_string()
+                .contains("no fields")
         );
     }
 

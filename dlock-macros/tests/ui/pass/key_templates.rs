@@ -66,7 +66,7 @@ async fn main() {
     assert_eq!(fields(&order).await.unwrap(), "order:3:ann");
     assert_eq!(tuple_fields((4, "x")).await.unwrap(), "pair:4-x");
     assert_eq!(destructured((5, -6)).await.unwrap(), "point:5,-6");
-    assert_eq!(escapes(7).await.unwrap(), "esc:<a>>{b}:7:{7}");
+    assert_eq!(escapes(7).await.unwrap(), "esc:<a>{b}:7:{7}");
     assert_eq!(constant().await.unwrap(), "nightly-report");
     assert_eq!(raw_string("z").await.unwrap(), "raw:z");
 }
