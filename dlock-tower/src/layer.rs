@@ -6,10 +6,8 @@ use std::time::Duration;
 
 use dlock_core::{Error, LockMode, Locker};
 use http::{Method, Response};
-use tower_layer::Layer;
 
 use crate::reject::{Reject, locked_response, unavailable_response};
-use crate::service::DistributedLock;
 
 /// Holds a distributed lock around every request whose key is `Some`: acquire, run the inner
 /// service under the lease's watchdog, release when its response future completes or is
@@ -43,8 +41,8 @@ use crate::service::DistributedLock;
 /// ```
 #[must_use]
 pub struct DistributedLockLayer<K> {
-    make_key: K,
-    settings: Arc<Settings>,
+    pub(crate) make_key: K,
+    pub(crate) settings: Arc<Settings>,
 }
 
 /// What every request of one layer shares.
@@ -241,13 +239,5 @@ impl<K> fmt::Debug for DistributedLockLayer<K> {
             .field("make_key", &std::any::type_name::<K>())
             .field("settings", &self.settings)
             .finish()
-    }
-}
-
-impl<S, K: Clone> Layer<S> for DistributedLockLayer<K> {
-    type Service = DistributedLock<S, K>;
-
-    fn layer(&self, inner: S) -> Self::Service {
-        DistributedLock::from_parts(inner, self.make_key.clone(), Arc::clone(&self.settings))
     }
 }

@@ -6,6 +6,7 @@ use std::task::{Context, Poll};
 
 use dlock_core::{LockGuard, LockMode, Result as LockResult};
 use http::{Request, Response};
+use tower_layer::Layer;
 use tower_service::Service;
 
 use crate::future::ResponseFuture;
@@ -124,4 +125,12 @@ fn acquire(settings: Arc<Settings>, key: String, mode: LockMode) -> Acquire {
         }
         request.await
     })
+}
+
+impl<S, K: Clone> Layer<S> for DistributedLockLayer<K> {
+    type Service = DistributedLock<S, K>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        DistributedLock::from_parts(inner, self.make_key.clone(), Arc::clone(&self.settings))
+    }
 }
