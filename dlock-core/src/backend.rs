@@ -20,8 +20,8 @@ pub(crate) mod etcd;
 pub(crate) mod memory;
 #[cfg(feature = "redis")]
 pub(crate) mod redis;
+mod url;
 
-pub use crate::backend_url::{BackendKind, BackendUrl};
 pub use crate::key::{MAX_KEY_LEN, validate_key};
 pub use crate::lease::{
     AcquireOutcome, AcquireRequest, Lease, LostLease, OwnerId, ReleaseOutcome, RenewOutcome,
@@ -32,6 +32,8 @@ pub use etcd::EtcdBackend;
 pub use memory::MemoryBackend;
 #[cfg(feature = "redis")]
 pub use redis::RedisBackend;
+pub(crate) use url::connect;
+pub use url::{BackendKind, BackendUrl};
 
 /// A lock service, seen through the operations dlock needs from it.
 ///

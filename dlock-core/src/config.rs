@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::backend::BackendUrl;
 use crate::backend_spec::{BackendSpec, redact};
-use crate::backend_url::BackendUrl;
 use crate::{Error, Result};
 
 /// Everything a [`Locker`](crate::Locker) needs: which backend, and the defaults of every lock.

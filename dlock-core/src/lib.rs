@@ -43,7 +43,6 @@
 
 mod acquire;
 mod backend_spec;
-mod backend_url;
 mod config;
 mod current;
 mod error;

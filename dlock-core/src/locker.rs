@@ -6,8 +6,7 @@ use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
 use crate::acquire::LockerState;
-use crate::backend::{BackendKind, Capabilities, LockBackend};
-use crate::backend_url::BackendUrl;
+use crate::backend::{BackendUrl, Capabilities, LockBackend};
 use crate::config::DlockConfig;
 use crate::request::LockRequest;
 use crate::{Error, LockMode, Result};
@@ -140,38 +139,10 @@ impl Locker {
     /// let locker = Locker::connect(&config).await?;
     /// # drop(locker); Ok(()) }
     /// ```
-    #[cfg_attr(
-        not(any(feature = "redis", feature = "etcd")),
-        allow(clippy::unused_async)
-    )]
-    #[cfg_attr(
-        not(any(feature = "memory", feature = "redis", feature = "etcd")),
-        allow(unreachable_code, unused_variables)
-    )]
     pub async fn connect(config: &DlockConfig) -> Result<Self> {
         config.validate()?;
         let url = BackendUrl::parse(&config.backend.to_url())?;
-        let backend: Arc<dyn LockBackend> = match url.kind() {
-            #[cfg(feature = "memory")]
-            BackendKind::Memory => Arc::new(crate::backend::MemoryBackend::shared_table(
-                url.memory_table_name(),
-            )),
-            #[cfg(feature = "redis")]
-            BackendKind::Redis | BackendKind::RedisCluster => Arc::new(
-                crate::backend::RedisBackend::connect(&url, config.operation_timeout).await?,
-            ),
-            #[cfg(feature = "etcd")]
-            BackendKind::Etcd => Arc::new(
-                crate::backend::EtcdBackend::connect(&url, config.operation_timeout).await?,
-            ),
-            other => {
-                return Err(Error::config(
-                    "url",
-                    url.as_str(),
-                    format!("backend `{other}` is not available in this build"),
-                ));
-            }
-        };
+        let backend = crate::backend::connect(&url, config.operation_timeout).await?;
         Ok(Self::build(backend, config.clone()))
     }
 

@@ -2,7 +2,8 @@
 //! the harness for the test and stopped after it.
 //!
 //! etcd leases are whole seconds and at least 1.5 × the election timeout (the harness uses 1 s),
-//! so the timing scenarios run with a 3 s ttl.
+//! so the timing scenarios run with a 3 s ttl; a crashed client's lease ends when etcd's lessor
+//! next looks (every 500 ms) after its ttl.
 
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
@@ -22,7 +23,9 @@ async fn target<S: Send + Sync + 'static>(server: S, url: String) -> Target<Etcd
     let probe = EtcdBackend::connect(&url, TIMEOUT).await.expect("connect");
     let expect = Expectations::of(&probe)
         .ttl(Duration::from_secs(3))
-        .slack(Duration::from_millis(800));
+        .slack(Duration::from_millis(800))
+        // etcd's lessor looks for expired leases every 500 ms, then commits the revocation.
+        .expiry_lag(Duration::from_millis(500));
     let clients: Arc<Mutex<Vec<Weak<EtcdBackend>>>> = Arc::default();
     let counted = Arc::clone(&clients);
     Target::new(

@@ -31,14 +31,14 @@ pub async fn ttl_expiry_after_holder_vanishes<B: LockBackend + ?Sized>(target: &
     );
     let guard = locker
         .lock(&vanished_key)
-        .wait(ttl * 4 + target.expect.slack)
+        .wait(ttl * 4 + target.expect.expiry_lag + target.expect.slack)
         .await
         .expect("acquire after expiry");
     assert_between(
         "waiting out a crashed holder's ttl",
         sent.elapsed(),
         ttl,
-        ttl + target.expect.slack,
+        ttl + target.expect.expiry_lag + target.expect.slack,
     );
     drop(guard);
 

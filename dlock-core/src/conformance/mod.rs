@@ -232,6 +232,10 @@ pub struct Expectations {
     pub ttl: Duration,
     /// Scheduling and network slack allowed on top of every expected time.
     pub slack: Duration,
+    /// How late after its ttl the service itself frees the lock of a crashed client (etcd
+    /// looks for expired leases every 500 ms, then commits the revocation); zero where the
+    /// ttl is the key's own expiry (memory, Redis).
+    pub expiry_lag: Duration,
     /// The operation timeout the suite's Lockers use.
     pub operation_timeout: Duration,
     /// Key prefix for this run's Lockers.
@@ -250,6 +254,7 @@ impl Expectations {
             force_release: true,
             ttl: Duration::from_millis(300),
             slack: Duration::from_millis(250),
+            expiry_lag: Duration::ZERO,
             operation_timeout: Duration::from_secs(2),
             prefix: format!("conformance:{:08x}:", rand::random::<u32>()),
         }
@@ -266,6 +271,13 @@ impl Expectations {
     #[must_use]
     pub const fn slack(mut self, slack: Duration) -> Self {
         self.slack = slack;
+        self
+    }
+
+    /// Sets [`Expectations::expiry_lag`].
+    #[must_use]
+    pub const fn expiry_lag(mut self, lag: Duration) -> Self {
+        self.expiry_lag = lag;
         self
     }
 

@@ -265,7 +265,7 @@ pub async fn vanished_permit_frees_at_its_ttl<B: LockBackend + ?Sized>(target: &
         "waiting out a vanished permit's ttl",
         sent.elapsed(),
         ttl,
-        ttl + target.expect.slack,
+        ttl + target.expect.expiry_lag + target.expect.slack,
     );
     permit.release().await.expect("release");
 }

@@ -11,7 +11,6 @@ use etcd_client::{Client, ConnectOptions, GetOptions};
 use percent_encoding::percent_decode_str;
 
 use crate::backend_spec::redact;
-use crate::backend_url::BackendUrl;
 use crate::{Error, Result};
 
 /// HTTP/2 pings on busy connections, so a member that vanished without closing its sockets is
@@ -23,7 +22,7 @@ const DEFAULT_PORT: u16 = 2379;
 
 /// What an `etcd://` URL says.
 #[derive(Clone, PartialEq, Eq)]
-pub(super) struct EtcdUrl {
+pub(crate) struct EtcdUrl {
     /// `http://host:port` of every member given.
     pub(super) endpoints: Vec<String>,
     /// Prepended to every key.
@@ -43,9 +42,9 @@ impl std::fmt::Debug for EtcdUrl {
 }
 
 impl EtcdUrl {
-    /// Parses `etcd://[user:password@]h1[:p1],h2[:p2][/namespace]`.
-    pub(super) fn parse(url: &BackendUrl) -> Result<Self> {
-        let raw = url.as_str();
+    /// Parses `etcd://[user:password@]h1[:p1],h2[:p2][/namespace]`; called once, by
+    /// [`BackendUrl::parse`](crate::backend::BackendUrl::parse).
+    pub(crate) fn parse(raw: &str) -> Result<Self> {
         let bad = |reason: &str| Error::config("backend", redact(raw), reason);
         let (scheme, rest) = raw
             .split_once("://")
@@ -153,9 +152,13 @@ impl EtcdUrl {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::BackendUrl;
 
     fn parse(url: &str) -> Result<EtcdUrl> {
-        EtcdUrl::parse(&BackendUrl::parse(url)?)
+        BackendUrl::parse(url)?
+            .etcd()
+            .cloned()
+            .ok_or_else(|| Error::config("backend", url, "not etcd"))
     }
 
     #[test]

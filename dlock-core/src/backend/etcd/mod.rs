@@ -23,10 +23,10 @@ use etcd_client::{Client, Txn, TxnResponse};
 use tokio::runtime::Handle;
 use tokio_util::sync::CancellationToken;
 
-use self::config::EtcdUrl;
+pub(crate) use self::config::EtcdUrl;
 use self::session::{Session, Sessions};
+use crate::backend::BackendUrl;
 use crate::backend::{Capabilities, Fencing, LockBackend};
-use crate::backend_url::BackendUrl;
 use crate::lease::{AcquireOutcome, AcquireRequest, Lease, OwnerId, ReleaseOutcome, RenewOutcome};
 use crate::{Error, Result};
 
@@ -293,7 +293,16 @@ impl EtcdBackend {
                 "EtcdBackend::connect must run inside a tokio runtime",
             )
         })?;
-        let url = EtcdUrl::parse(url)?;
+        let url = match url.etcd() {
+            Some(settings) => settings.clone(),
+            None => {
+                return Err(Error::config(
+                    "backend",
+                    crate::backend_spec::redact(url.as_str()),
+                    "not an `etcd://` URL",
+                ));
+            }
+        };
         let client = url.connect(timeout).await?;
         let inner = Arc::new(Inner {
             sessions: Sessions::new(client.clone(), timeout),

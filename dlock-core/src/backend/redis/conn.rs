@@ -12,7 +12,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, ProtocolVersion, PushInfo, RedisFuture, Value};
 use tokio::sync::mpsc::UnboundedSender;
 
-use crate::backend_url::{BackendKind, BackendUrl};
+use crate::backend::{BackendKind, BackendUrl};
 use crate::{Error, Result};
 
 /// Room reserved in every command for its arguments: enough for a lock's commands and

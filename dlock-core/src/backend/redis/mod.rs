@@ -98,8 +98,8 @@ use self::conn::Conn;
 use self::keys::RedisName;
 use self::notify::{Waiters, channel_of};
 use self::scripts::Lua;
+use crate::backend::BackendUrl;
 use crate::backend::{Capabilities, Fencing, LockBackend};
-use crate::backend_url::BackendUrl;
 use crate::lease::{AcquireOutcome, AcquireRequest, Lease, OwnerId, ReleaseOutcome, RenewOutcome};
 use crate::{Error, Result};
 

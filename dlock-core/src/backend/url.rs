@@ -1,8 +1,55 @@
-//! Backend URLs: which backend a [`DlockConfig`](crate::DlockConfig) selects.
+//! Backend URLs: the one place that maps a URL's scheme to the backend serving it — the
+//! scheme table ([`BackendKind`]), the cargo feature of each backend, and [`connect`]. A new
+//! backend is its module, its feature, and its lines here.
 
 use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
 
+use super::LockBackend;
 use crate::{Error, Result};
+
+/// Connects to the backend `url` names, every round trip bounded by `operation_timeout`.
+/// `memory://name` is the process-wide table `name`.
+///
+/// # Errors
+///
+/// [`Error::Unavailable`] / [`Error::Timeout`] when the server cannot be reached within the
+/// operation timeout; [`Error::Refused`] when it refuses the credentials; [`Error::Config`]
+/// for what the backend finds wrong in its URL.
+#[cfg_attr(
+    not(any(feature = "redis", feature = "etcd")),
+    allow(clippy::unused_async, unused_variables)
+)]
+#[cfg_attr(
+    not(any(feature = "memory", feature = "redis", feature = "etcd")),
+    allow(unreachable_code)
+)]
+pub(crate) async fn connect(
+    url: &BackendUrl,
+    operation_timeout: Duration,
+) -> Result<Arc<dyn LockBackend>> {
+    Ok(match url.kind() {
+        #[cfg(feature = "memory")]
+        BackendKind::Memory => {
+            Arc::new(super::MemoryBackend::shared_table(url.memory_table_name()))
+        }
+        #[cfg(feature = "redis")]
+        BackendKind::Redis | BackendKind::RedisCluster => {
+            Arc::new(super::RedisBackend::connect(url, operation_timeout).await?)
+        }
+        #[cfg(feature = "etcd")]
+        BackendKind::Etcd => Arc::new(super::EtcdBackend::connect(url, operation_timeout).await?),
+        // `BackendUrl::parse` refuses the kinds this build does not include.
+        other => {
+            return Err(Error::config(
+                "backend",
+                crate::backend_spec::redact(url.as_str()),
+                format!("backend `{other}` is not available in this build"),
+            ));
+        }
+    })
+}
 
 /// The backends dlock knows, whether or not this build includes them.
 ///
@@ -125,6 +172,20 @@ impl fmt::Display for BackendKind {
 pub struct BackendUrl {
     kind: BackendKind,
     url: String,
+    /// What the URL says, parsed once, for the backends whose settings dlock reads itself
+    /// (Redis's client reads its own URL, checked here for shape).
+    settings: Settings,
+}
+
+/// Typed settings of a URL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Settings {
+    /// `memory://name`: the table's name.
+    Memory { table: String },
+    #[cfg(feature = "etcd")]
+    Etcd(super::etcd::EtcdUrl),
+    /// Read by the backend's client library.
+    Other,
 }
 
 impl BackendUrl {
@@ -154,9 +215,21 @@ impl BackendUrl {
         // Hosts and options are checked by each backend when it connects; here only that the
         // URL is well-formed. Several hosts (`h1:p1,h2:p2`) are checked one by one.
         check_hosts(url).map_err(bad)?;
+        let settings = match kind {
+            BackendKind::Memory => Settings::Memory {
+                table: url
+                    .split_once("://")
+                    .map_or("", |(_, rest)| rest.trim_matches('/'))
+                    .to_owned(),
+            },
+            #[cfg(feature = "etcd")]
+            BackendKind::Etcd => Settings::Etcd(super::etcd::EtcdUrl::parse(url)?),
+            _ => Settings::Other,
+        };
         Ok(Self {
             kind,
             url: url.to_owned(),
+            settings,
         })
     }
 
@@ -172,12 +245,22 @@ impl BackendUrl {
         &self.url
     }
 
-    /// For `memory://name`, the table name (`""` for `memory://`).
+    /// For `memory://name`, the table name (`""` for `memory://` and other backends).
     #[must_use]
     pub fn memory_table_name(&self) -> &str {
-        self.url
-            .split_once("://")
-            .map_or("", |(_, rest)| rest.trim_matches('/'))
+        match &self.settings {
+            Settings::Memory { table } => table,
+            _ => "",
+        }
+    }
+
+    /// An `etcd://` URL's settings.
+    #[cfg(feature = "etcd")]
+    pub(crate) const fn etcd(&self) -> Option<&super::etcd::EtcdUrl> {
+        match &self.settings {
+            Settings::Etcd(settings) => Some(settings),
+            _ => None,
+        }
     }
 }
 
