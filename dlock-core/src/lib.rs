@@ -41,24 +41,32 @@
 //! The crate root is the user's API; [`backend`] holds the backend contract, the values that
 //! cross it and the built-in backends, for implementors.
 
-mod acquire;
+// The user's API: the handle, the acquire builder, the guard, the one acquire -> run ->
+// release scope, and what they speak in.
 mod backend_spec;
 mod config;
 mod current;
 mod error;
 mod guard;
-mod hold;
-mod keeper;
-mod key;
-mod lease;
-mod lease_watch;
 mod locker;
 mod mode;
 mod protected;
-mod reentrancy;
 mod request;
 mod scope;
+
+// The mechanisms the core owns: the acquire steps, holds and reentrancy, the lease keeper and
+// its watchdog, lease deadlines, keys.
+mod acquire;
+mod hold;
+mod keeper;
+mod key;
+mod lease_watch;
+mod reentrancy;
 mod watchdog;
+
+// The contract's values (`pub mod backend` below holds the contract, a URL-scheme -> backend
+// dispatch and one module per backend).
+mod lease;
 
 #[doc(hidden)]
 pub mod __private;
