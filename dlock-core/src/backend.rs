@@ -21,6 +21,8 @@ pub(crate) mod memory;
 #[cfg(feature = "redis")]
 pub(crate) mod redis;
 mod url;
+#[cfg(any(feature = "memory", feature = "redis"))]
+mod waiters;
 
 pub use crate::key::{MAX_KEY_LEN, validate_key};
 pub use crate::lease::{

@@ -10,13 +10,13 @@
 //! queues behind them, and a reader that arrives while a writer waits queues behind the
 //! writer.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use tokio::sync::Notify;
 
+use super::waiters::{Ticket, WaitQueues};
 use crate::backend::{Capabilities, Fencing, LockBackend};
 use crate::lease::{AcquireOutcome, AcquireRequest, Lease, OwnerId, ReleaseOutcome, RenewOutcome};
 use crate::{Error, LockMode, Result};
@@ -45,20 +45,20 @@ use crate::{Error, LockMode, Result};
 #[derive(Debug, Clone, Default)]
 pub struct MemoryBackend {
     shared: Arc<Mutex<Table>>,
+    /// Who waits for which key. Locked after the table, never before it.
+    queues: Arc<WaitQueues<Wanted>>,
 }
 
 #[derive(Debug, Default)]
 struct Table {
     keys: HashMap<Arc<str>, KeyState>,
     last_token: u64,
-    last_waiter_id: u64,
 }
 
-/// One key: who holds it, who waits, and (while a semaphore is in use) its limit.
+/// One key: who holds it, and (while a semaphore is in use) its limit.
 #[derive(Debug, Default)]
 struct KeyState {
     holders: Vec<Holder>,
-    waiters: VecDeque<Waiter>,
     /// The limit of the semaphore on this key, stored by its first permit request and kept
     /// while the key has holders or waiters.
     permit_limit: Option<u32>,
@@ -87,13 +87,22 @@ impl Holder {
     }
 }
 
-#[derive(Debug)]
-struct Waiter {
-    id: u64,
+/// What a queued acquire waits to be granted.
+#[derive(Debug, Clone)]
+struct Wanted {
     owner: OwnerId,
     mode: LockMode,
     ttl: Duration,
-    wake: Arc<Notify>,
+}
+
+impl Wanted {
+    fn of(req: &AcquireRequest) -> Self {
+        Self {
+            owner: req.owner.clone(),
+            mode: req.mode,
+            ttl: req.ttl,
+        }
+    }
 }
 
 impl KeyState {
@@ -130,10 +139,6 @@ impl KeyState {
     fn first_expiry(&self) -> Option<Instant> {
         self.holders.iter().map(|h| h.expires_at).min()
     }
-
-    fn is_unused(&self) -> bool {
-        self.holders.is_empty() && self.waiters.is_empty()
-    }
 }
 
 impl Table {
@@ -159,39 +164,42 @@ impl Table {
         ));
     }
 
-    /// Drops expired holders and hands the key to the waiters at the head of the queue, in
+    /// Drops expired holders and hands the key to the waiters at the head of its queue, in
     /// order, as long as each is admitted next to the holders (several readers, several
     /// permits, or one writer). Forgets a key nobody holds or waits for.
-    fn settle(&mut self, key: &str, now: Instant) {
-        let Self {
-            keys, last_token, ..
-        } = self;
+    fn settle(&mut self, key: &str, now: Instant, queues: &WaitQueues<Wanted>) {
+        let Self { keys, last_token } = self;
         let Some(state) = keys.get_mut(key) else {
             return;
         };
         state.holders.retain(|h| h.expires_at > now);
-        while let Some(next) = state.waiters.front()
-            && state.admits(next.mode)
-        {
-            let next = state.waiters.pop_front().expect("just looked at it");
+        queues.hand_off_while(key, |wanted| {
+            if !state.admits(wanted.mode) {
+                return false;
+            }
             *last_token += 1;
-            state.holders.push(Holder::new(
-                next.owner,
-                next.mode,
-                next.ttl,
+            let holder = Holder::new(
+                wanted.owner.clone(),
+                wanted.mode,
+                wanted.ttl,
                 now,
                 *last_token,
-            ));
-            next.wake.notify_one();
-        }
-        if state.is_unused() {
+            );
+            state.holders.push(holder);
+            true
+        });
+        if state.holders.is_empty() && queues.len(key) == 0 {
             keys.remove(key);
         }
     }
 
     /// Checks `req`'s semaphore limit against the one stored for its key, storing it if the
     /// key has none.
-    fn check_permit_limit(&mut self, req: &AcquireRequest) -> Result<()> {
+    fn check_permit_limit(
+        &mut self,
+        req: &AcquireRequest,
+        queues: &WaitQueues<Wanted>,
+    ) -> Result<()> {
         let LockMode::Permit { limit } = req.mode else {
             return Ok(());
         };
@@ -203,7 +211,7 @@ impl Table {
                     stored,
                     requested: limit,
                 };
-                if state.is_unused() {
+                if state.holders.is_empty() && queues.len(&req.key) == 0 {
                     self.keys.remove(&*req.key);
                 }
                 Err(mismatch)
@@ -213,29 +221,6 @@ impl Table {
                 Ok(())
             }
         }
-    }
-
-    /// Puts waiter `id` back at the head of the queue if it is neither queued nor holding
-    /// (its hand-off grant ended before it could take it). Returns whether it did.
-    fn requeue_front_if_lost(
-        &mut self,
-        key: &str,
-        id: u64,
-        req: &AcquireRequest,
-        wake: &Arc<Notify>,
-    ) -> bool {
-        let state = self.state_of(key);
-        if state.holder(&req.owner).is_some() || state.waiters.iter().any(|w| w.id == id) {
-            return false;
-        }
-        state.waiters.push_front(Waiter {
-            id,
-            owner: req.owner.clone(),
-            mode: req.mode,
-            ttl: req.ttl,
-            wake: Arc::clone(wake),
-        });
-        true
     }
 
     fn lease_if_owner(&self, req: &AcquireRequest) -> Option<Lease> {
@@ -251,19 +236,16 @@ impl Table {
 
     /// Whether `mode` is granted at once: nobody waits (a newcomer never overtakes a waiter,
     /// so a waiting writer is not starved by readers) and the holders admit it.
-    fn grants_newcomer(&self, key: &str, mode: LockMode) -> bool {
-        self.keys
-            .get(key)
-            .is_none_or(|s| s.waiters.is_empty() && s.admits(mode))
+    fn grants_newcomer(&self, key: &str, mode: LockMode, queues: &WaitQueues<Wanted>) -> bool {
+        queues.len(key) == 0 && self.keys.get(key).is_none_or(|s| s.admits(mode))
     }
 }
 
-/// A queued waiter; dropping it (the acquire future was cancelled) leaves nothing behind.
+/// A queued acquire; dropping it (the acquire future was cancelled) leaves nothing behind.
 struct QueueTicket<'a> {
     backend: &'a MemoryBackend,
-    key: &'a str,
-    id: u64,
-    owner: &'a OwnerId,
+    req: &'a AcquireRequest,
+    ticket: Option<Ticket<Wanted>>,
     granted: bool,
 }
 
@@ -273,13 +255,12 @@ impl Drop for QueueTicket<'_> {
             return;
         }
         let mut table = self.backend.table();
-        let now = Instant::now();
-        if let Some(state) = table.keys.get_mut(self.key) {
-            state.waiters.retain(|w| w.id != self.id);
+        drop(self.ticket.take()); // leaves the queue
+        if let Some(state) = table.keys.get_mut(&*self.req.key) {
             // Granted by hand-off while we were being cancelled: pass it on.
-            state.remove_holder(self.owner);
+            state.remove_holder(&self.req.owner);
         }
-        table.settle(self.key, now);
+        table.settle(&self.req.key, Instant::now(), &self.backend.queues);
     }
 }
 
@@ -325,7 +306,7 @@ impl MemoryBackend {
         let now = Instant::now();
         let keys: Vec<Arc<str>> = table.keys.keys().cloned().collect();
         for key in &keys {
-            table.settle(key, now);
+            table.settle(key, now, &self.queues);
         }
         table.keys.len()
     }
@@ -333,7 +314,7 @@ impl MemoryBackend {
     /// How many acquires are queued on `key`.
     #[must_use]
     pub fn waiters(&self, key: &str) -> usize {
-        self.table().keys.get(key).map_or(0, |s| s.waiters.len())
+        self.queues.len(key)
     }
 
     fn table(&self) -> MutexGuard<'_, Table> {
@@ -346,14 +327,12 @@ impl MemoryBackend {
         &self,
         req: &AcquireRequest,
         deadline: Option<Instant>,
-        id: u64,
-        wake: Arc<Notify>,
+        ticket: Ticket<Wanted>,
     ) -> AcquireOutcome {
-        let mut ticket = QueueTicket {
+        let mut queued = QueueTicket {
             backend: self,
-            key: &req.key,
-            id,
-            owner: &req.owner,
+            req,
+            ticket: Some(ticket),
             granted: false,
         };
         loop {
@@ -366,28 +345,27 @@ impl MemoryBackend {
                 (Some(e), Some(d)) => Some(e.min(d)),
                 (e, d) => e.or(d),
             };
-            match wake_at {
-                Some(at) => {
-                    tokio::select! {
-                        () = wake.notified() => {}
-                        () = tokio::time::sleep_until(at.into()) => {}
-                    }
-                }
-                None => wake.notified().await,
+            if let Some(ticket) = &queued.ticket {
+                ticket.wait(wake_at).await;
             }
             let now = Instant::now();
             let mut table = self.table();
-            table.settle(&req.key, now);
+            table.settle(&req.key, now, &self.queues);
             if let Some(lease) = table.lease_if_owner(req) {
-                ticket.granted = true;
+                queued.granted = true;
                 return AcquireOutcome::Acquired(lease);
             }
-            if table.requeue_front_if_lost(&req.key, id, req, &wake) {
+            let requeued = queued
+                .ticket
+                .as_ref()
+                .is_some_and(|ticket| self.queues.requeue_front(ticket, Wanted::of(req)));
+            if requeued {
                 // We were handed the lock, but that grant ended before we ran (it expired
                 // while this task was starved, or was broken): we were first in line.
-                table.settle(&req.key, now);
+                table.state_of(&req.key);
+                table.settle(&req.key, now, &self.queues);
                 if let Some(lease) = table.lease_if_owner(req) {
-                    ticket.granted = true;
+                    queued.granted = true;
                     return AcquireOutcome::Acquired(lease);
                 }
             }
@@ -408,33 +386,24 @@ impl LockBackend for MemoryBackend {
         deadline: Option<Instant>,
     ) -> Result<AcquireOutcome> {
         let now = Instant::now();
-        let (id, wake) = {
+        let ticket = {
             let mut table = self.table();
-            table.settle(&req.key, now);
-            table.check_permit_limit(req)?;
-            if table.grants_newcomer(&req.key, req.mode) {
+            table.settle(&req.key, now, &self.queues);
+            table.check_permit_limit(req, &self.queues)?;
+            if table.grants_newcomer(&req.key, req.mode, &self.queues) {
                 table.grant(&req.key, req, now);
                 let lease = table.lease_if_owner(req).expect("just granted");
                 return Ok(AcquireOutcome::Acquired(lease));
             }
             if deadline.is_some_and(|d| d <= now) {
                 let retry_after = table.remaining(&req.key, now);
-                table.settle(&req.key, now); // forgets a limit stored just now
+                table.settle(&req.key, now, &self.queues); // forgets a limit stored just now
                 return Ok(AcquireOutcome::Busy { retry_after });
             }
-            table.last_waiter_id += 1;
-            let id = table.last_waiter_id;
-            let wake = Arc::new(Notify::new());
-            table.state_of(&req.key).waiters.push_back(Waiter {
-                id,
-                owner: req.owner.clone(),
-                mode: req.mode,
-                ttl: req.ttl,
-                wake: Arc::clone(&wake),
-            });
-            (id, wake)
+            table.state_of(&req.key);
+            self.queues.enqueue(&req.key, Wanted::of(req))
         };
-        Ok(self.wait_in_queue(req, deadline, id, wake).await)
+        Ok(self.wait_in_queue(req, deadline, ticket).await)
     }
 
     async fn renew(&self, leases: &[Lease]) -> Result<Vec<RenewOutcome>> {
@@ -443,7 +412,7 @@ impl LockBackend for MemoryBackend {
         Ok(leases
             .iter()
             .map(|lease| {
-                table.settle(&lease.key, now);
+                table.settle(&lease.key, now, &self.queues);
                 let holder = table
                     .keys
                     .get_mut(&*lease.key)
@@ -462,7 +431,7 @@ impl LockBackend for MemoryBackend {
     async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
         let now = Instant::now();
         let mut table = self.table();
-        table.settle(&lease.key, now);
+        table.settle(&lease.key, now, &self.queues);
         let released = table
             .keys
             .get_mut(&*lease.key)
@@ -470,19 +439,19 @@ impl LockBackend for MemoryBackend {
         if !released {
             return Ok(ReleaseOutcome::NotHeld);
         }
-        table.settle(&lease.key, now);
+        table.settle(&lease.key, now, &self.queues);
         Ok(ReleaseOutcome::Released)
     }
 
     async fn force_release(&self, key: &str) -> Result<bool> {
         let now = Instant::now();
         let mut table = self.table();
-        table.settle(key, now);
+        table.settle(key, now, &self.queues);
         let removed = table
             .keys
             .get_mut(key)
             .is_some_and(|state| !std::mem::take(&mut state.holders).is_empty());
-        table.settle(key, now);
+        table.settle(key, now, &self.queues);
         Ok(removed)
     }
 

@@ -1,23 +1,22 @@
 //! Waiting without polling: local FIFO queues per lock, woken by release notifications.
 //!
 //! One subscription connection per backend (per Locker) carries the release channels of every
-//! key it waits on. Local waiters of one key queue in arrival order; only the head of the
-//! queue talks to Redis. A release message wakes just that head; when the head leaves
+//! key it waits on. Local waiters of one key queue in arrival order, in the core's shared
+//! [`WaitQueues`]; only the head of the queue talks to Redis. A release message wakes just that head; when the head leaves
 //! (acquired, gave up, cancelled) the next one becomes head and is woken. The head also wakes
 //! when the holder's remaining ttl runs out, so a lost message costs at most one ttl.
 
-use std::collections::{HashMap, VecDeque};
-use std::ops::{Deref, DerefMut};
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
 use redis::{PushInfo, PushKind, Value};
-use tokio::sync::Notify;
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::conn::Conn;
 use super::keys::RedisName;
+use crate::backend::waiters::{Ticket, WaitQueues};
 use crate::{Error, Result};
 
 /// The release channel of the lock with full key `key`.
@@ -30,28 +29,18 @@ pub(super) fn channel_of(key: &str) -> String {
 pub(super) struct Waiters {
     /// The payload of this backend's own release messages.
     own_id: String,
-    queues: Mutex<Queues>,
-    /// Nobody queues and no bar is set: the uncontended fast path reads this instead of
-    /// taking the lock (kept up to date by [`QueuesGuard`]).
-    idle: AtomicBool,
+    /// Local waiters, by release channel (the core's shared FIFO queues).
+    queues: Arc<WaitQueues<()>>,
+    /// Channels this Locker barred itself on: it released while other Lockers listened, so
+    /// for a few milliseconds (or until another Locker's release) it lets them go first.
+    bars: Mutex<HashMap<String, Instant>>,
+    /// No bar is set: the uncontended fast path reads this instead of taking the lock.
+    no_bars: AtomicBool,
+    /// The channels subscribed to; changed only while holding `subscriber`.
+    subscribed: Mutex<HashSet<String>>,
     /// Serialises SUBSCRIBE / UNSUBSCRIBE so they reach Redis in the order decided.
     subscriber: tokio::sync::Mutex<Conn>,
     timeout: Duration,
-}
-
-#[derive(Debug, Default)]
-struct Queues {
-    by_channel: HashMap<String, Queue>,
-    /// Channels this Locker barred itself on: it released while other Lockers listened, so
-    /// for a few milliseconds (or until another Locker's release) it lets them go first.
-    bars: HashMap<String, Instant>,
-    next_id: u64,
-}
-
-#[derive(Debug, Default)]
-struct Queue {
-    waiters: VecDeque<(u64, Arc<Notify>)>,
-    subscribed: bool,
 }
 
 impl Waiters {
@@ -62,12 +51,27 @@ impl Waiters {
         mut pushes: UnboundedReceiver<PushInfo>,
         timeout: Duration,
     ) -> Arc<Self> {
-        let waiters = Arc::new(Self {
-            own_id,
-            queues: Mutex::default(),
-            idle: AtomicBool::new(true),
-            subscriber: tokio::sync::Mutex::new(subscriber),
-            timeout,
+        let waiters = Arc::new_cyclic(|weak: &Weak<Self>| {
+            let weak = weak.clone();
+            // A channel nobody waits on any more is unsubscribed, in the background.
+            let on_emptied = move |channel: &str| {
+                let (Some(waiters), Ok(runtime)) =
+                    (weak.upgrade(), tokio::runtime::Handle::try_current())
+                else {
+                    return;
+                };
+                let channel = channel.to_owned();
+                runtime.spawn(async move { waiters.unsubscribe_if_idle(channel).await });
+            };
+            Self {
+                own_id,
+                queues: Arc::new(WaitQueues::new(Some(Box::new(on_emptied)))),
+                bars: Mutex::default(),
+                no_bars: AtomicBool::new(true),
+                subscribed: Mutex::default(),
+                subscriber: tokio::sync::Mutex::new(subscriber),
+                timeout,
+            }
         });
         let weak = Arc::downgrade(&waiters);
         tokio::spawn(async move {
@@ -81,11 +85,17 @@ impl Waiters {
         waiters
     }
 
-    fn queues(&self) -> QueuesGuard<'_> {
-        QueuesGuard {
-            queues: self.queues.lock().unwrap_or_else(PoisonError::into_inner),
-            idle: &self.idle,
+    fn bars(&self) -> BarsGuard<'_> {
+        BarsGuard {
+            bars: self.bars.lock().unwrap_or_else(PoisonError::into_inner),
+            none: &self.no_bars,
         }
+    }
+
+    fn subscribed(&self) -> MutexGuard<'_, HashSet<String>> {
+        self.subscribed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     fn dispatch(&self, push: &PushInfo) {
@@ -101,14 +111,7 @@ impl Waiters {
                 self.on_release(&String::from_utf8_lossy(channel), ours);
             }
             // After a reconnect a release may have been missed: let every head re-check.
-            PushKind::Disconnection => {
-                let queues = self.queues();
-                for queue in queues.by_channel.values() {
-                    if let Some((_, head)) = queue.waiters.front() {
-                        head.notify_one();
-                    }
-                }
-            }
+            PushKind::Disconnection => self.queues.wake_every_head(),
             _ => {}
         }
     }
@@ -116,34 +119,29 @@ impl Waiters {
     /// A release was published on `channel`: another Locker's release lifts our bar and
     /// wakes our head; our own release wakes it only if we did not bar ourselves.
     fn on_release(&self, channel: &str, ours: bool) {
-        let mut queues = self.queues();
-        if ours
-            && queues
-                .bars
-                .get(channel)
-                .is_some_and(|until| Instant::now() < *until)
         {
-            return;
+            let mut bars = self.bars();
+            if ours
+                && bars
+                    .get(channel)
+                    .is_some_and(|until| Instant::now() < *until)
+            {
+                return;
+            }
+            bars.remove(channel);
         }
-        queues.bars.remove(channel);
-        if let Some((_, head)) = queues
-            .by_channel
-            .get(channel)
-            .and_then(|q| q.waiters.front())
-        {
-            head.notify_one();
-        }
+        self.queues.wake_head(channel);
     }
 
     /// Bars this Locker from taking the lock of `channel` until `until` (or until another
     /// Locker releases it).
     pub(super) fn bar(&self, channel: &str, until: Instant) {
-        let mut queues = self.queues();
-        if queues.bars.len() > 1024 {
+        let mut bars = self.bars();
+        if bars.len() > 1024 {
             let now = Instant::now();
-            queues.bars.retain(|_, until| now < *until);
+            bars.retain(|_, until| now < *until);
         }
-        queues.bars.insert(channel.to_owned(), until);
+        bars.insert(channel.to_owned(), until);
     }
 
     /// Lifts a bar set in anticipation of a release that turned out not to need it.
@@ -153,55 +151,31 @@ impl Waiters {
 
     /// Until when this Locker should not ask Redis for the lock of `channel`.
     pub(super) fn barred_until(&self, channel: &str) -> Option<Instant> {
-        let mut queues = self.queues();
-        let until = *queues.bars.get(channel)?;
+        let mut bars = self.bars();
+        let until = *bars.get(channel)?;
         if Instant::now() < until {
             Some(until)
         } else {
-            queues.bars.remove(channel);
+            bars.remove(channel);
             None
         }
     }
 
     /// Whether a new acquire of the lock with full key `key` may ask Redis at once: nobody
     /// of this backend queues on its channel and this backend did not just yield it to other
-    /// Lockers. One look at the queues, and no channel name built while nobody waits at all:
-    /// this is the uncontended fast path.
+    /// Lockers. Two atomic loads, and no channel name built, while nobody waits at all and no
+    /// bar is set: this is the uncontended fast path.
     pub(super) fn may_try_at_once(&self, key: &str) -> bool {
-        if self.idle.load(Ordering::Acquire) {
-            return true;
-        }
-        let mut queues = self.queues();
-        if queues.by_channel.is_empty() && queues.bars.is_empty() {
+        if self.queues.is_idle() && self.no_bars.load(Ordering::Acquire) {
             return true;
         }
         let channel = channel_of(key);
-        let queued = queues
-            .by_channel
-            .get(&channel)
-            .is_some_and(|q| !q.waiters.is_empty());
-        let barred = match queues.bars.get(&channel) {
-            Some(until) if Instant::now() < *until => true,
-            Some(_) => {
-                queues.bars.remove(&channel);
-                false
-            }
-            None => false,
-        };
-        !queued && !barred
+        self.queues.len(&channel) == 0 && self.barred_until(&channel).is_none()
     }
 
     /// Whether anyone of this backend waits on the lock with full key `key`.
     pub(super) fn has_waiters(&self, key: &str) -> bool {
-        if self.idle.load(Ordering::Acquire) {
-            return false;
-        }
-        let queues = self.queues();
-        !queues.by_channel.is_empty()
-            && queues
-                .by_channel
-                .get(&channel_of(key))
-                .is_some_and(|q| !q.waiters.is_empty())
+        !self.queues.is_idle() && self.queues.len(&channel_of(key)) > 0
     }
 
     /// Queues a waiter on `channel`, subscribing to it first if needed. The returned ticket
@@ -210,33 +184,15 @@ impl Waiters {
     /// # Errors
     ///
     /// The subscription failed or timed out.
-    pub(super) async fn enqueue(self: &Arc<Self>, channel: &str) -> Result<Ticket> {
-        let ticket = {
-            let mut queues = self.queues();
-            queues.next_id += 1;
-            let id = queues.next_id;
-            let wake = Arc::new(Notify::new());
-            let queue = queues.by_channel.entry(channel.to_owned()).or_default();
-            queue.waiters.push_back((id, Arc::clone(&wake)));
-            Ticket {
-                waiters: Arc::clone(self),
-                channel: channel.to_owned(),
-                id,
-                wake,
-            }
-        };
+    pub(super) async fn enqueue(&self, channel: &str) -> Result<Ticket<()>> {
+        let ticket = self.queues.enqueue(channel, ());
         self.ensure_subscribed(channel).await?;
         Ok(ticket)
     }
 
     async fn ensure_subscribed(&self, channel: &str) -> Result<()> {
         let mut subscriber = self.subscriber.lock().await;
-        if self
-            .queues()
-            .by_channel
-            .get(channel)
-            .is_some_and(|q| q.subscribed)
-        {
+        if self.subscribed().contains(channel) {
             return Ok(());
         }
         tokio::time::timeout(self.timeout, subscriber.subscribe(channel))
@@ -247,115 +203,44 @@ impl Waiters {
                 after: self.timeout,
             })?
             .map_err(super::errors::from_redis)?;
-        if let Some(queue) = self.queues().by_channel.get_mut(channel) {
-            queue.subscribed = true;
-        }
+        self.subscribed().insert(channel.to_owned());
         Ok(())
     }
 
-    /// Unsubscribes from `channel` if its queue is (still) empty.
+    /// Unsubscribes from `channel` if nobody waits on it (any more).
     async fn unsubscribe_if_idle(&self, channel: String) {
         let mut subscriber = self.subscriber.lock().await;
-        let idle = {
-            let mut queues = self.queues();
-            let idle = queues
-                .by_channel
-                .get(&channel)
-                .is_some_and(|q| q.waiters.is_empty());
-            if idle {
-                queues.by_channel.remove(&channel);
-            }
-            idle
-        };
+        let idle = self.queues.len(&channel) == 0 && self.subscribed().remove(&channel);
         if idle {
             let outcome =
                 tokio::time::timeout(self.timeout, subscriber.unsubscribe(&channel)).await;
             tracing::trace!(%channel, ?outcome, "dlock: redis unsubscribed");
         }
     }
+}
 
-    fn leave(self: &Arc<Self>, channel: &str, id: u64) {
-        let mut queues = self.queues();
-        let Some(queue) = queues.by_channel.get_mut(channel) else {
-            return;
-        };
-        let was_head = queue.waiters.front().is_some_and(|(head, _)| *head == id);
-        queue.waiters.retain(|(waiter, _)| *waiter != id);
-        match queue.waiters.front() {
-            Some((_, next)) if was_head => next.notify_one(),
-            Some(_) => {}
-            None => {
-                drop(queues);
-                let waiters = Arc::clone(self);
-                let channel = channel.to_owned();
-                if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-                    runtime.spawn(async move { waiters.unsubscribe_if_idle(channel).await });
-                }
-            }
-        }
+/// The locked bars; on unlock, records whether there are none.
+struct BarsGuard<'a> {
+    bars: MutexGuard<'a, HashMap<String, Instant>>,
+    none: &'a AtomicBool,
+}
+
+impl std::ops::Deref for BarsGuard<'_> {
+    type Target = HashMap<String, Instant>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.bars
     }
 }
 
-/// The locked queues; on unlock, records whether they are idle.
-struct QueuesGuard<'a> {
-    queues: MutexGuard<'a, Queues>,
-    idle: &'a AtomicBool,
-}
-
-impl Deref for QueuesGuard<'_> {
-    type Target = Queues;
-
-    fn deref(&self) -> &Queues {
-        &self.queues
+impl std::ops::DerefMut for BarsGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.bars
     }
 }
 
-impl DerefMut for QueuesGuard<'_> {
-    fn deref_mut(&mut self) -> &mut Queues {
-        &mut self.queues
-    }
-}
-
-impl Drop for QueuesGuard<'_> {
+impl Drop for BarsGuard<'_> {
     fn drop(&mut self) {
-        let idle = self.queues.by_channel.is_empty() && self.queues.bars.is_empty();
-        self.idle.store(idle, Ordering::Release);
-    }
-}
-
-/// One waiting acquire's place in its key's local queue.
-#[derive(Debug)]
-pub(super) struct Ticket {
-    waiters: Arc<Waiters>,
-    channel: String,
-    id: u64,
-    wake: Arc<Notify>,
-}
-
-impl Ticket {
-    /// Whether this waiter is first in its queue (the one that may try).
-    pub(super) fn is_head(&self) -> bool {
-        self.waiters
-            .queues()
-            .by_channel
-            .get(&self.channel)
-            .and_then(|q| q.waiters.front())
-            .is_some_and(|(head, _)| *head == self.id)
-    }
-
-    /// Waits for a wake-up (a release, or becoming head), or until `until`.
-    pub(super) async fn wait(&self, until: Option<Instant>) {
-        match until {
-            Some(at) => {
-                let _ = tokio::time::timeout_at(at.into(), self.wake.notified()).await;
-            }
-            None => self.wake.notified().await,
-        }
-    }
-}
-
-impl Drop for Ticket {
-    fn drop(&mut self) {
-        self.waiters.leave(&self.channel, self.id);
+        self.none.store(self.bars.is_empty(), Ordering::Release);
     }
 }
