@@ -168,23 +168,33 @@ impl fmt::Display for BackendKind {
 ///     Err(err) => assert!(err.to_string().contains("needs the `etcd` feature"), "{err}"),
 /// }
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct BackendUrl {
     kind: BackendKind,
     url: String,
-    /// What the URL says, parsed once, for the backends whose settings dlock reads itself
-    /// (Redis's client reads its own URL, checked here for shape).
+    /// What the URL says, parsed once.
     settings: Settings,
 }
 
-/// Typed settings of a URL.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Two URLs are equal when they are written alike (their settings follow from the text).
+impl PartialEq for BackendUrl {
+    fn eq(&self, other: &Self) -> bool {
+        self.kind == other.kind && self.url == other.url
+    }
+}
+
+impl Eq for BackendUrl {}
+
+/// Typed settings of a URL, one variant per backend this build includes.
+#[derive(Debug, Clone)]
 enum Settings {
     /// `memory://name`: the table's name.
     Memory { table: String },
+    #[cfg(feature = "redis")]
+    Redis(super::redis::RedisUrl),
     #[cfg(feature = "etcd")]
     Etcd(super::etcd::EtcdUrl),
-    /// Read by the backend's client library.
+    /// A backend this build does not include (refused before this is used).
     Other,
 }
 
@@ -222,6 +232,10 @@ impl BackendUrl {
                     .map_or("", |(_, rest)| rest.trim_matches('/'))
                     .to_owned(),
             },
+            #[cfg(feature = "redis")]
+            BackendKind::Redis | BackendKind::RedisCluster => {
+                Settings::Redis(super::redis::RedisUrl::parse(url, kind)?)
+            }
             #[cfg(feature = "etcd")]
             BackendKind::Etcd => Settings::Etcd(super::etcd::EtcdUrl::parse(url)?),
             _ => Settings::Other,
@@ -251,6 +265,15 @@ impl BackendUrl {
         match &self.settings {
             Settings::Memory { table } => table,
             _ => "",
+        }
+    }
+
+    /// A `redis://` or `redis+cluster://` URL's settings.
+    #[cfg(feature = "redis")]
+    pub(crate) const fn redis(&self) -> Option<&super::redis::RedisUrl> {
+        match &self.settings {
+            Settings::Redis(settings) => Some(settings),
+            _ => None,
         }
     }
 
@@ -339,6 +362,34 @@ mod tests {
                 .unwrap_err()
                 .to_string()
                 .contains("expected a URL")
+        );
+    }
+
+    /// A URL is parsed once, by `BackendUrl::parse`: what a backend's own settings refuse is
+    /// a config error before any connection.
+    #[test]
+    fn backend_settings_are_checked_when_the_url_is_parsed() {
+        #[cfg(feature = "redis")]
+        {
+            let error = BackendUrl::parse("redis://127.0.0.1:6379/not-a-db").unwrap_err();
+            assert!(error.to_string().contains("not a Redis URL"), "{error}");
+            assert!(
+                BackendUrl::parse("redis+cluster://a:1,b:2")
+                    .unwrap()
+                    .redis()
+                    .is_some()
+            );
+        }
+        #[cfg(feature = "etcd")]
+        {
+            let error = BackendUrl::parse("etcds://127.0.0.1:2379").unwrap_err();
+            assert!(error.to_string().contains("TLS"), "{error}");
+        }
+        assert_eq!(
+            BackendUrl::parse("memory://jobs/")
+                .unwrap()
+                .memory_table_name(),
+            "jobs"
         );
     }
 }

@@ -9,11 +9,46 @@ use std::time::Duration;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
-use redis::{Cmd, ProtocolVersion, PushInfo, RedisFuture, Value};
+use redis::{
+    Cmd, ConnectionInfo, IntoConnectionInfo, ProtocolVersion, PushInfo, RedisFuture, Value,
+};
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::backend::{BackendKind, BackendUrl};
+use crate::backend_spec::redact;
 use crate::{Error, Result};
+
+/// What a `redis://` or `redis+cluster://` URL says, parsed once by
+/// [`BackendUrl::parse`](crate::backend::BackendUrl::parse).
+#[derive(Debug, Clone)]
+pub(crate) enum RedisUrl {
+    /// One server, RESP3 switched on.
+    Single(ConnectionInfo),
+    /// A cluster's seed nodes.
+    Cluster(Vec<ConnectionInfo>),
+}
+
+impl RedisUrl {
+    /// Parses `url` of `kind` into the client's connection settings.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] naming the URL (password redacted) and what the client refused.
+    pub(crate) fn parse(url: &str, kind: BackendKind) -> Result<Self> {
+        let bad = |error: redis::RedisError| {
+            Error::config("backend", redact(url), format!("not a Redis URL: {error}"))
+        };
+        Ok(match kind {
+            BackendKind::RedisCluster => Self::Cluster(
+                cluster_nodes(url)
+                    .into_iter()
+                    .map(|node| node.into_connection_info().map_err(bad))
+                    .collect::<Result<_>>()?,
+            ),
+            _ => Self::Single(resp3_url(url).into_connection_info().map_err(bad)?),
+        })
+    }
+}
 
 /// Room reserved in every command for its arguments: enough for a lock's commands and
 /// scripts (a few keys of a few hundred bytes), so they are not copied over and over while
@@ -99,10 +134,13 @@ pub(super) async fn open(
     timeout: Duration,
     pushes: Option<UnboundedSender<PushInfo>>,
 ) -> Result<Conn> {
+    let settings = url
+        .redis()
+        .ok_or_else(|| Error::config("backend", redact(url.as_str()), "not a `redis://` URL"))?;
     let connecting = async {
-        match url.kind() {
-            BackendKind::RedisCluster => open_cluster(url, timeout, pushes).await,
-            _ => open_single(url, timeout, pushes).await,
+        match settings {
+            RedisUrl::Cluster(nodes) => open_cluster(nodes, timeout, pushes).await,
+            RedisUrl::Single(info) => open_single(info, timeout, pushes).await,
         }
     };
     tokio::time::timeout(timeout, connecting)
@@ -133,11 +171,11 @@ fn resp3_url(url: &str) -> String {
 }
 
 async fn open_single(
-    url: &BackendUrl,
+    info: &ConnectionInfo,
     timeout: Duration,
     pushes: Option<UnboundedSender<PushInfo>>,
 ) -> redis::RedisResult<Conn> {
-    let client = redis::Client::open(resp3_url(url.as_str()))?;
+    let client = redis::Client::open(info.clone())?;
     let mut config = ConnectionManagerConfig::new()
         .set_connection_timeout(Some(timeout))
         .set_response_timeout(Some(timeout))
@@ -180,11 +218,11 @@ fn cluster_nodes(url: &str) -> Vec<String> {
 }
 
 async fn open_cluster(
-    url: &BackendUrl,
+    nodes: &[ConnectionInfo],
     timeout: Duration,
     pushes: Option<UnboundedSender<PushInfo>>,
 ) -> redis::RedisResult<Conn> {
-    let mut builder = ClusterClient::builder(cluster_nodes(url.as_str()))
+    let mut builder = ClusterClient::builder(nodes.to_vec())
         .use_protocol(ProtocolVersion::RESP3)
         .connection_timeout(timeout)
         .response_timeout(timeout)

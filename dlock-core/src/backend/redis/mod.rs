@@ -95,6 +95,7 @@ use redis::aio::ConnectionLike;
 use redis::{Cmd, ErrorKind, FromRedisValue, ServerErrorKind, Value};
 
 use self::conn::Conn;
+pub(crate) use self::conn::RedisUrl;
 use self::keys::RedisName;
 use self::notify::{Waiters, channel_of};
 use self::scripts::Lua;
