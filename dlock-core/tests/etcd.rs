@@ -527,8 +527,9 @@ async fn etcd_leases(endpoint: &str) -> Vec<String> {
 /// One Locker's locks with one ttl share one etcd lease (etcd's `Session`), yet two tasks of
 /// that Locker locking the same name exclude each other (etcd issue #11360: a shared lease
 /// would give both the key `<name>/<lease>`): the second task queues under a suffixed key.
-/// The lease is revoked as soon as the last lock on it is released, and when the backend is
-/// dropped.
+/// After the last lock on it is released the lease stays, idle, for one ttl — the next lock
+/// reuses it instead of granting another — and is then revoked; dropping the backend revokes
+/// it at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_lease_per_ttl_two_tasks_still_exclude_each_other() {
     let server = EtcdServer::start().await.expect("etcd");
@@ -563,10 +564,25 @@ async fn one_lease_per_ttl_two_tasks_still_exclude_each_other() {
     assert!(at >= released);
     second.release().await.expect("release");
     other.release().await.expect("release");
-    let give_up = Instant::now() + Duration::from_secs(5);
+    assert_eq!(
+        etcd_leases(&endpoint).await,
+        leases,
+        "the idle lease was revoked at once"
+    );
+    let again = locker.lock("again").await.expect("acquire");
+    assert_eq!(
+        etcd_leases(&endpoint).await,
+        leases,
+        "a lock taken while the lease idles granted another"
+    );
+    again.release().await.expect("release");
+    let give_up = Instant::now() + Duration::from_secs(10 + 5);
     while !etcd_leases(&endpoint).await.is_empty() {
-        assert!(Instant::now() < give_up, "the lease outlived its last lock");
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(
+            Instant::now() < give_up,
+            "the idle lease outlived its ttl by more than 5 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 
     // Dropping the backend revokes its leases, and with them the keys of its locks.

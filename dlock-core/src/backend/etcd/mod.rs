@@ -468,11 +468,26 @@ impl Inner {
         Ok(session)
     }
 
-    /// One user of `session` is done; revokes the lease if it was the last.
-    fn end_use(&self, session: &Arc<Session>) {
-        if self.sessions.checkin(session) && !self.shutdown.is_cancelled() {
-            self.revoke(session.id);
+    /// One user of `session` is done. The last one leaves the lease idle for a while (the
+    /// next lock reuses it), then revokes it unless a lock took it up again.
+    fn end_use(self: &Arc<Self>, session: &Arc<Session>) {
+        if !self.sessions.checkin(session) || self.shutdown.is_cancelled() {
+            return;
         }
+        let linger = session.effective_ttl() * session::IDLE_LINGER;
+        let (inner, session) = (Arc::downgrade(self), Arc::clone(session));
+        self.spawn(async move {
+            tokio::select! {
+                () = tokio::time::sleep(linger) => {}
+                () = session.lost() => {}
+            }
+            let Some(inner) = inner.upgrade() else {
+                return; // the backend is gone: its shutdown revoked every lease
+            };
+            if inner.sessions.retire_if_idle(&session) && !inner.shutdown.is_cancelled() {
+                inner.revoke(session.id);
+            }
+        });
     }
 
     /// Revokes lease `id` in the background (best effort: it expires anyway).

@@ -3,7 +3,8 @@
 //! stream at ttl/3.
 //!
 //! A session counts its users (each lock key attached to the lease). When the last one is done
-//! the lease is revoked at once, so its keys vanish and the next acquire grants a new lease. The
+//! the lease stays, idle and kept alive, for one ttl: a lock taken meanwhile reuses it (one
+//! lease grant per busy period, not per lock); after that it is revoked. The
 //! session is *lost* when etcd answers a keepalive with ttl 0 (the lease expired or was
 //! revoked) or when no keepalive was answered for the lease's whole ttl; every lock on it is
 //! then lost.
@@ -19,6 +20,11 @@ use tokio_util::sync::CancellationToken;
 
 use super::call;
 use crate::{Error, Result};
+
+/// How long, in ttls of its own, a lease no lock uses stays granted and kept alive, ready for
+/// the next lock: a Locker that locks one key at a time grants one lease, not one per lock.
+/// A crashed process's locks still free within their ttl (its keepalives stop with it).
+pub(super) const IDLE_LINGER: u32 = 1;
 
 /// Keepalives are never sent more often than this, whatever the ttl.
 const MIN_CADENCE: Duration = Duration::from_millis(10);
@@ -225,11 +231,19 @@ impl Sessions {
         Ok((session, true))
     }
 
-    /// One user of `session` is done. Returns `true` if it was the last: the lease is no
-    /// longer used (its keepalive is stopped) and should be revoked.
+    /// One user of `session` is done. Returns `true` if it was the last: the lease stays in
+    /// use, idle, for [`IDLE_LINGER`] ttls, so that the next lock reuses it instead of granting
+    /// a new one (the caller then calls [`retire_if_idle`](Self::retire_if_idle)).
     pub(super) fn checkin(&self, session: &Arc<Session>) -> bool {
+        let _live = self.live(); // `reuse` counts users up under this lock
+        session.users.fetch_sub(1, Ordering::SeqCst) == 1 && !session.is_lost()
+    }
+
+    /// Ends `session` if it is still idle (no lock took it up again meanwhile): out of use,
+    /// its keepalive stopped. Returns whether it did: the lease should then be revoked.
+    pub(super) fn retire_if_idle(&self, session: &Arc<Session>) -> bool {
         let mut live = self.live();
-        if session.users.fetch_sub(1, Ordering::SeqCst) != 1 {
+        if session.users.load(Ordering::SeqCst) != 0 {
             return false;
         }
         if live
