@@ -13,7 +13,7 @@ use super::keys::LockName;
 use super::session::Session;
 use super::{Delete, EtcdGrant, Inner, QueuedMark, call};
 use crate::lease::{AcquireOutcome, AcquireRequest, Lease};
-use crate::{Error, Result};
+use crate::{Error, LockMode, Result};
 
 /// A grant's `valid_from` is refreshed by a keepalive when the lease's last answered one is
 /// older than this fraction of the ttl.
@@ -85,10 +85,9 @@ fn revision(response: &TxnResponse) -> Result<i64> {
         .ok_or_else(|| Error::refused("etcd", "a transaction reply without header"))
 }
 
-/// Keys only, newest first (by create revision), at most `limit`.
+/// Keys only, newest first (by create revision), at most `limit` (the caller sets the range).
 fn newest(limit: i64) -> GetOptions {
     GetOptions::new()
-        .with_prefix()
         .with_sort(SortTarget::Create, SortOrder::Descend)
         .with_limit(limit)
         .with_keys_only()
@@ -142,12 +141,14 @@ impl Inner {
         req: &AcquireRequest,
         name: &LockName,
     ) -> Result<AcquireOutcome> {
+        let shared = req.mode == LockMode::Shared;
         if !self.sessions.has_live(req.ttl) {
             // Without a lease yet, look before granting one: a busy lock costs one read
             // instead of a lease grant and revoke.
+            let end = name.blockers_end(shared);
             let found = call(self.timeout, "acquire", || {
                 let mut kv = self.client.kv_client();
-                let options = GetOptions::new().with_prefix().with_count_only();
+                let options = GetOptions::new().with_range(end.clone()).with_count_only();
                 let prefix = name.prefix().to_owned();
                 async move { kv.get(prefix, Some(options)).await }
             })
@@ -159,7 +160,10 @@ impl Inner {
         let mut pending = self.pending_key(req, name).await?;
         let session = Arc::clone(pending.session());
         let txn = Txn::new()
-            .when([Compare::create_revision(name.prefix(), CompareOp::Equal, 0).with_prefix()])
+            .when(
+                [Compare::create_revision(name.prefix(), CompareOp::Equal, 0)
+                    .with_range(name.blockers_end(shared))],
+            )
             .and_then([etcd_client::TxnOp::put(
                 pending.key.as_str(),
                 req.owner.as_str(),
@@ -203,7 +207,7 @@ impl Inner {
         name: &LockName,
     ) -> Result<PendingKey> {
         let session = self.checkout(req.ttl).await?;
-        let key = self.reserve_key(name, &session);
+        let key = self.reserve_key(name, &session, req.mode == LockMode::Shared);
         Ok(PendingKey {
             inner: Arc::clone(self),
             key,
@@ -222,8 +226,10 @@ impl Inner {
         let mut pending = self.pending_key(req, name).await?;
         let session = Arc::clone(pending.session());
         let key = pending.key.clone();
-        // Put-if-absent and, in the same revision, the two newest keys of the range: ours and
-        // the one just before it, if any.
+        let blockers_end = name.blockers_end(req.mode == LockMode::Shared);
+        // Put-if-absent and, in the same revision, the two newest keys of the range this
+        // request waits behind (the whole name for a writer, the writers for a reader): ours,
+        // if it is in it, and the one just before.
         let txn = Txn::new()
             .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
             .and_then([
@@ -232,7 +238,10 @@ impl Inner {
                     req.owner.as_str(),
                     Some(PutOptions::new().with_lease(session.id)),
                 ),
-                etcd_client::TxnOp::get(name.prefix(), Some(newest(2))),
+                etcd_client::TxnOp::get(
+                    name.prefix(),
+                    Some(newest(2).with_range(blockers_end.clone())),
+                ),
             ])
             .or_else([etcd_client::TxnOp::get(key.as_str(), None)]);
         // A recent keepalive, in parallel, in case the lock is free at once.
@@ -301,7 +310,11 @@ impl Inner {
                 etcd_client::TxnOp::get(key.as_str(), Some(GetOptions::new().with_keys_only())),
                 etcd_client::TxnOp::get(
                     name.prefix(),
-                    Some(newest(1).with_max_create_revision(create_revision - 1)),
+                    Some(
+                        newest(1)
+                            .with_range(blockers_end.clone())
+                            .with_max_create_revision(create_revision - 1),
+                    ),
                 ),
             ]);
             let reply = match self.txn("acquire", check).await {

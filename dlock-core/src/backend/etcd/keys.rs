@@ -5,6 +5,12 @@
 //! its etcd lease; the owner is the key with the lowest create revision. A second key of the
 //! same lease under the same name (two tasks of one Locker) gets a suffix, `N/<lease hex>.<n>`:
 //! etcd orders waiters by create revision, never by key name, so any suffix interoperates.
+//!
+//! Read locks (shared grants) put `N/r<lease hex>[.<n>]`. Exclusive keys start with a hex
+//! digit, so they all sort below `N/g` and reader keys above it: a reader waits for the newest
+//! key in `[N/, N/g)` created before its own (the last writer ahead of it), a writer for the
+//! newest key of the whole range — the rule of etcd's `recipes.RWMutex`, FIFO with no
+//! starvation. `etcdctl lock N` counts readers as holders, as a writer would.
 
 /// The etcd key range of one lock name.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -26,13 +32,26 @@ impl LockName {
     }
 
     /// The `n`-th key of lease `lease_id` under this name: etcd's own `<prefix><lease hex>`
-    /// for `n == 0`, `<prefix><lease hex>.<n>` after.
-    pub(super) fn key(&self, lease_id: i64, n: u32) -> String {
+    /// for `n == 0`, `<prefix><lease hex>.<n>` after; a reader's with `r` before the hex.
+    pub(super) fn key(&self, lease_id: i64, n: u32, shared: bool) -> String {
+        let reader = if shared { "r" } else { "" };
         if n == 0 {
-            format!("{}{lease_id:x}", self.prefix)
+            format!("{}{reader}{lease_id:x}", self.prefix)
         } else {
-            format!("{}{lease_id:x}.{n}", self.prefix)
+            format!("{}{reader}{lease_id:x}.{n}", self.prefix)
         }
+    }
+
+    /// The end of the range `[prefix, end)` of the keys a grant waits behind: every key of the
+    /// name for an exclusive grant, the exclusive keys only (below `N/g`) for a shared one.
+    pub(super) fn blockers_end(&self, shared: bool) -> Vec<u8> {
+        let mut end = self.prefix.as_bytes().to_vec();
+        if shared {
+            end.push(b'g');
+        } else if let Some(last) = end.last_mut() {
+            *last += 1; // `N/` -> `N0`: the whole prefix
+        }
+        end
     }
 
     /// Whether `key` is a waiter or holder of this very name, not of a longer name nested
@@ -52,8 +71,17 @@ mod tests {
         let name = LockName::new("", "job");
         assert_eq!(name.prefix(), "job/");
         // Go: fmt.Sprintf("%s%x", pfx, leaseID)
-        assert_eq!(name.key(0x694d_65eb_367c_7ec4, 0), "job/694d65eb367c7ec4");
-        assert_eq!(name.key(0x1f, 2), "job/1f.2");
+        assert_eq!(
+            name.key(0x694d_65eb_367c_7ec4, 0, false),
+            "job/694d65eb367c7ec4"
+        );
+        assert_eq!(name.key(0x1f, 2, false), "job/1f.2");
+        assert_eq!(name.key(0x1f, 0, true), "job/r1f");
+        assert_eq!(name.blockers_end(false), b"job0");
+        assert_eq!(name.blockers_end(true), b"job/g");
+        // Every exclusive key sorts below `job/g`, every reader key above it.
+        assert!(name.key(i64::MAX, 9, false).as_bytes() < b"job/g".as_slice());
+        assert!(name.key(0, 0, true).as_bytes() > b"job/g".as_slice());
     }
 
     #[test]

@@ -363,6 +363,7 @@ impl LockBackend for EtcdBackend {
     fn capabilities(&self) -> Capabilities {
         Capabilities::new("etcd")
             .fair(true)
+            .read_write(true)
             .fencing(Fencing::Durable)
             .self_renewing(true)
             .max_renew_batch(RENEW_BATCH)
@@ -505,11 +506,11 @@ impl Inner {
     }
 
     /// Reserves an etcd key for a new grant of `session` under `name`.
-    fn reserve_key(&self, name: &keys::LockName, session: &Session) -> String {
+    fn reserve_key(&self, name: &keys::LockName, session: &Session, shared: bool) -> String {
         let mut keys = self.keys();
         let mut n = 0;
         loop {
-            let key = name.key(session.id, n);
+            let key = name.key(session.id, n, shared);
             if keys.reserved.insert(key.clone()) {
                 return key;
             }
