@@ -209,6 +209,75 @@ async fn dlock_and_etcdctl_lock_exclude_each_other() {
     );
 }
 
+/// Read locks and `etcdctl lock` on one name: `etcdctl lock` (a writer, by etcd's mutex rule)
+/// queues behind two dlock readers and gets the lock only once both have released; while it
+/// holds, a dlock reader is refused and a waiting reader gets in as soon as etcdctl unlocks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcdctl_lock_waits_for_dlock_readers_and_readers_wait_for_it() {
+    let server = EtcdServer::start().await.expect("etcd");
+    let endpoint = server.endpoint();
+    let (first, _) = locker(&server.url(), "", Duration::from_secs(10)).await;
+    let (second, backend) = locker(&server.url(), "", Duration::from_secs(10)).await;
+    let name = "catalog";
+    let r1 = first.read_lock(name).await.expect("first reader");
+    let r2 = second
+        .read_lock(name)
+        .await
+        .expect("second reader: readers overlap");
+
+    let mut writer = etcdctl_lock(&endpoint, name, 10);
+    let printed = first_line(&mut writer);
+    let give_up = Instant::now() + Duration::from_secs(5);
+    while etcd_keys(&endpoint, "catalog/").await.len() < 3 {
+        assert!(Instant::now() < give_up, "etcdctl never queued its key");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    r1.release().await.expect("release");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        !printed.is_finished(),
+        "etcdctl got the lock while a reader held it"
+    );
+    let released = Instant::now();
+    r2.release().await.expect("release");
+    let (key, acquired) = tokio::time::timeout(Duration::from_secs(5), printed)
+        .await
+        .expect("etcdctl acquires once the last reader released")
+        .expect("reader");
+    assert!(key.starts_with("catalog/"), "etcdctl printed {key:?}");
+    assert!(acquired >= released);
+
+    assert!(
+        matches!(
+            first.read_lock(name).wait(Duration::ZERO).await,
+            Err(Error::Busy { .. })
+        ),
+        "a dlock reader got in while etcdctl holds the lock"
+    );
+    let waiting = tokio::spawn({
+        let second = second.clone();
+        async move {
+            let guard = second.read_lock(name).wait(Duration::from_secs(30)).await;
+            (guard, Instant::now())
+        }
+    });
+    until("the dlock reader queues", Duration::from_secs(5), || {
+        backend.waiters(name) == 1
+    })
+    .await;
+    let unlocked = Instant::now();
+    signal(&writer, "TERM");
+    let (guard, acquired) = waiting.await.expect("reader task");
+    let guard = guard.expect("the reader gets in after etcdctl unlocked");
+    assert!(acquired >= unlocked);
+    assert!(
+        acquired - unlocked < Duration::from_secs(5),
+        "woken by the lease expiry, not by the unlock"
+    );
+    guard.release().await.expect("release");
+    assert!(writer.wait().await.expect("etcdctl exits").success());
+}
+
 /// Killing the etcd leader while a lock is held (and another client waits for it): the
 /// holder keeps its lease through the election — its guard is never lost — and the waiter
 /// gets nothing until the holder releases, then gets it with a higher token.
