@@ -188,10 +188,16 @@ impl DlockConfig {
     /// assert!(config.validate().unwrap_err().to_string().contains("`ttl` = `0s`"));
     /// ```
     pub fn validate(&self) -> Result<()> {
+        self.validated_url().map(drop)
+    }
+
+    /// [`validate`](Self::validate), giving back the backend URL it parsed (a Locker connects
+    /// with it: the URL is parsed once).
+    pub(crate) fn validated_url(&self) -> Result<BackendUrl> {
         self.validate_as(ToOwned::to_owned)
     }
 
-    fn validate_as(&self, name: impl Fn(&str) -> String) -> Result<()> {
+    fn validate_as(&self, name: impl Fn(&str) -> String) -> Result<BackendUrl> {
         let shown = |d: Duration| humantime::format_duration(d).to_string();
         if self.ttl < Duration::from_millis(10) {
             return Err(Error::config(
@@ -226,8 +232,7 @@ impl DlockConfig {
                 Error::config(name("backend"), redact(&value), reason)
             }
             other => other,
-        })?;
-        Ok(())
+        })
     }
 }
 

@@ -6,7 +6,7 @@ use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
 use crate::acquire::LockerState;
-use crate::backend::{BackendUrl, Capabilities, LockBackend};
+use crate::backend::{Capabilities, LockBackend};
 use crate::config::DlockConfig;
 use crate::request::LockRequest;
 use crate::{Error, LockMode, Result};
@@ -140,8 +140,7 @@ impl Locker {
     /// # drop(locker); Ok(()) }
     /// ```
     pub async fn connect(config: &DlockConfig) -> Result<Self> {
-        config.validate()?;
-        let url = BackendUrl::parse(&config.backend.to_url())?;
+        let url = config.validated_url()?;
         let backend = crate::backend::connect(&url, config.operation_timeout).await?;
         Ok(Self::build(backend, config.clone()))
     }
