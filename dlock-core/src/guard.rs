@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use crate::LostReason;
 use crate::hold::{Hold, ShareOwner};
+use crate::lease_watch::LeaseWatch;
 use crate::protected::Protected;
 use crate::reentrancy::HolderId;
 use crate::{LockMode, Result};
@@ -202,8 +203,14 @@ impl LockGuard {
     /// # Ok(()) }
     /// ```
     pub fn lost(&self) -> impl Future<Output = LostReason> + Send + 'static {
-        let watch = Arc::clone(self.hold.watch());
+        let watch = self.watch();
         async move { watch.lost().await }
+    }
+
+    /// The lease's watch: the key as the caller gave it and the lease state, still readable
+    /// after the guard is released.
+    pub(crate) fn watch(&self) -> Arc<LeaseWatch> {
+        Arc::clone(self.hold.watch())
     }
 
     /// Runs `work` while holding the lock: it is polled only while the lease is valid, and
@@ -240,7 +247,7 @@ impl LockGuard {
     ///
     /// See [`Protected`].
     pub fn protect<F: Future>(&self, work: F) -> Protected<F> {
-        Protected::new(work, Arc::clone(self.hold.watch()))
+        Protected::new(work, self.watch())
     }
 
     /// Shares this hold with another task on purpose: the child task calls

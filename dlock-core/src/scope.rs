@@ -76,10 +76,11 @@ impl LockGuard {
     /// # Ok(()) }
     /// ```
     pub async fn release_after(self, work_succeeded: bool) -> Result<()> {
-        let key = self.key().to_owned();
+        let watch = self.watch(); // for the key in a warning, after the guard is gone
         let Err(error) = self.release().await else {
             return Ok(());
         };
+        let key = watch.user_key();
         match error {
             Error::LeaseLost { .. } | Error::NotHolder { .. } if work_succeeded => Err(error),
             Error::LeaseLost { .. } | Error::NotHolder { .. } => {

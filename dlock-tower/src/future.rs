@@ -46,6 +46,7 @@ pin_project! {
             #[pin]
             future: Protected<S::Future>,
             guard: Option<LockGuard>,
+            key: String,
         },
         Releasing {
             release: BoxFuture<LockResult<()>>,
@@ -135,12 +136,14 @@ where
                     };
                     let request = request.take().expect("request taken once");
                     let future = guard.protect(inner.call(request));
+                    let key = std::mem::take(key);
                     this.state.set(State::Running {
                         future,
                         guard: Some(guard),
+                        key,
                     });
                 }
-                StateProj::Running { future, guard } => {
+                StateProj::Running { future, guard, key } => {
                     let output = ready!(future.poll(cx));
                     let guard = guard.take().expect("guard taken once");
                     let output = match output {
@@ -148,7 +151,7 @@ where
                         Err(error) => {
                             // The guard's drop releases in the background.
                             tracing::warn!(%error, "dlock-tower: lease lost mid-request; the handler was cancelled");
-                            let response = this.settings.on_error.respond(guard.key(), &error);
+                            let response = this.settings.on_error.respond(key, &error);
                             this.state.set(State::Done);
                             return Poll::Ready(Ok(response));
                         }
@@ -157,7 +160,7 @@ where
                     // holder: not a success to report (dlock's one scope rule).
                     let succeeded =
                         matches!(&output, Ok(response) if response.status().is_success());
-                    let key = guard.key().to_owned();
+                    let key = std::mem::take(key);
                     this.state.set(State::Releasing {
                         release: Box::pin(guard.release_after(succeeded)),
                         key,
