@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use dlock_core::harness::{EtcdServer, RedisServer};
-use dlock_core::{DlockConfig, Error, Locker, distributed_lock};
+use dlock_core::{Error, Locker, distributed_lock};
 
 const TTL: Duration = Duration::from_secs(1);
 
@@ -36,12 +36,6 @@ async fn assert_never_resumed(locker: &Locker) {
     );
 }
 
-async fn connect(url: &str) -> Locker {
-    Locker::connect(&DlockConfig::from_toml_str(&format!("backend = \"{url}\"")).unwrap())
-        .await
-        .expect("connect")
-}
-
 // `current_thread`: blocking the one thread freezes the Locker, its watchdog and its
 // connections together, like a paused process.
 #[tokio::test(flavor = "current_thread")]
@@ -52,11 +46,11 @@ async fn memory() {
 #[tokio::test(flavor = "current_thread")]
 async fn redis() {
     let server = RedisServer::start().await.unwrap();
-    assert_never_resumed(&connect(&server.url()).await).await;
+    assert_never_resumed(&Locker::connect_url(&server.url()).await.expect("connect")).await;
 }
 
 #[tokio::test(flavor = "current_thread")]
 async fn etcd() {
     let server = EtcdServer::start().await.unwrap();
-    assert_never_resumed(&connect(&server.url()).await).await;
+    assert_never_resumed(&Locker::connect_url(&server.url()).await.expect("connect")).await;
 }

@@ -12,7 +12,7 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use axum::routing::post;
 use dlock_core::harness::{EtcdServer, RedisServer};
-use dlock_core::{DlockConfig, Locker};
+use dlock_core::Locker;
 use dlock_tower::DistributedLockLayer;
 use tower::ServiceExt;
 
@@ -44,12 +44,6 @@ async fn assert_handler_never_resumed(locker: Locker) {
     assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
 }
 
-async fn connect(url: &str) -> Locker {
-    Locker::connect(&DlockConfig::from_toml_str(&format!("backend = \"{url}\"")).unwrap())
-        .await
-        .expect("connect")
-}
-
 // `current_thread`: blocking the one thread freezes the Locker, its watchdog and its
 // connections together, like a paused process.
 #[tokio::test(flavor = "current_thread")]
@@ -60,11 +54,11 @@ async fn memory() {
 #[tokio::test(flavor = "current_thread")]
 async fn redis() {
     let server = RedisServer::start().await.unwrap();
-    assert_handler_never_resumed(connect(&server.url()).await).await;
+    assert_handler_never_resumed(Locker::connect_url(&server.url()).await.expect("connect")).await;
 }
 
 #[tokio::test(flavor = "current_thread")]
 async fn etcd() {
     let server = EtcdServer::start().await.unwrap();
-    assert_handler_never_resumed(connect(&server.url()).await).await;
+    assert_handler_never_resumed(Locker::connect_url(&server.url()).await.expect("connect")).await;
 }

@@ -165,6 +165,16 @@ impl<B: LockBackend + ?Sized> Target<B> {
         self.locker_with_prefix(&self.expect.prefix).await
     }
 
+    /// Like [`locker`](Self::locker), over a client wrapped in a [`CountingBackend`], to show
+    /// what the core does *not* send (a re-entry, an unsupported mode).
+    pub async fn counting_locker(&self) -> (Arc<CountingBackend<B>>, Locker) {
+        let counting = Arc::new(CountingBackend::new(self.client().await));
+        let backend = Arc::clone(&counting) as Arc<dyn LockBackend>;
+        let locker = Locker::with_config(backend, &self.config(&self.expect.prefix))
+            .expect("suite settings are valid");
+        (counting, locker)
+    }
+
     /// Like [`locker`](Self::locker), with every lock asking for a fencing token when the
     /// backend issues them (`fencing = true`).
     pub async fn fenced_locker(&self) -> Locker {

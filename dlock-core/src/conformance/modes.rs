@@ -7,11 +7,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use super::Target;
-use super::support::{CountingBackend, Occupancy, TornPair, assert_between, key};
+use super::support::{Occupancy, TornPair, assert_between, key};
 use crate::backend::LockBackend;
-use crate::config::DlockConfig;
 use crate::lease::{AcquireRequest, OwnerId};
-use crate::locker::Locker;
 use crate::{Error, LockMode};
 
 /// How long a waiter that must not get in is given to show that it does not.
@@ -28,8 +26,7 @@ async fn runs<B: LockBackend + ?Sized>(target: &Target<B>, mode: LockMode) -> bo
     if supported {
         return true;
     }
-    let counting = Arc::new(CountingBackend::new(target.client().await));
-    let locker = Locker::from_shared_backend(Arc::clone(&counting) as Arc<dyn LockBackend>);
+    let (counting, locker) = target.counting_locker().await;
     let key = key("unsupported");
     let outcome = match mode {
         LockMode::Permit { limit } => locker.semaphore(&key, limit).await,
@@ -315,14 +312,7 @@ pub async fn downgrade_reenters_and_upgrade_errors<B: LockBackend + ?Sized>(targ
     if !runs(target, LockMode::Shared).await {
         return;
     }
-    let counting = Arc::new(CountingBackend::new(target.client().await));
-    let config = DlockConfig {
-        key_prefix: target.expect.prefix.clone(),
-        ttl: target.expect.ttl,
-        ..DlockConfig::default()
-    };
-    let locker = Locker::with_config(Arc::clone(&counting) as Arc<dyn LockBackend>, &config)
-        .expect("config");
+    let (counting, locker) = target.counting_locker().await;
     let other = target.locker().await;
 
     let key = key("downgrade");

@@ -1,27 +1,17 @@
 //! Reentrancy per tokio task, and explicit hand-off.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use super::Target;
-use super::support::{CountingBackend, key};
+use super::support::key;
 use crate::Error;
 use crate::backend::LockBackend;
-use crate::config::DlockConfig;
-use crate::locker::Locker;
 
 /// The task that holds a key re-enters at once, without a round trip, with the same token;
 /// the inner release does not release; the outermost does. Another task of the same Locker,
 /// a spawned child, and another client all contend normally.
 pub async fn reentrancy_is_per_task<B: LockBackend + ?Sized>(target: &Target<B>) {
-    let counting = Arc::new(CountingBackend::new(target.client().await));
-    let config = DlockConfig {
-        key_prefix: target.expect.prefix.clone(),
-        ttl: target.expect.ttl,
-        ..DlockConfig::default()
-    };
-    let locker = Locker::with_config(Arc::clone(&counting) as Arc<dyn LockBackend>, &config)
-        .expect("config");
+    let (counting, locker) = target.counting_locker().await;
     let other_client = target.locker().await;
     let key = key("reentrant");
 
