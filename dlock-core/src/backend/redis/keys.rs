@@ -8,6 +8,11 @@
 //! | the lock: a string holding the owner id (plus `\|waited` once a waiter marked it), with a PX expiry | `{K}` |
 //! | the fencing counter (`INCR`ed by each grant; kept forever) | `{K}:fence` |
 //! | the hand-over mark a releaser leaves for its barred waiters (short PX expiry) | `{K}:handover` |
+//! | readers or permits, instead of the string: a sorted set, member = owner id, score = that grant's expiry (server ms); the key expires with its last member | `{K}` |
+//! | the limit of the semaphore whose permits `{K}` holds (expires with them) | `{K}:limit` |
+//! | writers waiting for readers or permits to leave: member = owner id, score = when it first waited (server ms) | `{K}:writers` |
+//! | the same writers, scored by when their mark expires unless renewed by their next attempt | `{K}:writers:expiry` |
+//! | "someone waits for readers or permits": their releases publish while it lives | `{K}:waited` |
 //! | the release notification channel | `{K}:released` |
 //!
 //! Braces and `%` inside `K` are percent-escaped, so the tag is always the whole key.
@@ -23,6 +28,14 @@ use redis::{RedisWrite, ToRedisArgs};
 pub(super) const FENCE: &str = ":fence";
 /// Suffix of the hand-over mark's name.
 pub(super) const HANDOVER: &str = ":handover";
+/// Suffix of the semaphore limit's name.
+pub(super) const LIMIT: &str = ":limit";
+/// Suffix of the waiting writers' arrival set.
+pub(super) const WRITERS: &str = ":writers";
+/// Suffix of the waiting writers' expiry set.
+pub(super) const WRITERS_EXPIRY: &str = ":writers:expiry";
+/// Suffix of the mark that readers' and permits' releases must publish.
+pub(super) const WAITED_FOR: &str = ":waited";
 /// Appended to a lock's value by a waiter that found it held: its release must publish.
 /// (The scripts spell it out; a test checks that they agree.)
 #[cfg(test)]
@@ -54,6 +67,36 @@ impl<'a> RedisName<'a> {
         Self {
             key,
             suffix: HANDOVER,
+        }
+    }
+
+    /// The limit of a semaphore: `{K}:limit`.
+    pub(super) const fn limit(key: &'a str) -> Self {
+        Self { key, suffix: LIMIT }
+    }
+
+    /// Writers waiting for readers or permits, by arrival: `{K}:writers`.
+    pub(super) const fn writers(key: &'a str) -> Self {
+        Self {
+            key,
+            suffix: WRITERS,
+        }
+    }
+
+    /// Writers waiting for readers or permits, by the expiry of their mark:
+    /// `{K}:writers:expiry`.
+    pub(super) const fn writers_expiry(key: &'a str) -> Self {
+        Self {
+            key,
+            suffix: WRITERS_EXPIRY,
+        }
+    }
+
+    /// The mark that someone waits for the readers or permits of `{K}`: `{K}:waited`.
+    pub(super) const fn waited_for(key: &'a str) -> Self {
+        Self {
+            key,
+            suffix: WAITED_FOR,
         }
     }
 
@@ -135,6 +178,13 @@ mod tests {
             "{dlock:order:42}:handover"
         );
         assert_eq!(args(RedisName::fence("a:b")), b"{a:b}:fence");
+        assert_eq!(RedisName::limit("s").to_string(), "{s}:limit");
+        assert_eq!(RedisName::writers("s").to_string(), "{s}:writers");
+        assert_eq!(
+            RedisName::writers_expiry("s").to_string(),
+            "{s}:writers:expiry"
+        );
+        assert_eq!(RedisName::waited_for("s").to_string(), "{s}:waited");
     }
 
     #[test]

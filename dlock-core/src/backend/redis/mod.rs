@@ -22,8 +22,17 @@
 //! for a few milliseconds, so their waiters go next: under contention Lockers take turns, and
 //! within a Locker waiters are served in arrival order.
 //!
+//! # Read-write locks and semaphores
+//!
+//! A reader, or one of a semaphore's permits, is a member of a sorted set at the lock's own
+//! name, scored by its own expiry: one script per acquire, release and renewal batch, the same
+//! round trips as a writer's lock. A crashed reader frees its share at its ttl; a writer that
+//! waits for readers marks itself so readers who come after it wait (no writer starvation);
+//! waiters are woken by the release channel, never by polling. The `shares` module has the
+//! details. The plain lock (a writer) keeps its one-command protocol.
+//!
 //! Key layout (hash-tagged for Cluster): see the `keys` module — the lock of full key `K` is
-//! the Redis string `{K}`; its fencing counter is `{K}:fence`; the hand-over mark a releaser
+//! the Redis string `{K}` (a sorted set while readers or permits hold it); its fencing counter is `{K}:fence`; the hand-over mark a releaser
 //! leaves for its own barred waiters is `{K}:handover`.
 //!
 //! # What Redis does and does not guarantee
@@ -85,6 +94,7 @@ mod errors;
 mod keys;
 mod notify;
 mod scripts;
+mod shares;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -99,10 +109,11 @@ pub(crate) use self::conn::RedisUrl;
 use self::keys::RedisName;
 use self::notify::{Waiters, channel_of};
 use self::scripts::Lua;
+use self::shares::WriterMark;
 use crate::backend::BackendUrl;
 use crate::backend::{Capabilities, Fencing, LockBackend};
 use crate::lease::{AcquireOutcome, AcquireRequest, Lease, OwnerId, ReleaseOutcome, RenewOutcome};
-use crate::{Error, Result};
+use crate::{Error, LockMode, Result};
 
 /// How many locks one renewal script handles.
 const RENEW_BATCH: usize = 100;
@@ -150,6 +161,9 @@ enum Attempt {
     Held(Option<Duration>),
     /// Held; the fast path does not ask for how long.
     Taken,
+    /// Held by readers or permits, and this queued writer is marked waiting for them: try
+    /// again by then at the latest.
+    WriterWaits(Option<Duration>),
 }
 
 impl RedisBackend {
@@ -363,39 +377,37 @@ impl RedisBackend {
         let key = &*req.key;
         let flag = |on: bool| if on { "1" } else { "0" };
         let reply: Value = self
-            .run("acquire", &scripts::ACQUIRE, 3, |cmd| {
+            .run("acquire", &scripts::ACQUIRE, 7, |cmd| {
                 cmd.arg(RedisName::lock(key))
                     .arg(RedisName::fence(key))
                     .arg(RedisName::handover(key))
+                    .arg(RedisName::limit(key))
+                    .arg(RedisName::writers(key))
+                    .arg(RedisName::writers_expiry(key))
+                    .arg(RedisName::waited_for(key))
                     .arg(req.owner.as_str())
                     .arg(millis(req.ttl))
                     .arg(flag(queued))
                     .arg(flag(req.fencing));
             })
             .await?;
+        let held_for = |negative: i64| Some(Duration::from_millis((negative + 1).unsigned_abs()));
         match reply {
             Value::Int(token) if token >= 1 => Ok(Attempt::Granted(
                 req.fencing.then_some(token.unsigned_abs()),
             )),
             Value::Int(0) => Ok(Attempt::Held(None)),
-            Value::Int(negative) => Ok(Attempt::Held(Some(Duration::from_millis(
-                (negative + 1).unsigned_abs(),
-            )))),
-            other => {
-                let found = String::from_redis_value(other).unwrap_or_default();
-                let (which, kind) = found.split_once(' ').unwrap_or(("lock", &found));
-                let name = if which == "fence" {
-                    RedisName::fence(key)
-                } else {
-                    RedisName::lock(key)
-                };
-                Err(Error::refused(
+            Value::Int(negative) => Ok(Attempt::Held(held_for(negative))),
+            Value::Array(items) => match items.as_slice() {
+                [Value::Int(negative), Value::Int(1)] if *negative < 0 => {
+                    Ok(Attempt::WriterWaits(held_for(*negative)))
+                }
+                _ => Err(Error::refused(
                     "redis",
-                    format!(
-                        "Redis key `{name}` holds a {kind}, not a dlock lock: another application uses this key name (choose another key prefix)"
-                    ),
-                ))
-            }
+                    "the acquire script returned an unexpected reply",
+                )),
+            },
+            other => Err(self.foreign_key(key, other)),
         }
     }
 
@@ -439,6 +451,10 @@ impl LockBackend for RedisBackend {
         req: &AcquireRequest,
         deadline: Option<Instant>,
     ) -> Result<AcquireOutcome> {
+        if req.mode != LockMode::Exclusive {
+            // Boxed: keeps the writer's (and the plain lock's) future small.
+            return Box::pin(self.acquire_share(req, deadline)).await;
+        }
         let mut retry_after = None;
         // Fast path: nobody of ours queues for this key and we did not just yield it to
         // other Lockers, so try at once.
@@ -453,11 +469,13 @@ impl LockBackend for RedisBackend {
                     let sent = Instant::now();
                     return Ok(match self.attempt_scripted(req, false).await? {
                         Attempt::Granted(token) => Self::lease(req, sent, token),
-                        Attempt::Held(pttl) => AcquireOutcome::Busy { retry_after: pttl },
+                        Attempt::Held(pttl) | Attempt::WriterWaits(pttl) => {
+                            AcquireOutcome::Busy { retry_after: pttl }
+                        }
                         Attempt::Taken => AcquireOutcome::Busy { retry_after: None },
                     });
                 }
-                Attempt::Taken => {}
+                Attempt::Taken | Attempt::WriterWaits(_) => {}
             }
             if deadline.is_some_and(|d| d <= Instant::now()) {
                 return Ok(AcquireOutcome::Busy { retry_after });
@@ -465,32 +483,59 @@ impl LockBackend for RedisBackend {
         }
         // Boxed: the queue is the slow path, and keeping its state out of this future keeps
         // the uncontended one small.
-        Box::pin(self.wait_in_queue(req, deadline, retry_after)).await
+        Box::pin(self.wait_in_queue(req, deadline, retry_after, 0)).await
     }
 
     async fn renew(&self, leases: &[Lease]) -> Result<Vec<RenewOutcome>> {
         let sent = Instant::now();
-        let renewed: Vec<bool> = if self.conn.is_cluster() {
-            let calls = leases
-                .iter()
-                .map(|lease| self.renew_batch(std::slice::from_ref(lease)));
-            let replies = futures_util::future::join_all(calls).await;
-            let mut renewed = Vec::with_capacity(leases.len());
-            for reply in replies {
-                renewed.extend(reply?);
-            }
-            renewed
+        // Writers' locks and shares take different scripts: one batch of each kind.
+        let (writers, shares): (Vec<&Lease>, Vec<&Lease>) = leases
+            .iter()
+            .partition(|lease| lease.mode == LockMode::Exclusive);
+        let batch = if self.conn.is_cluster() {
+            1 // every lock lives in its own slot
         } else {
-            let mut renewed = Vec::with_capacity(leases.len());
-            for batch in leases.chunks(RENEW_BATCH) {
-                renewed.extend(self.renew_batch(batch).await?);
-            }
-            renewed
+            RENEW_BATCH
         };
-        Ok(renewed
-            .into_iter()
-            .map(|held| {
-                if held {
+        let calls = writers
+            .chunks(batch)
+            .map(|writers| futures_util::future::Either::Left(self.renew_batch(writers)))
+            .chain(
+                shares
+                    .chunks(batch)
+                    .map(|shares| futures_util::future::Either::Right(self.renew_shares(shares))),
+            );
+        let replies: Vec<Result<Vec<i64>>> = if self.conn.is_cluster() {
+            futures_util::future::join_all(calls).await
+        } else {
+            let mut replies = Vec::new();
+            for call in calls {
+                replies.push(call.await);
+            }
+            replies
+        };
+        let mut flags = Vec::with_capacity(leases.len());
+        for reply in replies {
+            flags.extend(reply?);
+        }
+        if flags.len() != leases.len() {
+            return Err(Error::refused(
+                "redis",
+                "renewal script returned the wrong number of results",
+            ));
+        }
+        // Put the answers back in the order of `leases`: writers' first, then shares'.
+        let (writer_flags, share_flags) = flags.split_at(writers.len());
+        let (mut writer_flags, mut share_flags) = (writer_flags.iter(), share_flags.iter());
+        Ok(leases
+            .iter()
+            .map(|lease| {
+                let flag = if lease.mode == LockMode::Exclusive {
+                    writer_flags.next()
+                } else {
+                    share_flags.next()
+                };
+                if flag == Some(&1) {
                     RenewOutcome::Renewed { valid_from: sent }
                 } else {
                     RenewOutcome::NotOwner
@@ -500,6 +545,13 @@ impl LockBackend for RedisBackend {
     }
 
     async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
+        if lease.mode != LockMode::Exclusive {
+            return Ok(if self.release_share(lease).await? < 0 {
+                ReleaseOutcome::NotHeld
+            } else {
+                ReleaseOutcome::Released
+            });
+        }
         // Our own subscription hears the release too when we have waiters of our own; bar
         // ourselves before sending, so that message does not wake our head first.
         let own_waiters = self.waiters.has_waiters(&lease.key);
@@ -531,8 +583,8 @@ impl LockBackend for RedisBackend {
 
     async fn force_release(&self, key: &str) -> Result<bool> {
         let removed: i64 = self
-            .run("force_release", &scripts::FORCE_RELEASE, 1, |cmd| {
-                cmd.arg(RedisName::lock(key));
+            .run("force_release", &scripts::FORCE_RELEASE, 2, |cmd| {
+                cmd.arg(RedisName::lock(key)).arg(RedisName::limit(key));
             })
             .await?;
         Ok(removed > 0)
@@ -542,35 +594,78 @@ impl LockBackend for RedisBackend {
         Capabilities::new("redis")
             .fencing(Fencing::Volatile)
             .max_renew_batch(usize::MAX)
+            .read_write(true)
+            .semaphore(true)
     }
 }
 
 impl RedisBackend {
+    /// A reader or a permit: one attempt at once unless this Locker already queues for the
+    /// key, then the queue.
+    async fn acquire_share(
+        &self,
+        req: &AcquireRequest,
+        deadline: Option<Instant>,
+    ) -> Result<AcquireOutcome> {
+        let mut retry_after = None;
+        let mut first_asked = 0;
+        if self.waiters.may_try_at_once(&req.key) {
+            let sent = Instant::now();
+            match self.attempt_share(req, false, &mut first_asked).await? {
+                Attempt::Granted(token) => return Ok(Self::lease(req, sent, token)),
+                Attempt::Held(wait) | Attempt::WriterWaits(wait) => retry_after = wait,
+                Attempt::Taken => {}
+            }
+            if deadline.is_some_and(|d| d <= Instant::now()) {
+                return Ok(AcquireOutcome::Busy { retry_after });
+            }
+        }
+        self.wait_in_queue(req, deadline, retry_after, first_asked)
+            .await
+    }
+
     /// Queues locally (subscribing to the release channel first), then tries whenever this
     /// waiter is at the head and woken: by a release, by becoming head, or at the holder's
-    /// expiry.
+    /// expiry (a writer waiting for readers or permits, or a reader or permit waiting, also at
+    /// half its ttl, renewing its mark). `first_asked`: a share's first attempt (server ms),
+    /// 0 if it made none.
     async fn wait_in_queue(
         &self,
         req: &AcquireRequest,
         deadline: Option<Instant>,
         mut retry_after: Option<Duration>,
+        mut first_asked: u64,
     ) -> Result<AcquireOutcome> {
         let channel = channel_of(&req.key);
         let ticket = self.waiters.enqueue(&channel).await?;
+        let mut mark = WriterMark::new(self, req);
         loop {
             let barred_until = self.waiters.barred_until(&channel);
             if ticket.is_head() && barred_until.is_none() {
-                // The script: it also says how long the holder keeps the lock, for the
+                // The scripts: they also say how long the holder keeps the lock, for the
                 // re-check below.
                 let sent = Instant::now();
-                match self.attempt_scripted(req, true).await? {
-                    Attempt::Granted(token) => return Ok(Self::lease(req, sent, token)),
+                let attempt = if req.mode == LockMode::Exclusive {
+                    self.attempt_scripted(req, true).await?
+                } else {
+                    self.attempt_share(req, true, &mut first_asked).await?
+                };
+                match attempt {
+                    Attempt::Granted(token) => {
+                        mark.granted();
+                        return Ok(Self::lease(req, sent, token));
+                    }
                     Attempt::Held(pttl) => retry_after = pttl,
+                    Attempt::WriterWaits(wait) => {
+                        mark.marked();
+                        retry_after = wait;
+                    }
                     Attempt::Taken => {}
                 }
             }
             let now = Instant::now();
             if deadline.is_some_and(|d| d <= now) {
+                mark.withdraw().await;
                 return Ok(AcquireOutcome::Busy { retry_after });
             }
             let recheck = match (ticket.is_head(), barred_until) {
@@ -590,28 +685,21 @@ impl RedisBackend {
         }
     }
 
-    /// One renewal script over `leases` (all in one slot on Cluster: called with one lease).
-    async fn renew_batch(&self, leases: &[Lease]) -> Result<Vec<bool>> {
-        let flags: Vec<i64> = self
-            .run("renew", &scripts::RENEW, leases.len(), |cmd| {
-                for lease in leases {
-                    cmd.arg(RedisName::lock(&lease.key));
-                }
-                for lease in leases {
-                    cmd.arg(lease.owner.as_str());
-                }
-                for lease in leases {
-                    cmd.arg(millis(lease.ttl));
-                }
-            })
-            .await?;
-        if flags.len() != leases.len() {
-            return Err(Error::refused(
-                "redis",
-                "renewal script returned the wrong number of results",
-            ));
-        }
-        Ok(flags.into_iter().map(|flag| flag == 1).collect())
+    /// One renewal script over the writers' locks `leases` (in one slot on Cluster: called
+    /// with one); 1 or 0 per lease.
+    async fn renew_batch(&self, leases: &[&Lease]) -> Result<Vec<i64>> {
+        self.run("renew", &scripts::RENEW, leases.len(), |cmd| {
+            for lease in leases {
+                cmd.arg(RedisName::lock(&lease.key));
+            }
+            for lease in leases {
+                cmd.arg(lease.owner.as_str());
+            }
+            for lease in leases {
+                cmd.arg(millis(lease.ttl));
+            }
+        })
+        .await
     }
 }
 

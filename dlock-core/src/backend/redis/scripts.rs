@@ -39,21 +39,31 @@ impl Lua {
     }
 }
 
-/// `KEYS`: lock, fence, hand-over mark. `ARGV`: owner, ttl ms, `1` for a queued waiter, `1`
-/// when the grant must carry a fencing token. Returns an integer: when granted, the fencing
-/// token (≥ 1), or 1 without fencing; `-1 - pttl` (≤ -1) when held with an expiry; 0 when
-/// held without one. When the lock or fence key holds another type, returns the string
-/// `lock <type>` / `fence <type>`. The hot path is one or two commands (`SET NX PX`, and
-/// `INCR` when asked for a token); types are only inspected when something is off.
+/// `KEYS`: lock, fence, hand-over mark, semaphore limit, waiting writers, their expiries,
+/// waited-for mark. `ARGV`: owner, ttl ms, `1` for a queued waiter, `1` when the grant must
+/// carry a fencing token. Returns an integer: when granted, the fencing token (≥ 1), or 1
+/// without fencing; `-1 - pttl` (≤ -1) when held with an expiry; 0 when held without one.
+/// When readers or permits hold the lock and this queued writer marked itself waiting,
+/// returns `{-1 - wait, 1}`, `wait` being when to try again at the latest (the mark expires
+/// after the writer's ttl unless renewed by its next attempt). When the lock or fence key
+/// holds another type, returns the string `lock <type>` / `fence <type>`. The hot path is
+/// one or two commands (`SET NX PX`, and `INCR` when asked for a token); types are only
+/// inspected when something is off.
 ///
-/// A queued waiter (subscribed to the release channel first) that finds the lock held marks
-/// it waited for: `|waited` appended to the holder's value (`APPEND` keeps the expiry, and
-/// the mark goes with the lock). A queued waiter that is granted the lock takes over the
-/// hand-over mark a releaser left for its own barred waiters, marking its own lock.
+/// A queued waiter (subscribed to the release channel first) that finds the lock held by
+/// another writer marks it waited for: `|waited` appended to the holder's value (`APPEND`
+/// keeps the expiry, and the mark goes with the lock). One that finds readers or permits
+/// holding it drops the expired ones (taking the lock if none is left), and otherwise adds
+/// itself to the waiting writers — readers and permits that come after it wait for it — and
+/// sets the waited-for mark, so their releases publish. A queued waiter that is granted the
+/// lock leaves the waiting writers, and takes over the hand-over mark a releaser left for its
+/// own barred waiters, or the waited-for mark of readers who wait behind it, by marking its
+/// own lock.
 pub(super) static ACQUIRE: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(
         r"
-if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+local function grant()
+  if not redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return nil end
   local token = 1
   if ARGV[4] == '1' then
     token = redis.pcall('incr', KEYS[2])
@@ -62,24 +72,138 @@ if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
       return 'fence ' .. redis.call('type', KEYS[2])['ok']
     end
   end
-  if ARGV[3] == '1' and redis.call('del', KEYS[3]) == 1 then
-    redis.call('append', KEYS[1], '|waited')
+  if ARGV[3] == '1' then
+    redis.call('zrem', KEYS[5], ARGV[1])
+    redis.call('zrem', KEYS[6], ARGV[1])
+    if redis.call('del', KEYS[3]) == 1 or redis.call('exists', KEYS[7]) == 1 then
+      redis.call('append', KEYS[1], '|waited')
+    end
   end
   return token
 end
-local pttl = redis.call('pttl', KEYS[1])
-if pttl < 0 then
-  local kind = redis.call('type', KEYS[1])['ok']
-  if kind ~= 'string' then return 'lock ' .. kind end
-end
-if ARGV[3] == '1' then
-  local holder = redis.pcall('get', KEYS[1])
-  if type(holder) == 'string' and string.sub(holder, -7) ~= '|waited' then
+local granted = grant()
+if granted then return granted end
+local holder = redis.pcall('get', KEYS[1])
+if type(holder) == 'string' then
+  if ARGV[3] == '1' and string.sub(holder, -7) ~= '|waited' then
     redis.call('append', KEYS[1], '|waited')
   end
+  local pttl = redis.call('pttl', KEYS[1])
+  if pttl >= 0 then return -1 - pttl end
+  return 0
 end
-if pttl >= 0 then return -1 - pttl end
-return 0
+local kind = redis.call('type', KEYS[1])['ok']
+if kind ~= 'zset' then return 'lock ' .. kind end
+local time = redis.call('time')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+redis.call('zremrangebyscore', KEYS[1], '-inf', now)
+if redis.call('exists', KEYS[1]) == 0 then
+  redis.call('del', KEYS[4])
+  return grant()
+end
+local wait = redis.call('pttl', KEYS[1])
+if ARGV[3] ~= '1' then
+  if wait >= 0 then return -1 - wait end
+  return 0
+end
+local ttl = tonumber(ARGV[2])
+redis.call('zadd', KEYS[5], 'NX', now, ARGV[1])
+redis.call('zadd', KEYS[6], now + ttl, ARGV[1])
+for i = 5, 6 do
+  if redis.call('pttl', KEYS[i]) < ttl then redis.call('pexpire', KEYS[i], ttl) end
+end
+redis.call('set', KEYS[7], '1', 'PX', ttl)
+local renew_by = math.floor(ttl / 2)
+if wait < 0 or wait > renew_by then wait = renew_by end
+return {-1 - wait, 1}
+",
+    )
+});
+
+/// `KEYS`: lock, fence, semaphore limit, waiting writers, their expiries, waited-for mark.
+/// `ARGV`: owner, ttl ms, `1` for a queued waiter, `1` when the grant must carry a fencing
+/// token, the semaphore's limit (`0` for a reader), when this caller first asked (server ms,
+/// `0` on its first attempt).
+///
+/// Grants a share (a reader, or one of the semaphore's permits) when the lock is free or held
+/// by shares of the same kind (and, for a permit, fewer than the limit), and no writer that
+/// asked before this caller waits for it. A share is a member of the sorted set at the lock's
+/// name, scored by its expiry in server milliseconds: expired ones are dropped here, so a
+/// vanished holder's share frees at its ttl; the set expires with its last member. A
+/// semaphore's limit is stored beside it and expires with it.
+///
+/// Returns `{1, token, first asked}` when granted (token 0 without fencing); `{0, wait, first
+/// asked}` when not, `wait` being when to try again at the latest (-1: unknown); `{2, stored
+/// limit}` when the semaphore has another limit; `lock <type>` / `fence <type>` for a key of
+/// another type. A queued waiter that finds a writer holding the lock marks it waited for
+/// (`|waited`, as writers do); one that waits for shares or writers sets the waited-for mark,
+/// so their releases publish.
+pub(super) static ACQUIRE_SHARED: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(
+        r"
+local time = redis.call('time')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local ttl = tonumber(ARGV[2])
+local queued = ARGV[3] == '1'
+local limit = tonumber(ARGV[5])
+local arrival = tonumber(ARGV[6])
+if arrival == 0 then arrival = now end
+local function held(wait)
+  if not queued then return {0, wait, arrival} end
+  redis.call('set', KEYS[6], '1', 'PX', ttl)
+  local renew_by = math.floor(ttl / 2)
+  if wait < 0 or wait > renew_by then wait = renew_by end
+  return {0, wait, arrival}
+end
+local kind = redis.call('type', KEYS[1])['ok']
+if kind == 'string' then
+  if queued then
+    local holder = redis.call('get', KEYS[1])
+    if string.sub(holder, -7) ~= '|waited' then redis.call('append', KEYS[1], '|waited') end
+  end
+  return {0, redis.call('pttl', KEYS[1]), arrival}
+end
+if kind ~= 'zset' and kind ~= 'none' then return 'lock ' .. kind end
+local count = 0
+if kind == 'zset' then
+  redis.call('zremrangebyscore', KEYS[1], '-inf', now)
+  count = redis.call('zcard', KEYS[1])
+end
+if count == 0 then
+  redis.call('del', KEYS[3])
+else
+  local stored = redis.call('get', KEYS[3])
+  if limit > 0 and stored and tonumber(stored) ~= limit then return {2, tonumber(stored)} end
+  if (limit > 0) ~= (stored ~= false) then return held(redis.call('pttl', KEYS[1])) end
+  if limit > 0 and count >= limit then
+    local first = redis.call('zrange', KEYS[1], 0, 0, 'WITHSCORES')
+    return held(tonumber(first[2]) - now)
+  end
+end
+local stale = redis.call('zrangebyscore', KEYS[5], '-inf', now)
+if #stale > 0 then
+  redis.call('zrem', KEYS[4], unpack(stale))
+  redis.call('zremrangebyscore', KEYS[5], '-inf', now)
+end
+if redis.call('zcount', KEYS[4], '-inf', '(' .. arrival) > 0 then
+  local first = redis.call('zrange', KEYS[5], 0, 0, 'WITHSCORES')
+  return held(tonumber(first[2]) - now)
+end
+local token = 0
+if ARGV[4] == '1' then
+  token = redis.pcall('incr', KEYS[2])
+  if type(token) == 'table' or token < 1 then
+    return 'fence ' .. redis.call('type', KEYS[2])['ok']
+  end
+end
+redis.call('zadd', KEYS[1], now + ttl, ARGV[1])
+local pttl = redis.call('pttl', KEYS[1])
+if pttl < ttl then
+  redis.call('pexpire', KEYS[1], ttl)
+  pttl = ttl
+end
+if limit > 0 then redis.call('set', KEYS[3], limit, 'PX', pttl) end
+return {1, token, arrival}
 ",
     )
 });
@@ -113,6 +237,42 @@ return redis.call('publish', KEYS[1] .. ':released', ARGV[2] or ARGV[1])
     )
 });
 
+/// `KEYS`: lock, semaphore limit, waited-for mark. `ARGV`: owner.
+///
+/// Removes `owner`'s share (reader or permit) and the expired ones; the set (and the limit)
+/// then expires with its newest member. Publishes on `KEYS[1]:released`, with the owner as
+/// the message, when someone marked the lock waited for and the release can let them in (the
+/// last reader left, or a permit freed). Returns how many subscribers heard it (0 when not
+/// published), or -1 if `owner` did not hold a share (any more).
+pub(super) static RELEASE_SHARED: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(
+        r"
+if redis.call('type', KEYS[1])['ok'] ~= 'zset' then return -1 end
+local expiry = redis.call('zscore', KEYS[1], ARGV[1])
+if not expiry then return -1 end
+local time = redis.call('time')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+redis.call('zrem', KEYS[1], ARGV[1])
+redis.call('zremrangebyscore', KEYS[1], '-inf', now)
+local newest = redis.call('zrange', KEYS[1], -1, -1, 'WITHSCORES')
+local semaphore = redis.call('exists', KEYS[2]) == 1
+if #newest == 0 then
+  redis.call('del', KEYS[2])
+else
+  local left = math.max(1, tonumber(newest[2]) - now)
+  redis.call('pexpire', KEYS[1], left)
+  redis.call('pexpire', KEYS[2], left)
+end
+local listeners = 0
+if (#newest == 0 or semaphore) and redis.call('exists', KEYS[3]) == 1 then
+  listeners = redis.call('publish', KEYS[1] .. ':released', ARGV[1])
+end
+if tonumber(expiry) <= now then return -1 end
+return listeners
+",
+    )
+});
+
 /// `KEYS`: the lock keys of a batch. `ARGV`: their owners, then their ttls in ms.
 /// Extends each lock still held by its owner (marked waited for or not); returns 1 or 0 per
 /// key. A key of the wrong type counts as not held (`pcall`), so one bad key cannot fail the
@@ -136,18 +296,67 @@ return renewed
     )
 });
 
-/// `KEYS`: lock. Deletes the lock whoever holds it and publishes the release on
-/// `KEYS[1]:released` (always: this is rare). Returns 1 if a holder was removed.
+/// `KEYS`: the lock keys of a batch of shares (readers or permits), then their semaphore
+/// limits. `ARGV`: their owners, then their ttls in ms. Extends each share still held by its
+/// owner (not expired) to its ttl from now, and the set and limit with it; returns 1 or 0 per
+/// share.
+pub(super) static RENEW_SHARED: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(
+        r"
+local n = #ARGV / 2
+local time = redis.call('time')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local renewed = {}
+for i = 1, n do
+  renewed[i] = 0
+  if redis.call('type', KEYS[i])['ok'] == 'zset' then
+    local expiry = redis.call('zscore', KEYS[i], ARGV[i])
+    local ttl = tonumber(ARGV[n + i])
+    if expiry and tonumber(expiry) > now then
+      redis.call('zadd', KEYS[i], 'XX', now + ttl, ARGV[i])
+      if redis.call('pttl', KEYS[i]) < ttl then
+        redis.call('pexpire', KEYS[i], ttl)
+        redis.call('pexpire', KEYS[n + i], ttl)
+      end
+      renewed[i] = 1
+    end
+  end
+end
+return renewed
+",
+    )
+});
+
+/// `KEYS`: lock, waiting writers, their expiries, waited-for mark. `ARGV`: owner.
+/// A writer that gave up waiting (out of time, or cancelled) leaves the waiting writers; if
+/// it was one and someone waits behind it, publishes on `KEYS[1]:released` so they try
+/// again. Returns how many subscribers heard it.
+pub(super) static WITHDRAW_WRITER: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(
+        r"
+local removed = redis.call('zrem', KEYS[2], ARGV[1])
+redis.call('zrem', KEYS[3], ARGV[1])
+if removed == 1 and redis.call('exists', KEYS[4]) == 1 then
+  return redis.call('publish', KEYS[1] .. ':released', ARGV[1])
+end
+return 0
+",
+    )
+});
+
+/// `KEYS`: lock, semaphore limit. Deletes the lock (a writer's, or every share) whoever holds
+/// it, and publishes the release on `KEYS[1]:released` (always: this is rare). Returns 1 if a
+/// holder was removed.
 pub(super) static FORCE_RELEASE: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(
         r"
 local removed = redis.call('del', KEYS[1])
+redis.call('del', KEYS[2])
 if removed > 0 then redis.call('publish', KEYS[1] .. ':released', 'released') end
 return removed
 ",
     )
 });
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -160,7 +369,7 @@ mod tests {
             7,
             "the acquire script compares the last 7 bytes"
         );
-        for script in [&ACQUIRE, &RELEASE, &RENEW] {
+        for script in [&ACQUIRE, &ACQUIRE_SHARED, &RELEASE, &RENEW] {
             assert!(script.code.contains(&format!("'{mark}'")));
             assert!(!script.code.replace(mark, "").contains("waited"));
         }
@@ -168,7 +377,7 @@ mod tests {
 
     #[test]
     fn channel_suffix_in_scripts_matches_the_key_layout() {
-        for script in [&RELEASE, &FORCE_RELEASE] {
+        for script in [&RELEASE, &RELEASE_SHARED, &WITHDRAW_WRITER, &FORCE_RELEASE] {
             assert!(
                 script
                     .code
