@@ -200,7 +200,7 @@ impl Locker {
     }
 
     /// Starts building an acquire of `key`: set `.ttl(..)`, `.wait(..)`, `.watchdog(..)`,
-    /// then `.await` it for a [`LockGuard`].
+    /// then `.await` it for a [`LockGuard`](crate::LockGuard).
     ///
     /// By default it waits as long as the Locker's configured `wait` (until acquired unless
     /// configured otherwise), with the configured ttl and the watchdog on.

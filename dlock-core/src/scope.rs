@@ -1,19 +1,7 @@
 //! The one acquire → run → release policy, used by [`Locker::with_lock`](crate::Locker::with_lock),
-//! `#[distributed_lock]` and `dlock-tower`'s layer: [`LockGuard::run_and_release`] and the rule
-//! it releases by, [`LockGuard::release_after`].
-//!
-//! # The rule for a release that fails after the work finished
-//!
-//! * The lease was lost while the work ran: the work is dropped at its next await point and
-//!   the caller gets [`Error::LeaseLost`]; the guard's drop releases in the background (a
-//!   failure there is traced at `warn`).
-//! * The work finished and the release reports that the lock had stopped protecting it
-//!   ([`Error::LeaseLost`], [`Error::NotHolder`]): a **successful** result may have
-//!   overlapped another holder's work, so the caller gets that error instead; a **failed**
-//!   result is returned as it is (with a `warn` trace): the failure is the news.
-//! * Any other release error (the server unreachable, a timeout): the work finished while the
-//!   lease was valid, so its result is returned, with a `warn` trace; the lock frees itself
-//!   when its ttl runs out.
+//! `#[distributed_lock]` and `dlock-tower`'s layer: [`LockGuard::run_and_release`], and
+//! [`LockGuard::release_after`], whose docs hold the one rule for a release that fails after
+//! the work finished.
 
 use std::future::Future;
 
@@ -22,7 +10,7 @@ use crate::{Error, Result};
 
 impl LockGuard {
     /// Runs `work` under this lock, then releases it, and returns `work`'s output unless the
-    /// lock stopped protecting it — by the rule in [the module docs](self), with
+    /// lock stopped protecting it — by the rule of [`release_after`](Self::release_after), with
     /// `succeeded` saying whether an output counts as a success (e.g. [`Result::is_ok`]).
     ///
     /// # Errors
@@ -54,9 +42,22 @@ impl LockGuard {
 
     /// Releases this lock after the work it protected finished, and says whether that work's
     /// result may be reported: `Ok(())` — report it; `Err(error)` — report `error` instead
-    /// (the lock had stopped protecting a successful result). The rule is in
-    /// [the module docs](self). For code that drives its own future, such as a tower
-    /// service's response future; otherwise use [`run_and_release`](Self::run_and_release).
+    /// (the lock had stopped protecting a successful result), by the rule below. For code
+    /// that drives its own future, such as a tower service's response future; otherwise use
+    /// [`run_and_release`](Self::run_and_release).
+    ///
+    /// # Which result is reported
+    ///
+    /// * The lease was lost while the work ran: the work is dropped at its next await point and
+    ///   the caller gets [`Error::LeaseLost`]; the guard's drop releases in the background (a
+    ///   failure there is traced at `warn`).
+    /// * The work finished and the release reports that the lock had stopped protecting it
+    ///   ([`Error::LeaseLost`], [`Error::NotHolder`]): a **successful** result may have
+    ///   overlapped another holder's work, so the caller gets that error instead; a **failed**
+    ///   result is returned as it is (with a `warn` trace): the failure is the news.
+    /// * Any other release error (the server unreachable, a timeout): the work finished while the
+    ///   lease was valid, so its result is returned, with a `warn` trace; the lock frees itself
+    ///   when its ttl runs out.
     ///
     /// # Errors
     ///

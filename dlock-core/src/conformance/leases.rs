@@ -12,7 +12,7 @@ use crate::lease_watch::drift_margin;
 
 /// A holder that vanishes without releasing keeps the lock for its ttl, not less, and then
 /// another client gets it: a crashed client (granted through the raw contract, then its
-/// runtime shut down with nothing released — [`Target::grant_then_crash`]), and a guard leaked
+/// runtime shut down with nothing released — `Target::grant_then_crash`), and a guard leaked
 /// with `mem::forget` with the watchdog off (the core releases it at its ttl).
 pub async fn ttl_expiry_after_holder_vanishes<B: LockBackend + ?Sized>(target: &Target<B>) {
     let ttl = target.expect.ttl;

@@ -232,7 +232,7 @@ pub async fn semaphore_never_exceeds_its_limit<B: LockBackend + ?Sized>(target: 
     assert_eq!(occupancy.most(), LIMIT as usize, "permits never overlapped");
 }
 
-/// A permit granted to a client that then crashes ([`Target::grant_then_crash`]) frees at its
+/// A permit granted to a client that then crashes (`Target::grant_then_crash`) frees at its
 /// ttl, not before, and a waiting caller gets it then.
 pub async fn vanished_permit_frees_at_its_ttl<B: LockBackend + ?Sized>(target: &Target<B>) {
     let mode = LockMode::Permit { limit: 1 };
