@@ -278,6 +278,69 @@ async fn etcdctl_lock_waits_for_dlock_readers_and_readers_wait_for_it() {
     assert!(writer.wait().await.expect("etcdctl exits").success());
 }
 
+/// Semaphore permits are keys `<name>/p<limit>-<lease hex>`: two permits of two are two such
+/// keys; a third caller's one attempt (wait zero) is busy and leaves no key behind; a caller
+/// naming another limit is refused with both limits; and `etcdctl lock` on the name (a writer)
+/// waits until both permits are released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn semaphore_permits_are_keys_named_with_their_limit() {
+    let server = EtcdServer::start().await.expect("etcd");
+    let endpoint = server.endpoint();
+    let (first, _) = locker(&server.url(), "", Duration::from_secs(10)).await;
+    let (second, _) = locker(&server.url(), "", Duration::from_secs(10)).await;
+    let p1 = first.semaphore("pool", 2).await.expect("first permit");
+    let p2 = second.semaphore("pool", 2).await.expect("second permit");
+    let keys = etcd_keys(&endpoint, "pool/").await;
+    assert_eq!(keys.len(), 2, "{keys:?}");
+    assert!(
+        keys.iter().all(|key| key.starts_with("pool/p2-")),
+        "{keys:?}"
+    );
+
+    let third = first.semaphore("pool", 2).wait(Duration::ZERO).await;
+    assert!(matches!(third, Err(Error::Busy { .. })), "{third:?}");
+    let mismatch = second.semaphore("pool", 3).wait(Duration::ZERO).await;
+    assert!(
+        matches!(
+            mismatch,
+            Err(Error::PermitLimitMismatch {
+                stored: 2,
+                requested: 3,
+                ..
+            })
+        ),
+        "{mismatch:?}"
+    );
+    let give_up = Instant::now() + Duration::from_secs(5);
+    while etcd_keys(&endpoint, "pool/").await != keys {
+        assert!(Instant::now() < give_up, "a refused caller left its key");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    let mut writer = etcdctl_lock(&endpoint, "pool", 10);
+    let printed = first_line(&mut writer);
+    while etcd_keys(&endpoint, "pool/").await.len() < 3 {
+        assert!(Instant::now() < give_up, "etcdctl never queued its key");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    p1.release().await.expect("release");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        !printed.is_finished(),
+        "etcdctl got the lock while a permit was held"
+    );
+    let released = Instant::now();
+    p2.release().await.expect("release");
+    let (key, acquired) = tokio::time::timeout(Duration::from_secs(5), printed)
+        .await
+        .expect("etcdctl acquires once the last permit was released")
+        .expect("reader");
+    assert!(key.starts_with("pool/"), "etcdctl printed {key:?}");
+    assert!(acquired >= released);
+    signal(&writer, "TERM");
+    assert!(writer.wait().await.expect("etcdctl exits").success());
+}
+
 /// Killing the etcd leader while a lock is held (and another client waits for it): the
 /// holder keeps its lease through the election — its guard is never lost — and the waiter
 /// gets nothing until the holder releases, then gets it with a higher token.

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use etcd_client::{
-    Compare, CompareOp, EventType, GetOptions, PutOptions, SortOrder, SortTarget, Txn,
+    Compare, CompareOp, EventType, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp,
     TxnOpResponse, TxnResponse, WatchFilterType, WatchOptions,
 };
 
@@ -26,6 +26,16 @@ enum Turn {
     /// The queued key vanished (its lease was lost, or it was deleted by an admin): queue
     /// again from the start.
     Requeue(&'static str),
+}
+
+/// What an acquire waits for, as the last read of its name showed.
+enum Ahead {
+    /// Nothing: the grant is ours.
+    Nothing,
+    /// The deletion of this key: the newest one created before ours that must go first.
+    Key(Vec<u8>),
+    /// A deletion among the permits: as many as the semaphore's limit are older than ours.
+    Permits,
 }
 
 /// What woke a waiter.
@@ -93,6 +103,98 @@ fn newest(limit: i64) -> GetOptions {
         .with_keys_only()
 }
 
+/// The reads that tell what an acquire of `mode` under `name` waits for, in one revision:
+/// when `below` is given, only keys created before it (a re-check); otherwise the acquire's
+/// own key may be among them (the reads that go with its put).
+fn blocker_reads(name: &LockName, mode: LockMode, below: Option<i64>) -> Vec<TxnOp> {
+    let older = |options: GetOptions| match below {
+        Some(revision) => options.with_max_create_revision(revision - 1),
+        None => options,
+    };
+    let own = i64::from(below.is_none()); // room for our own key in the answer
+    match mode {
+        LockMode::Exclusive | LockMode::Shared => {
+            let end = name.blockers_end(mode == LockMode::Shared);
+            vec![TxnOp::get(
+                name.prefix(),
+                Some(older(newest(1 + own).with_range(end))),
+            )]
+        }
+        LockMode::Permit { limit } => {
+            let range = |(start, end): (Vec<u8>, Vec<u8>), options: GetOptions| {
+                TxnOp::get(start, Some(older(options.with_range(end))))
+            };
+            let oldest = GetOptions::new()
+                .with_sort(SortTarget::Create, SortOrder::Ascend)
+                .with_limit(i64::from(limit) + 1)
+                .with_keys_only();
+            vec![
+                range(name.writers(), newest(1)),
+                range(name.readers(), newest(1)),
+                range(name.permits(), oldest),
+            ]
+        }
+    }
+}
+
+/// What the answers of [`blocker_reads`] say an acquire whose key has `create_revision`
+/// waits for.
+///
+/// # Errors
+///
+/// [`Error::PermitLimitMismatch`] when the oldest permit key of the name was put with another
+/// limit than `mode`'s.
+fn ahead(
+    req: &AcquireRequest,
+    name: &LockName,
+    reads: &[Vec<etcd_client::KeyValue>],
+    create_revision: i64,
+) -> Result<Ahead> {
+    let newest_older = |kvs: &[etcd_client::KeyValue]| {
+        kvs.iter()
+            .filter(|kv| kv.create_revision() < create_revision)
+            .max_by_key(|kv| kv.create_revision())
+            .map(|kv| (kv.create_revision(), kv.key().to_vec()))
+    };
+    let LockMode::Permit { limit } = req.mode else {
+        let first = reads.first().map_or(&[][..], Vec::as_slice);
+        return Ok(newest_older(first).map_or(Ahead::Nothing, |(_, key)| Ahead::Key(key)));
+    };
+    let [writers, readers, permits] = reads else {
+        return Err(Error::refused(
+            "etcd",
+            "a transaction reply with missing reads",
+        ));
+    };
+    if let Some(stored) = permits.first().and_then(|kv| name.permit_limit(kv.key()))
+        && stored != limit
+    {
+        return Err(Error::PermitLimitMismatch {
+            key: req.key.to_string(),
+            stored,
+            requested: limit,
+        });
+    }
+    let other_kind = [newest_older(writers), newest_older(readers)]
+        .into_iter()
+        .flatten()
+        .max_by_key(|(revision, _)| *revision);
+    if let Some((_, key)) = other_kind {
+        return Ok(Ahead::Key(key));
+    }
+    let older_permits = permits
+        .iter()
+        .filter(|kv| kv.create_revision() < create_revision)
+        .count();
+    Ok(
+        if older_permits >= usize::try_from(limit).unwrap_or(usize::MAX) {
+            Ahead::Permits
+        } else {
+            Ahead::Nothing
+        },
+    )
+}
+
 impl Inner {
     pub(super) async fn acquire(
         self: &Arc<Self>,
@@ -117,7 +219,10 @@ impl Inner {
         deadline: Option<Instant>,
     ) -> Result<AcquireOutcome> {
         let name = LockName::new(&self.namespace, &req.key);
-        if deadline.is_some_and(|d| d <= Instant::now()) {
+        // A permit's one attempt queues and, unless granted at once, leaves again: whether
+        // fewer than the limit hold cannot be a transaction's condition.
+        let permit = matches!(req.mode, LockMode::Permit { .. });
+        if !permit && deadline.is_some_and(|d| d <= Instant::now()) {
             return self.try_once(req, &name).await;
         }
         loop {
@@ -207,7 +312,7 @@ impl Inner {
         name: &LockName,
     ) -> Result<PendingKey> {
         let session = self.checkout(req.ttl).await?;
-        let key = self.reserve_key(name, &session, req.mode == LockMode::Shared);
+        let key = self.reserve_key(name, &session, req.mode);
         Ok(PendingKey {
             inner: Arc::clone(self),
             key,
@@ -226,24 +331,19 @@ impl Inner {
         let mut pending = self.pending_key(req, name).await?;
         let session = Arc::clone(pending.session());
         let key = pending.key.clone();
-        let blockers_end = name.blockers_end(req.mode == LockMode::Shared);
-        // Put-if-absent and, in the same revision, the two newest keys of the range this
-        // request waits behind (the whole name for a writer, the writers for a reader): ours,
-        // if it is in it, and the one just before.
+        // Put-if-absent and, in the same revision, the reads that say what this request
+        // waits behind (for a writer, the two newest keys of the name: ours, if it is in it,
+        // and the one just before).
+        let mut ops = vec![TxnOp::put(
+            key.as_str(),
+            req.owner.as_str(),
+            Some(PutOptions::new().with_lease(session.id)),
+        )];
+        ops.extend(blocker_reads(name, req.mode, None));
         let txn = Txn::new()
             .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
-            .and_then([
-                etcd_client::TxnOp::put(
-                    key.as_str(),
-                    req.owner.as_str(),
-                    Some(PutOptions::new().with_lease(session.id)),
-                ),
-                etcd_client::TxnOp::get(
-                    name.prefix(),
-                    Some(newest(2).with_range(blockers_end.clone())),
-                ),
-            ])
-            .or_else([etcd_client::TxnOp::get(key.as_str(), None)]);
+            .and_then(ops)
+            .or_else([TxnOp::get(key.as_str(), None)]);
         // A recent keepalive, in parallel, in case the lock is free at once.
         let (reply, fresh) = tokio::join!(
             self.txn("acquire", txn),
@@ -261,22 +361,14 @@ impl Inner {
         let create_revision = revision(&reply)?;
         pending.delete = Delete::Exact(create_revision);
         let mut seen = create_revision;
-        let mut predecessor = get_ranges(&reply)
-            .into_iter()
-            .flatten()
-            .find(|kv| kv.create_revision() < create_revision)
-            .map(|kv| kv.key().to_vec());
+        let mut predecessor = ahead(req, name, &get_ranges(&reply), create_revision)?;
         let mut queued: Option<QueuedMark> = None;
         let mut retry_in = Duration::from_millis(20);
         loop {
-            if predecessor.is_some() {
-                queued.get_or_insert_with(|| self.mark_queued(&req.key));
-                fresh = None; // stale by the time our turn comes
-            }
-            let wake = match &predecessor {
-                None => {
-                    // Our turn: our key exists (just put, or seen by the re-check) and no
-                    // older key is left.
+            let watched = match &predecessor {
+                Ahead::Nothing => {
+                    // Our turn: our key exists (just put, or seen by the re-check) and
+                    // nothing that must go first is left.
                     let valid_from = match fresh.take() {
                         Some(valid_from) => valid_from,
                         None => session.fresh(session.ttl / FRESHNESS).await,
@@ -292,9 +384,15 @@ impl Inner {
                         valid_from,
                     )));
                 }
-                Some(watched) => self.wait_deleted(watched, seen, &session, deadline).await,
+                Ahead::Key(key) => (key.clone(), None),
+                Ahead::Permits => {
+                    let (start, end) = name.permits();
+                    (start, Some(end))
+                }
             };
-            match wake {
+            queued.get_or_insert_with(|| self.mark_queued(&req.key));
+            fresh = None; // stale by the time our turn comes
+            match self.wait_deleted(&watched, seen, &session, deadline).await {
                 Wake::Recheck => {}
                 // Busy at once: our queued key is deleted in the background as `pending`
                 // drops (a commit on the cluster, which a caller at its deadline must not
@@ -305,19 +403,13 @@ impl Inner {
                     return Ok(Turn::Requeue("the lease was lost while waiting"));
                 }
             }
-            // Our key still there (etcd #11456)? And the newest key below ours?
-            let check = Txn::new().and_then([
-                etcd_client::TxnOp::get(key.as_str(), Some(GetOptions::new().with_keys_only())),
-                etcd_client::TxnOp::get(
-                    name.prefix(),
-                    Some(
-                        newest(1)
-                            .with_range(blockers_end.clone())
-                            .with_max_create_revision(create_revision - 1),
-                    ),
-                ),
-            ]);
-            let reply = match self.txn("acquire", check).await {
+            // Our key still there (etcd #11456)? And what is ahead of it now?
+            let mut ops = vec![TxnOp::get(
+                key.as_str(),
+                Some(GetOptions::new().with_keys_only()),
+            )];
+            ops.extend(blocker_reads(name, req.mode, Some(create_revision)));
+            let reply = match self.txn("acquire", Txn::new().and_then(ops)).await {
                 Ok(reply) => reply,
                 Err(error) => {
                     tracing::debug!(key = %req.key, %error, "dlock: etcd waiter re-check failed; retrying");
@@ -329,8 +421,12 @@ impl Inner {
             };
             retry_in = Duration::from_millis(20);
             seen = revision(&reply)?;
-            let mut ranges = get_ranges(&reply).into_iter();
-            let ours = ranges.next().unwrap_or_default();
+            let mut reads = get_ranges(&reply);
+            let ours = if reads.is_empty() {
+                Vec::new()
+            } else {
+                reads.remove(0)
+            };
             if !ours
                 .iter()
                 .any(|kv| kv.create_revision() == create_revision)
@@ -338,19 +434,15 @@ impl Inner {
                 pending.delete = Delete::Nothing;
                 return Ok(Turn::Requeue("the queued key was deleted"));
             }
-            predecessor = ranges
-                .next()
-                .unwrap_or_default()
-                .first()
-                .map(|kv| kv.key().to_vec());
+            predecessor = ahead(req, name, &reads, create_revision)?;
         }
     }
 
-    /// Waits (bounded by the deadline, the session, and one ttl) until `watched` is deleted
-    /// after revision `seen`.
+    /// Waits (bounded by the deadline, the session, and one ttl) until `watched` — a key, or
+    /// the range `[key, end)` — sees a deletion after revision `seen`.
     async fn wait_deleted(
         &self,
-        watched: &[u8],
+        watched: &(Vec<u8>, Option<Vec<u8>>),
         seen: i64,
         session: &Session,
         deadline: Option<Instant>,
@@ -366,11 +458,14 @@ impl Inner {
         tokio::pin!(recheck);
         let watch = || {
             let mut watcher = self.client.watch_client();
-            let options = WatchOptions::new()
+            let mut options = WatchOptions::new()
                 .with_start_revision(seen + 1)
                 .with_filters([WatchFilterType::NoPut]);
-            let watched = watched.to_vec();
-            async move { watcher.watch(watched, Some(options)).await }
+            if let Some(end) = &watched.1 {
+                options = options.with_range(end.clone());
+            }
+            let key = watched.0.clone();
+            async move { watcher.watch(key, Some(options)).await }
         };
         let opened = tokio::select! {
             () = session.lost() => return Wake::SessionLost,

@@ -28,7 +28,7 @@ use self::session::{Session, Sessions};
 use crate::backend::BackendUrl;
 use crate::backend::{Capabilities, Fencing, LockBackend};
 use crate::lease::{AcquireOutcome, AcquireRequest, Lease, OwnerId, ReleaseOutcome, RenewOutcome};
-use crate::{Error, Result};
+use crate::{Error, LockMode, Result};
 
 /// etcd's default `--max-txn-ops`: one renewal transaction checks at most this many locks.
 const RENEW_BATCH: usize = 128;
@@ -50,11 +50,22 @@ const RENEW_BATCH: usize = 128;
 ///   name (use a Locker with `key_prefix = ""` to share a name literally). A second key of the
 ///   same lease under the same name (two tasks of one Locker: etcd issue #11360) gets a suffix,
 ///   `N/<lease hex>.<n>`, so the tasks still exclude each other.
+/// * **Read locks and semaphores** put keys of their own kind under the same name — a reader
+///   `N/r<lease hex>`, a permit of a semaphore of `L` permits `N/p<L>-<lease hex>` — and wait
+///   by etcd's `recipes.RWMutex` rule: a reader for the last writer or permit key created
+///   before its own, a writer for the last key of any kind; a permit for the last writer or
+///   reader key before its own, then until fewer than `L` permit keys are older than its own
+///   (the first `L` by create revision hold). The limit is part of every permit key's name;
+///   a caller whose limit differs from the oldest permit key's gets
+///   [`Error::PermitLimitMismatch`](crate::Error::PermitLimitMismatch).
 /// * **Waiting** watches only the key with the next-lower create revision (no herd): when it
 ///   is deleted, the waiter checks that its own key still exists (etcd #11456: a waiter whose
 ///   lease expired must not think it holds the lock) and that no lower key remains. A waiter
 ///   also re-checks once per ttl in case a watch stalled. Cancelling a waiting acquire deletes
 ///   its key in the background; a `try_lock` (wait of zero) writes only if the range is empty.
+///   A permit waiting for other permits watches the deletions of the permit range instead (a
+///   permit frees whichever of the older ones goes first): every waiting permit re-checks
+///   on each release, one read each.
 /// * **Leases.** All locks of one backend with the same ttl share one etcd lease (like Go's
 ///   `Session`), kept alive by a keepalive stream every ttl/3 and revoked as soon as its last
 ///   lock is released or the backend is dropped. etcd leases are whole seconds, and at least
@@ -364,6 +375,7 @@ impl LockBackend for EtcdBackend {
         Capabilities::new("etcd")
             .fair(true)
             .read_write(true)
+            .semaphore(true)
             .fencing(Fencing::Durable)
             .self_renewing(true)
             .max_renew_batch(RENEW_BATCH)
@@ -506,11 +518,11 @@ impl Inner {
     }
 
     /// Reserves an etcd key for a new grant of `session` under `name`.
-    fn reserve_key(&self, name: &keys::LockName, session: &Session, shared: bool) -> String {
+    fn reserve_key(&self, name: &keys::LockName, session: &Session, mode: LockMode) -> String {
         let mut keys = self.keys();
         let mut n = 0;
         loop {
-            let key = name.key(session.id, n, shared);
+            let key = name.key(session.id, n, mode);
             if keys.reserved.insert(key.clone()) {
                 return key;
             }
