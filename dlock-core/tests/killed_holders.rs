@@ -1,0 +1,326 @@
+//! Fault tests with real processes, in every lock mode, on Redis (single server and Cluster)
+//! and etcd (3 members): a holder process is killed with SIGKILL — nothing released, no
+//! goodbye — and what it held frees at its ttl for the one waiting in this process; and the
+//! etcd leader is killed while readers hold and a writer waits, without a grant lost or given
+//! twice.
+//!
+//! The holder is this very test binary, run again with `DLOCK_TEST_HOLDER` set: its
+//! [`holder_process`] takes the lock, prints `HELD <token>` and waits to be killed.
+//! Waiting for a condition polls it (with a limit); no assertion depends on a sleep being long
+//! enough.
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use dlock_core::harness::{EtcdCluster, RedisCluster, RedisServer};
+use dlock_core::{DlockConfig, Error, LockMode, Locker};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+/// `<mode> <url>` for [`holder_process`]: `write`, `read` or `permits:<n>`.
+const HOLDER: &str = "DLOCK_TEST_HOLDER";
+
+/// The lock every test here contends on.
+const KEY: &str = "payroll";
+
+/// The ttl of every lock here: how long a killed holder's share may outlive it.
+const TTL: Duration = Duration::from_secs(3);
+
+/// How much later than its ttl a killed holder's lock may free: the backend's expiry
+/// granularity (etcd's lease checks run every 500 ms) and one re-check.
+const EXPIRY_SLACK: Duration = Duration::from_millis(1500);
+
+async fn locker(url: &str, ttl: Duration) -> Locker {
+    let config = DlockConfig::from_toml_str(&format!(
+        "backend = \"{url}\"\nttl = \"{}\"\noperation_timeout = \"2s\"",
+        humantime::format_duration(ttl)
+    ))
+    .expect("config");
+    Locker::connect(&config).await.expect("connect")
+}
+
+fn mode_of(spec: &str) -> LockMode {
+    match spec {
+        "write" => LockMode::Exclusive,
+        "read" => LockMode::Shared,
+        permits => LockMode::Permit {
+            limit: permits
+                .strip_prefix("permits:")
+                .and_then(|n| n.parse().ok())
+                .expect("write, read or permits:<n>"),
+        },
+    }
+}
+
+/// Not a test of its own: the body of the holder process the tests below start and kill.
+/// Without `DLOCK_TEST_HOLDER` it does nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holder_process() {
+    let Ok(spec) = std::env::var(HOLDER) else {
+        return;
+    };
+    let (mode, url) = spec.split_once(' ').expect("<mode> <url>");
+    let locker = locker(url, TTL).await;
+    let guard = locker
+        .lock_as(KEY, mode_of(mode))
+        .fencing(true)
+        .await
+        .expect("the holder process acquires");
+    println!("HELD {}", guard.fencing_token().unwrap_or_default());
+    std::future::pending::<()>().await;
+}
+
+/// A running holder process and the fencing token of what it holds.
+struct Holder {
+    child: Child,
+    token: u64,
+}
+
+impl Holder {
+    /// Starts a holder process of `mode` (as [`holder_process`] spells it) on `url`, and
+    /// waits until it holds.
+    async fn start(mode: &str, url: &str) -> Self {
+        let mut child = Command::new(std::env::current_exe().expect("test binary"))
+            .args([
+                "holder_process",
+                "--exact",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(HOLDER, format!("{mode} {url}"))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn the holder process");
+        let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+        let token = tokio::time::timeout(Duration::from_secs(20), async {
+            loop {
+                let line = lines
+                    .next_line()
+                    .await
+                    .expect("read")
+                    .expect("the holder process exited before holding the lock");
+                // libtest may print `test holder_process ... ` on the same line.
+                if let Some((_, token)) = line.split_once("HELD ") {
+                    break token.trim().parse().expect("token");
+                }
+            }
+        })
+        .await
+        .expect("the holder process never held the lock");
+        Self { child, token }
+    }
+
+    /// SIGKILLs the process and reaps it; when it was killed.
+    async fn kill(mut self) -> Instant {
+        self.child.start_kill().expect("SIGKILL the holder process");
+        let killed = Instant::now();
+        self.child.wait().await.expect("reap");
+        killed
+    }
+}
+
+/// A task that waits (up to 30 s) for `mode` on [`KEY`] and reports the outcome and when.
+fn spawn_waiter(
+    locker: &Locker,
+    mode: LockMode,
+) -> tokio::task::JoinHandle<(dlock_core::Result<dlock_core::LockGuard>, Instant)> {
+    let locker = locker.clone();
+    tokio::spawn(async move {
+        let guard = locker
+            .lock_as(KEY, mode)
+            .fencing(true)
+            .wait(Duration::from_secs(30))
+            .await;
+        (guard, Instant::now())
+    })
+}
+
+/// A holder process of `holder_mode` is killed while this process waits for `waiter_mode`
+/// (which it could not get while the holder lived): the waiter gets it no earlier than the
+/// kill and within the ttl plus [`EXPIRY_SLACK`], with a higher fencing token. `others` are
+/// held by this process all along (a renewed permit next to the killed one) and stay held.
+async fn killed_holder_frees_at_its_ttl(
+    url: &str,
+    holder_mode: &str,
+    waiter_mode: LockMode,
+    others: &[LockMode],
+) {
+    let waiter = locker(url, TTL).await;
+    let mut kept = Vec::new();
+    for mode in others {
+        kept.push(
+            waiter
+                .lock_as(KEY, *mode)
+                .await
+                .expect("this process's own"),
+        );
+    }
+    let holder = Holder::start(holder_mode, url).await;
+    let held_token = holder.token;
+    let refused = waiter.lock_as(KEY, waiter_mode).wait(Duration::ZERO).await;
+    assert!(
+        matches!(refused, Err(Error::Busy { .. })),
+        "granted next to the live holder: {refused:?}"
+    );
+    let waiting = spawn_waiter(&waiter, waiter_mode);
+    let killed = holder.kill().await;
+    let (guard, acquired) = waiting.await.expect("waiter");
+    let guard = guard.expect("the waiter gets what the killed holder held");
+    assert!(acquired >= killed, "granted before the holder was killed");
+    let freed_after = acquired - killed;
+    println!(
+        "{holder_mode} of the killed holder freed {freed_after:?} after the kill (ttl {TTL:?})"
+    );
+    assert!(
+        freed_after <= TTL + EXPIRY_SLACK,
+        "a killed holder's {holder_mode} took {freed_after:?} to free (ttl {TTL:?})"
+    );
+    assert!(guard.fencing_token().expect("asked for") > held_token);
+    for other in &kept {
+        assert!(other.is_held(), "this process's own lock was lost");
+    }
+    guard.release().await.expect("release");
+    for other in kept {
+        other.release().await.expect("release");
+    }
+}
+
+/// A reader process is killed: its share frees at its ttl and the waiting writer proceeds.
+async fn killed_reader_lets_the_writer_in(url: &str) {
+    killed_holder_frees_at_its_ttl(url, "read", LockMode::Exclusive, &[]).await;
+}
+
+/// One of two permits is held by a process that is killed, the other by this process (renewed
+/// by its watchdog): the killed one's permit frees at its ttl for a third caller.
+async fn killed_permit_holder_frees_its_permit(url: &str) {
+    let permits = LockMode::Permit { limit: 2 };
+    killed_holder_frees_at_its_ttl(url, "permits:2", permits, &[permits]).await;
+}
+
+/// A writer process is killed: its lock frees at its ttl for the waiting writer.
+async fn killed_writer_lets_the_next_in(url: &str) {
+    killed_holder_frees_at_its_ttl(url, "write", LockMode::Exclusive, &[]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_single_killed_reader() {
+    let server = RedisServer::start().await.expect("redis");
+    killed_reader_lets_the_writer_in(&server.url()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_single_killed_permit_holder() {
+    let server = RedisServer::start().await.expect("redis");
+    killed_permit_holder_frees_its_permit(&server.url()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_single_killed_writer() {
+    let server = RedisServer::start().await.expect("redis");
+    killed_writer_lets_the_next_in(&server.url()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_cluster_killed_reader_and_permit_holder() {
+    let cluster = RedisCluster::start(3).await.expect("redis cluster");
+    killed_reader_lets_the_writer_in(&cluster.url()).await;
+    killed_permit_holder_frees_its_permit(&cluster.url()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_killed_reader_permit_holder_and_writer() {
+    let cluster = EtcdCluster::start(3).await.expect("etcd cluster");
+    killed_reader_lets_the_writer_in(&cluster.url()).await;
+    killed_permit_holder_frees_its_permit(&cluster.url()).await;
+    killed_writer_lets_the_next_in(&cluster.url()).await;
+}
+
+/// Two readers hold and a writer waits on a 3-member etcd; the leader is killed. The readers
+/// keep their leases through the election (their guards are never lost) and the writer gets
+/// nothing while they hold; once both release, the writer gets the lock, with a fencing token
+/// above both readers'.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_leader_killed_while_readers_hold_and_a_writer_waits() {
+    let ttl = Duration::from_secs(6);
+    let cluster = EtcdCluster::start(3).await.expect("etcd cluster");
+    let readers = [
+        locker(&cluster.url(), ttl).await,
+        locker(&cluster.url(), ttl).await,
+    ];
+    let writer = locker(&cluster.url(), ttl).await;
+    let mut shares = Vec::new();
+    for reader in &readers {
+        shares.push(reader.read_lock(KEY).await.expect("reader"));
+    }
+    let tokens: Vec<u64> = shares
+        .iter()
+        .map(|share| share.fencing_token().expect("etcd tokens"))
+        .collect();
+    let waiting = spawn_waiter(&writer, LockMode::Exclusive);
+    // Once the writer queued, a reader that comes later is refused.
+    let late = locker(&cluster.url(), ttl).await;
+    let give_up = Instant::now() + Duration::from_secs(5);
+    loop {
+        match late.read_lock(KEY).wait(Duration::ZERO).await {
+            Err(Error::Busy { .. }) => break,
+            Ok(early) => early.release().await.expect("release"), // the writer is not queued yet
+            Err(error) => panic!("late reader: {error}"),
+        }
+        assert!(Instant::now() < give_up, "the writer never queued");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    let old_leader = cluster.leader().await.expect("leader");
+    cluster
+        .member(old_leader)
+        .kill()
+        .await
+        .expect("kill leader");
+    let killed = Instant::now();
+    let new_leader = cluster.leader().await.expect("a new leader");
+    assert_ne!(new_leader, old_leader);
+    println!("new leader elected {:?} after the kill", killed.elapsed());
+    // Hold through two more ttls after the election: the leases must survive the failover.
+    let hold_until = Instant::now() + ttl * 2;
+    while Instant::now() < hold_until {
+        for share in &shares {
+            assert!(
+                share.is_held(),
+                "a reader's lease was lost across the failover: {:?}",
+                share.lost_reason()
+            );
+        }
+        assert!(
+            !waiting.is_finished(),
+            "the writer got the lock next to readers"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let last = shares.pop().expect("two readers");
+    shares
+        .pop()
+        .expect("two readers")
+        .release()
+        .await
+        .expect("release");
+    let released = Instant::now();
+    last.release().await.expect("release after the failover");
+    let (granted, at) = waiting.await.expect("writer");
+    let guard = granted.expect("the writer gets the lock after both readers left");
+    assert!(
+        at >= released,
+        "the writer got in before the last reader left"
+    );
+    println!(
+        "writer granted {:?} after the last reader left",
+        at - released
+    );
+    let token = guard.fencing_token().expect("etcd tokens");
+    assert!(
+        tokens.iter().all(|reader| token > *reader),
+        "the writer's token {token} is not above the readers' {tokens:?}"
+    );
+    guard.release().await.expect("release");
+}
