@@ -1,7 +1,7 @@
 //! The etcd backend against real etcd: interop with `etcdctl lock` both ways, faults on a
 //! 3-member cluster (leader killed, every member stopped; a killed holder process is in
-//! `killed_holders.rs`), an
-//! unreachable cluster, and contention (FIFO grants, no double holders).
+//! `killed_holders.rs`), an unreachable cluster, and contention (FIFO grants, no double
+//! holders).
 //!
 //! Waiting for a condition polls the condition (with a limit); no assertion depends on a sleep
 //! being long enough.
