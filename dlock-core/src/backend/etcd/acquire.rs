@@ -11,6 +11,7 @@ use etcd_client::{
 use super::errors;
 use super::keys::LockName;
 use super::session::Session;
+use super::watch::Watch;
 use super::{Delete, EtcdGrant, Inner, QueuedMark, call};
 use crate::lease::{AcquireOutcome, AcquireRequest, Lease};
 use crate::{Error, LockMode, Result};
@@ -32,10 +33,65 @@ enum Turn {
 enum Ahead {
     /// Nothing: the grant is ours.
     Nothing,
-    /// The deletion of this key: the newest one created before ours that must go first.
-    Key(Vec<u8>),
-    /// A deletion among the permits: as many as the semaphore's limit are older than ours.
-    Permits,
+    /// The deletion of this key (with this create revision): the newest one created before
+    /// ours that must go first.
+    Key(Vec<u8>, i64),
+    /// Deletions among the permits: `older` permit keys (at least the semaphore's limit) are
+    /// older than ours.
+    Permits { older: usize },
+}
+
+/// What a waiter watches.
+enum Watched {
+    /// This key, created at this revision, until it is deleted. (A Locker may put a key of
+    /// the same name again later: the revision tells them apart.)
+    Key(Vec<u8>, i64),
+    /// The permit range `[start, end)`, until fewer than `limit` of the `older` permit keys
+    /// created before `ours` are left (deletions up to revision `counted_through` are counted
+    /// in `older` already).
+    Permits {
+        range: (Vec<u8>, Vec<u8>),
+        older: usize,
+        ours: i64,
+        limit: usize,
+        counted_through: i64,
+    },
+}
+
+impl Watched {
+    /// Whether `event` is the one to wake for (a deletion of the key; for permits, of the last
+    /// older key too many): permits count the deletions of older keys down, so a release
+    /// wakes only the waiter it lets in, not every waiting permit.
+    fn wakes_on(&mut self, event: &etcd_client::Event) -> bool {
+        if event.event_type() != EventType::Delete {
+            return false;
+        }
+        match self {
+            Self::Key(..) => true,
+            Self::Permits {
+                older,
+                ours,
+                limit,
+                counted_through,
+                ..
+            } => {
+                if event
+                    .kv()
+                    .is_some_and(|kv| kv.mod_revision() <= *counted_through)
+                {
+                    return false;
+                }
+                // Without the key's previous state, re-check to be safe.
+                let was_older = event
+                    .prev_kv()
+                    .is_none_or(|kv| kv.create_revision() < *ours);
+                if was_older {
+                    *older = older.saturating_sub(1);
+                }
+                *older < *limit
+            }
+        }
+    }
 }
 
 /// What woke a waiter.
@@ -120,13 +176,14 @@ fn blocker_reads(name: &LockName, mode: LockMode, below: Option<i64>) -> Vec<Txn
                 Some(older(newest(1 + own).with_range(end))),
             )]
         }
-        LockMode::Permit { limit } => {
+        LockMode::Permit { .. } => {
             let range = |(start, end): (Vec<u8>, Vec<u8>), options: GetOptions| {
                 TxnOp::get(start, Some(older(options.with_range(end))))
             };
+            // Every one, to count them: a waiting permit is woken only when enough of them
+            // were deleted for it to hold.
             let oldest = GetOptions::new()
                 .with_sort(SortTarget::Create, SortOrder::Ascend)
-                .with_limit(i64::from(limit) + 1)
                 .with_keys_only();
             vec![
                 range(name.writers(), newest(1)),
@@ -158,7 +215,9 @@ fn ahead(
     };
     let LockMode::Permit { limit } = req.mode else {
         let first = reads.first().map_or(&[][..], Vec::as_slice);
-        return Ok(newest_older(first).map_or(Ahead::Nothing, |(_, key)| Ahead::Key(key)));
+        return Ok(
+            newest_older(first).map_or(Ahead::Nothing, |(revision, key)| Ahead::Key(key, revision))
+        );
     };
     let [writers, readers, permits] = reads else {
         return Err(Error::refused(
@@ -179,8 +238,8 @@ fn ahead(
         .into_iter()
         .flatten()
         .max_by_key(|(revision, _)| *revision);
-    if let Some((_, key)) = other_kind {
-        return Ok(Ahead::Key(key));
+    if let Some((revision, key)) = other_kind {
+        return Ok(Ahead::Key(key, revision));
     }
     let older_permits = permits
         .iter()
@@ -188,7 +247,9 @@ fn ahead(
         .count();
     Ok(
         if older_permits >= usize::try_from(limit).unwrap_or(usize::MAX) {
-            Ahead::Permits
+            Ahead::Permits {
+                older: older_permits,
+            }
         } else {
             Ahead::Nothing
         },
@@ -384,15 +445,21 @@ impl Inner {
                         valid_from,
                     )));
                 }
-                Ahead::Key(key) => (key.clone(), None),
-                Ahead::Permits => {
-                    let (start, end) = name.permits();
-                    (start, Some(end))
-                }
+                Ahead::Key(key, revision) => Watched::Key(key.clone(), *revision),
+                Ahead::Permits { older } => Watched::Permits {
+                    range: name.permits(),
+                    older: *older,
+                    ours: create_revision,
+                    counted_through: seen,
+                    limit: match req.mode {
+                        LockMode::Permit { limit } => usize::try_from(limit).unwrap_or(usize::MAX),
+                        _ => 1,
+                    },
+                },
             };
             queued.get_or_insert_with(|| self.mark_queued(&req.key));
             fresh = None; // stale by the time our turn comes
-            match self.wait_deleted(&watched, seen, &session, deadline).await {
+            match self.wait_deleted(watched, seen, &session, deadline).await {
                 Wake::Recheck => {}
                 // Busy at once: our queued key is deleted in the background as `pending`
                 // drops (a commit on the cluster, which a caller at its deadline must not
@@ -438,11 +505,11 @@ impl Inner {
         }
     }
 
-    /// Waits (bounded by the deadline, the session, and one ttl) until `watched` — a key, or
-    /// the range `[key, end)` — sees a deletion after revision `seen`.
+    /// Waits (bounded by the deadline, the session, and one ttl) until `watched` sees the
+    /// deletion it waits for after revision `seen`.
     async fn wait_deleted(
         &self,
-        watched: &(Vec<u8>, Option<Vec<u8>>),
+        mut watched: Watched,
         seen: i64,
         session: &Session,
         deadline: Option<Instant>,
@@ -458,13 +525,21 @@ impl Inner {
         tokio::pin!(recheck);
         let watch = || {
             let mut watcher = self.client.watch_client();
-            let mut options = WatchOptions::new()
-                .with_start_revision(seen + 1)
-                .with_filters([WatchFilterType::NoPut]);
-            if let Some(end) = &watched.1 {
-                options = options.with_range(end.clone());
-            }
-            let key = watched.0.clone();
+            // From now, not from `seen + 1`: etcd serves a watch that starts in the past from
+            // a catch-up loop that runs every 100 ms — under load nearly every waiter's
+            // wake-up came up to 100 ms late. What happened between `seen` and the watch's
+            // start is read once instead, when etcd says from which revision it watches.
+            let options = WatchOptions::new().with_filters([WatchFilterType::NoPut]);
+            let (key, options) = match &watched {
+                Watched::Key(key, _) => (key.clone(), options),
+                Watched::Permits {
+                    range: (start, end),
+                    ..
+                } => (
+                    start.clone(),
+                    options.with_range(end.clone()).with_prev_key(),
+                ),
+            };
             async move { watcher.watch(key, Some(options)).await }
         };
         let opened = tokio::select! {
@@ -473,7 +548,7 @@ impl Inner {
             opened = call(self.timeout, "watch", watch) => opened,
         };
         let mut stream = match opened {
-            Ok(stream) => stream,
+            Ok(stream) => Watch::new(stream, self.timeout),
             Err(error) => {
                 tracing::debug!(%error, "dlock: etcd watch failed; re-checking");
                 // Do not spin on a failing watch: wait a little before the re-check.
@@ -491,16 +566,61 @@ impl Inner {
                 () = &mut recheck => return Wake::Recheck,
                 message = stream.message() => match message {
                     Ok(Some(response)) => {
-                        let deleted = response
-                            .events()
-                            .iter()
-                            .any(|event| event.event_type() == EventType::Delete);
-                        if deleted || response.canceled() {
+                        let mut wake = response.canceled();
+                        let watches_after = response.header().map_or(seen, |h| h.revision());
+                        if response.created() && watches_after > seen {
+                            wake |= self.caught_up(&mut watched).await.unwrap_or(true);
+                        }
+                        for event in response.events() {
+                            wake |= watched.wakes_on(event);
+                        }
+                        if wake {
                             return Wake::Recheck;
                         }
                     }
                     Ok(None) | Err(_) => return Wake::Recheck,
                 },
+            }
+        }
+    }
+
+    /// After a watch started later than the last read: whether what it waits for happened in
+    /// between (one read); for permits, counts the older ones again as of that read.
+    async fn caught_up(&self, watched: &mut Watched) -> Result<bool> {
+        match watched {
+            Watched::Key(key, created) => {
+                let found = call(self.timeout, "acquire", || {
+                    let mut kv = self.client.kv_client();
+                    let key = key.clone();
+                    async move { kv.get(key, Some(GetOptions::new().with_keys_only())).await }
+                })
+                .await?;
+                // Gone, or gone and put again: either way the one we waited for is deleted.
+                Ok(!found
+                    .kvs()
+                    .iter()
+                    .any(|kv| kv.create_revision() == *created))
+            }
+            Watched::Permits {
+                range: (start, end),
+                older,
+                ours,
+                limit,
+                counted_through,
+            } => {
+                let found = call(self.timeout, "acquire", || {
+                    let mut kv = self.client.kv_client();
+                    let options = GetOptions::new()
+                        .with_range(end.clone())
+                        .with_keys_only()
+                        .with_max_create_revision(*ours - 1);
+                    let start = start.clone();
+                    async move { kv.get(start, Some(options)).await }
+                })
+                .await?;
+                *older = found.kvs().len();
+                *counted_through = found.header().map_or(0, |h| h.revision());
+                Ok(*older < *limit)
             }
         }
     }

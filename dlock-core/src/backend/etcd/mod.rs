@@ -2,8 +2,8 @@
 //! that dlock, `etcdctl lock` and Go's `concurrency.Mutex` exclude each other on one name.
 //!
 //! Modules: [`config`] (URL, connection), [`keys`] (key layout), [`session`] (shared leases
-//! and their keepalive), [`acquire`] (enqueue and watch the predecessor), [`release`] (renew,
-//! release, force release, background deletes). The user-facing documentation is on
+//! and their keepalive), [`acquire`] (enqueue and watch the predecessor), [`watch`] (a watch
+//! closed without resets), [`release`] (renew, release, force release, background deletes). The user-facing documentation is on
 //! [`EtcdBackend`].
 
 mod acquire;
@@ -12,6 +12,7 @@ mod errors;
 mod keys;
 mod release;
 mod session;
+mod watch;
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
