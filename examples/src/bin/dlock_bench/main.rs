@@ -5,6 +5,7 @@
 //! `--url redis://127.0.0.1:6379` / `--url etcd://127.0.0.1:2379`. The scenarios, their
 //! floors and the measurement method are in `README.md` beside this file.
 
+mod modes;
 mod scenarios;
 mod stats;
 mod target;
@@ -104,9 +105,9 @@ const USAGE: &str = "\
 usage: dlock-bench [--url URL]... [--servers auto] [--scenario NAME|all] [--json] [--reps N]
                    [--hold DURATION] [--watchdog-for DURATION] [--quick] [--only dlock|floor]
 
-Runs each scenario (uncontended, many-keys, contended, reentrant, macro, watchdog) against
-each backend next to its raw-client floor, in the same run, and prints ops/s, p50/p99/max and
-the ratio to the floor. Without --url or --servers: memory only. --servers auto starts a
+Runs each scenario (uncontended, many-keys, contended, read-mostly, semaphore, reentrant,
+macro, watchdog) against each backend next to its raw-client floor, in the same run, and
+prints ops/s, p50/p99/max and the ratio to the floor. Without --url or --servers: memory only. --servers auto starts a
 redis-server and an etcd (scripts/install-test-deps.sh installs them).
 
 uncontended and many-keys run dlock and the floor in pairs of alternating order, adding pairs
@@ -135,6 +136,12 @@ async fn run_target(target: &Target, args: &Args) -> Vec<Row> {
     }
     if wanted("contended") {
         rows.push(scenarios::contended(target, s).await);
+    }
+    if wanted("read-mostly") {
+        rows.push(modes::read_mostly(target, s).await);
+    }
+    if wanted("semaphore") {
+        rows.push(modes::semaphore(target, s).await);
     }
     if wanted("reentrant") {
         rows.push(scenarios::reentrant(target, s).await);

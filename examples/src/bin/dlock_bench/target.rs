@@ -162,6 +162,25 @@ impl Target {
         best
     }
 
+    /// One raw lock + unlock (the `uncontended` floor's cycle: two round trips, and on etcd
+    /// two commits), the median of 200; the unit of the floors whose locks change hands.
+    pub(crate) async fn lock_cycle(&self) -> Duration {
+        let mut raw = self.raw();
+        let mut cycles = Vec::with_capacity(200);
+        for _ in 0..200 {
+            let started = Instant::now();
+            assert!(
+                raw.acquire("dlock:bench:cycle", "bench-cycle", Duration::from_secs(30))
+                    .await
+            );
+            raw.release("dlock:bench:cycle", "bench-cycle", Duration::from_secs(30))
+                .await;
+            cycles.push(started.elapsed());
+        }
+        cycles.sort();
+        cycles[cycles.len() / 2]
+    }
+
     /// Scripts Redis ran so far (`EVALSHA` + `EVAL`), to count renewal round trips.
     pub(crate) async fn server_scripts(&self) -> Option<u64> {
         let Self::Redis { raw, .. } = self else {
