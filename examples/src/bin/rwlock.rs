@@ -3,7 +3,8 @@
 //! did overlap, and no reader ever saw a half-updated list.
 //!
 //! Run with: `cargo run -p dlock-examples --bin rwlock`
-//! (memory backend; set `DLOCK_URL` to a backend with read-write locks, e.g. etcd).
+//! (memory backend; set `DLOCK_URL` to another, e.g. `redis://127.0.0.1:6379` with `--features
+//! redis`, or `etcd://127.0.0.1:2379` with `--features etcd`).
 
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex, PoisonError};
