@@ -1,5 +1,5 @@
-//! The etcd backend against real etcd: interop with `etcdctl lock` both ways, faults on a
-//! 3-member cluster (leader killed, every member stopped; a killed holder process is in
+//! The etcd backend against real etcd: interop with `etcdctl lock` both ways, every member
+//! of a 3-member cluster stopped (a killed leader and a killed holder process are in
 //! `killed_holders.rs`), an unreachable cluster, and contention (FIFO grants, no double
 //! holders).
 //!
@@ -337,63 +337,6 @@ async fn semaphore_permits_are_keys_named_with_their_limit() {
     assert!(acquired >= released);
     signal(&writer, "TERM");
     assert!(writer.wait().await.expect("etcdctl exits").success());
-}
-
-/// Killing the etcd leader while a lock is held (and another client waits for it): the
-/// holder keeps its lease through the election — its guard is never lost — and the waiter
-/// gets nothing until the holder releases, then gets it with a higher token.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn killing_the_leader_neither_loses_the_lock_nor_grants_it_twice() {
-    let ttl = Duration::from_secs(6);
-    let cluster = EtcdCluster::start(3).await.expect("etcd cluster");
-    let (holder, _) = locker(&cluster.url(), "dlock:", ttl).await;
-    let (contender, contender_backend) = locker(&cluster.url(), "dlock:", ttl).await;
-    let guard = holder.lock("ledger").await.expect("acquire");
-    let first_token = guard.fencing_token().expect("token");
-    let waiting = tokio::spawn({
-        let contender = contender.clone();
-        async move {
-            let guard = contender.lock("ledger").wait(Duration::from_secs(60)).await;
-            (guard.map(|g| (g.fencing_token(), g)), Instant::now())
-        }
-    });
-    until("the contender queues", Duration::from_secs(5), || {
-        contender_backend.waiters("dlock:ledger") == 1
-    })
-    .await;
-
-    let old_leader = cluster.leader().await.expect("leader");
-    cluster
-        .member(old_leader)
-        .kill()
-        .await
-        .expect("kill leader");
-    let killed = Instant::now();
-    let new_leader = cluster.leader().await.expect("a new leader");
-    assert_ne!(new_leader, old_leader);
-    println!("new leader elected {:?} after the kill", killed.elapsed());
-    // Hold through two more ttls after the election: the lease must survive the failover.
-    let hold_until = Instant::now() + ttl * 2;
-    while Instant::now() < hold_until {
-        assert!(
-            guard.is_held(),
-            "lease lost across the failover: {:?}",
-            guard.lost_reason()
-        );
-        assert!(!waiting.is_finished(), "the lock was granted twice");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let released = Instant::now();
-    guard.release().await.expect("release after the failover");
-    let (granted, at) = waiting.await.expect("contender");
-    let (second_token, second) = granted.expect("the contender gets the lock after the release");
-    assert!(at >= released);
-    println!("hand-over {:?} after the release", at - released);
-    assert!(
-        second_token.expect("token") > first_token,
-        "fencing token did not increase across the failover"
-    );
-    second.release().await.expect("release");
 }
 
 /// Every member is stopped (SIGSTOP): keepalives go unanswered, and the holder's guard

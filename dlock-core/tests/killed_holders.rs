@@ -1,8 +1,8 @@
 //! Fault tests with real processes, in every lock mode, on Redis (single server and Cluster)
 //! and etcd (3 members): a holder process is killed with SIGKILL — nothing released, no
 //! goodbye — and what it held frees at its ttl for the one waiting in this process; and the
-//! etcd leader is killed while readers hold and a writer waits, without a grant lost or given
-//! twice.
+//! etcd leader is killed while a writer or readers hold and a writer waits, without a grant
+//! lost or given twice.
 //!
 //! The holder is this very test binary, run again with `DLOCK_TEST_HOLDER` set: its
 //! [`holder_process`] takes the lock, prints `HELD <token>` and waits to be killed.
@@ -237,35 +237,37 @@ async fn etcd_killed_reader_permit_holder_and_writer() {
     killed_writer_lets_the_next_in(&cluster.url()).await;
 }
 
-/// Two readers hold and a writer waits on a 3-member etcd; the leader is killed. The readers
-/// keep their leases through the election (their guards are never lost) and the writer gets
-/// nothing while they hold; once both release, the writer gets the lock, with a fencing token
-/// above both readers'.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn etcd_leader_killed_while_readers_hold_and_a_writer_waits() {
+/// The etcd leader is killed while `holders` (one Locker each) hold [`KEY`] and a writer of
+/// another Locker waits: the holders keep their leases through the election (their guards are
+/// never lost, for two ttls after it), the writer gets nothing while they hold — nor does a
+/// reader that comes after it — and once they released, the writer gets the lock with a
+/// fencing token above all of theirs.
+async fn leader_killed_while_held(holders: &[LockMode]) {
     let ttl = Duration::from_secs(6);
     let cluster = EtcdCluster::start(3).await.expect("etcd cluster");
-    let readers = [
-        locker(&cluster.url(), ttl).await,
-        locker(&cluster.url(), ttl).await,
-    ];
-    let writer = locker(&cluster.url(), ttl).await;
-    let mut shares = Vec::new();
-    for reader in &readers {
-        shares.push(reader.read_lock(KEY).await.expect("reader"));
+    let mut guards = Vec::new();
+    for mode in holders {
+        let holder = locker(&cluster.url(), ttl).await;
+        guards.push(holder.lock_as(KEY, *mode).await.expect("holder"));
     }
-    let tokens: Vec<u64> = shares
+    let tokens: Vec<u64> = guards
         .iter()
-        .map(|share| share.fencing_token().expect("etcd tokens"))
+        .map(|guard| guard.fencing_token().expect("etcd tokens"))
         .collect();
+    let writer = locker(&cluster.url(), ttl).await;
     let waiting = spawn_waiter(&writer, LockMode::Exclusive);
-    // Once the writer queued, a reader that comes later is refused.
+    // Once the writer queued, a reader that comes later is refused (with shared holders, a
+    // reader that comes earlier gets in, and leaves again).
     let late = locker(&cluster.url(), ttl).await;
     let give_up = Instant::now() + Duration::from_secs(5);
     loop {
         match late.read_lock(KEY).wait(Duration::ZERO).await {
+            Err(Error::Busy { .. }) if holders.contains(&LockMode::Exclusive) => {
+                tokio::time::sleep(Duration::from_millis(200)).await; // time to queue
+                break;
+            }
             Err(Error::Busy { .. }) => break,
-            Ok(early) => early.release().await.expect("release"), // the writer is not queued yet
+            Ok(early) => early.release().await.expect("release"),
             Err(error) => panic!("late reader: {error}"),
         }
         assert!(Instant::now() < give_up, "the writer never queued");
@@ -282,45 +284,51 @@ async fn etcd_leader_killed_while_readers_hold_and_a_writer_waits() {
     let new_leader = cluster.leader().await.expect("a new leader");
     assert_ne!(new_leader, old_leader);
     println!("new leader elected {:?} after the kill", killed.elapsed());
-    // Hold through two more ttls after the election: the leases must survive the failover.
     let hold_until = Instant::now() + ttl * 2;
     while Instant::now() < hold_until {
-        for share in &shares {
+        for guard in &guards {
             assert!(
-                share.is_held(),
-                "a reader's lease was lost across the failover: {:?}",
-                share.lost_reason()
+                guard.is_held(),
+                "a holder's lease was lost across the failover: {:?}",
+                guard.lost_reason()
             );
         }
         assert!(
             !waiting.is_finished(),
-            "the writer got the lock next to readers"
+            "the writer got the lock while it was held"
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let last = shares.pop().expect("two readers");
-    shares
-        .pop()
-        .expect("two readers")
-        .release()
-        .await
-        .expect("release");
+    let last = guards.pop().expect("a holder");
+    for guard in guards {
+        guard.release().await.expect("release");
+    }
     let released = Instant::now();
     last.release().await.expect("release after the failover");
     let (granted, at) = waiting.await.expect("writer");
-    let guard = granted.expect("the writer gets the lock after both readers left");
+    let guard = granted.expect("the writer gets the lock once the holders left");
     assert!(
         at >= released,
-        "the writer got in before the last reader left"
+        "the writer got in before the last holder left"
     );
     println!(
-        "writer granted {:?} after the last reader left",
+        "writer granted {:?} after the last holder left",
         at - released
     );
     let token = guard.fencing_token().expect("etcd tokens");
     assert!(
-        tokens.iter().all(|reader| token > *reader),
-        "the writer's token {token} is not above the readers' {tokens:?}"
+        tokens.iter().all(|held| token > *held),
+        "the writer's token {token} is not above the holders' {tokens:?}"
     );
     guard.release().await.expect("release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_leader_killed_while_a_writer_holds_and_another_waits() {
+    leader_killed_while_held(&[LockMode::Exclusive]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_leader_killed_while_readers_hold_and_a_writer_waits() {
+    leader_killed_while_held(&[LockMode::Shared, LockMode::Shared]).await;
 }

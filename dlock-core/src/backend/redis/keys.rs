@@ -128,6 +128,17 @@ impl<'a> RedisName<'a> {
     }
 }
 
+/// Appends the keys every acquire script starts with, for the lock with full key `key`:
+/// lock, fence, semaphore limit, waiting writers, their expiries, waited-for mark.
+pub(super) fn acquire_keys(cmd: &mut redis::Cmd, key: &str) {
+    cmd.arg(RedisName::lock(key))
+        .arg(RedisName::fence(key))
+        .arg(RedisName::limit(key))
+        .arg(RedisName::writers(key))
+        .arg(RedisName::writers_expiry(key))
+        .arg(RedisName::waited_for(key));
+}
+
 const fn is_escaped(byte: u8) -> bool {
     matches!(byte, b'%' | b'{' | b'}')
 }

@@ -378,13 +378,8 @@ impl RedisBackend {
         let flag = |on: bool| if on { "1" } else { "0" };
         let reply: Value = self
             .run("acquire", &scripts::ACQUIRE, 7, |cmd| {
-                cmd.arg(RedisName::lock(key))
-                    .arg(RedisName::fence(key))
-                    .arg(RedisName::handover(key))
-                    .arg(RedisName::limit(key))
-                    .arg(RedisName::writers(key))
-                    .arg(RedisName::writers_expiry(key))
-                    .arg(RedisName::waited_for(key))
+                keys::acquire_keys(cmd, key);
+                cmd.arg(RedisName::handover(key))
                     .arg(req.owner.as_str())
                     .arg(millis(req.ttl))
                     .arg(flag(queued))

@@ -39,8 +39,8 @@ impl Lua {
     }
 }
 
-/// `KEYS`: lock, fence, hand-over mark, semaphore limit, waiting writers, their expiries,
-/// waited-for mark. `ARGV`: owner, ttl ms, `1` for a queued waiter, `1` when the grant must
+/// `KEYS`: lock, fence, semaphore limit, waiting writers, their expiries, waited-for mark
+/// (the keys of [`ACQUIRE_SHARED`], in its order), hand-over mark. `ARGV`: owner, ttl ms, `1` for a queued waiter, `1` when the grant must
 /// carry a fencing token. Returns an integer: when granted, the fencing token (≥ 1), or 1
 /// without fencing; `-1 - pttl` (≤ -1) when held with an expiry; 0 when held without one.
 /// When readers or permits hold the lock and this queued writer marked itself waiting,
@@ -73,9 +73,9 @@ local function grant()
     end
   end
   if ARGV[3] == '1' then
+    redis.call('zrem', KEYS[4], ARGV[1])
     redis.call('zrem', KEYS[5], ARGV[1])
-    redis.call('zrem', KEYS[6], ARGV[1])
-    if redis.call('del', KEYS[3]) == 1 or redis.call('exists', KEYS[7]) == 1 then
+    if redis.call('del', KEYS[7]) == 1 or redis.call('exists', KEYS[6]) == 1 then
       redis.call('append', KEYS[1], '|waited')
     end
   end
@@ -98,7 +98,7 @@ local time = redis.call('time')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 redis.call('zremrangebyscore', KEYS[1], '-inf', now)
 if redis.call('exists', KEYS[1]) == 0 then
-  redis.call('del', KEYS[4])
+  redis.call('del', KEYS[3])
   return grant()
 end
 local wait = redis.call('pttl', KEYS[1])
@@ -107,12 +107,12 @@ if ARGV[3] ~= '1' then
   return 0
 end
 local ttl = tonumber(ARGV[2])
-redis.call('zadd', KEYS[5], 'NX', now, ARGV[1])
-redis.call('zadd', KEYS[6], now + ttl, ARGV[1])
-for i = 5, 6 do
+redis.call('zadd', KEYS[4], 'NX', now, ARGV[1])
+redis.call('zadd', KEYS[5], now + ttl, ARGV[1])
+for i = 4, 5 do
   if redis.call('pttl', KEYS[i]) < ttl then redis.call('pexpire', KEYS[i], ttl) end
 end
-redis.call('set', KEYS[7], '1', 'PX', ttl)
+redis.call('set', KEYS[6], '1', 'PX', ttl)
 local renew_by = math.floor(ttl / 2)
 if wait < 0 or wait > renew_by then wait = renew_by end
 return {-1 - wait, 1}

@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use redis::{FromRedisValue, Value};
 
-use super::keys::RedisName;
+use super::keys::{self, RedisName};
 use super::scripts;
 use super::{Attempt, RedisBackend, millis};
 use crate::lease::{AcquireRequest, Lease};
@@ -51,13 +51,8 @@ impl RedisBackend {
         let flag = |on: bool| if on { "1" } else { "0" };
         let reply: Value = self
             .run("acquire", &scripts::ACQUIRE_SHARED, 6, |cmd| {
-                cmd.arg(RedisName::lock(key))
-                    .arg(RedisName::fence(key))
-                    .arg(RedisName::limit(key))
-                    .arg(RedisName::writers(key))
-                    .arg(RedisName::writers_expiry(key))
-                    .arg(RedisName::waited_for(key))
-                    .arg(req.owner.as_str())
+                keys::acquire_keys(cmd, key);
+                cmd.arg(req.owner.as_str())
                     .arg(millis(req.ttl))
                     .arg(flag(queued))
                     .arg(flag(req.fencing))
