@@ -255,3 +255,43 @@ async fn renewals_of_many_shares_are_batched() {
         share.release().await.unwrap();
     }
 }
+
+/// A waiter with a short ttl does not shorten the waited-for mark a waiter with a long ttl
+/// set: once the short one left, the release still publishes and wakes the long one at once
+/// (its own re-check would come only at half its ttl, 15 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_waiter_does_not_shorten_a_long_waiters_mark() {
+    let server = RedisServer::start().await.unwrap();
+    let holder = locker(&server, Duration::from_secs(30)).await;
+    let patient = locker(&server, Duration::from_secs(30)).await;
+    let hasty = locker(&server, Duration::from_millis(500)).await;
+    let permit = holder.semaphore("pool", 1).await.unwrap();
+    let waiting = tokio::spawn(async move {
+        let granted = patient
+            .semaphore("pool", 1)
+            .wait(Duration::from_secs(10))
+            .await;
+        (granted, Instant::now())
+    });
+    until_reply(&server, &["EXISTS", "{dlock:pool}:waited"], "1").await;
+    let gave_up = hasty
+        .semaphore("pool", 1)
+        .wait(Duration::from_millis(200))
+        .await;
+    assert!(gave_up.is_err(), "{gave_up:?}");
+    let pttl: i64 = command(&server, &["PTTL", "{dlock:pool}:waited"])
+        .await
+        .parse()
+        .unwrap();
+    assert!(pttl > 20_000, "the mark was shortened to {pttl} ms");
+    tokio::time::sleep(Duration::from_millis(600)).await; // past the hasty waiter's ttl
+    let released = Instant::now();
+    permit.release().await.unwrap();
+    let (granted, at) = waiting.await.unwrap();
+    let guard = granted.expect("the patient waiter is woken by the release");
+    println!(
+        "patient waiter granted {:?} after the release",
+        at - released
+    );
+    guard.release().await.unwrap();
+}

@@ -559,14 +559,16 @@ impl Inner {
                 }
             }
         };
+        let opened_at = Instant::now();
         loop {
-            tokio::select! {
+            let broken = tokio::select! {
                 () = session.lost() => return Wake::SessionLost,
                 () = &mut until_deadline => return Wake::Deadline,
                 () = &mut recheck => return Wake::Recheck,
                 message = stream.message() => match message {
+                    Ok(Some(response)) if response.canceled() => true,
                     Ok(Some(response)) => {
-                        let mut wake = response.canceled();
+                        let mut wake = false;
                         let watches_after = response.header().map_or(seen, |h| h.revision());
                         if response.created() && watches_after > seen {
                             wake |= self.caught_up(&mut watched).await.unwrap_or(true);
@@ -577,9 +579,21 @@ impl Inner {
                         if wake {
                             return Wake::Recheck;
                         }
+                        false
                     }
-                    Ok(None) | Err(_) => return Wake::Recheck,
+                    Ok(None) | Err(_) => true,
                 },
+            };
+            if broken {
+                // The watch ended (cancelled by etcd, or its stream broke): re-check, but not
+                // in a tight loop if watches keep failing at once.
+                tokio::select! {
+                    () = session.lost() => return Wake::SessionLost,
+                    () = &mut until_deadline => return Wake::Deadline,
+                    () = tokio::time::sleep_until((opened_at + Duration::from_millis(50)).into()) => {
+                        return Wake::Recheck;
+                    }
+                }
             }
         }
     }

@@ -641,20 +641,13 @@ impl RedisBackend {
                 // re-check below.
                 let sent = Instant::now();
                 let attempt = if req.mode == LockMode::Exclusive {
-                    self.attempt_scripted(req, true).await?
+                    mark.attempt().await?
                 } else {
                     self.attempt_share(req, true, &mut first_asked).await?
                 };
                 match attempt {
-                    Attempt::Granted(token) => {
-                        mark.granted();
-                        return Ok(Self::lease(req, sent, token));
-                    }
-                    Attempt::Held(pttl) => retry_after = pttl,
-                    Attempt::WriterWaits(wait) => {
-                        mark.marked();
-                        retry_after = wait;
-                    }
+                    Attempt::Granted(token) => return Ok(Self::lease(req, sent, token)),
+                    Attempt::Held(wait) | Attempt::WriterWaits(wait) => retry_after = wait,
                     Attempt::Taken => {}
                 }
             }

@@ -112,7 +112,7 @@ redis.call('zadd', KEYS[5], now + ttl, ARGV[1])
 for i = 4, 5 do
   if redis.call('pttl', KEYS[i]) < ttl then redis.call('pexpire', KEYS[i], ttl) end
 end
-redis.call('set', KEYS[6], '1', 'PX', ttl)
+if redis.call('pttl', KEYS[6]) < ttl then redis.call('set', KEYS[6], '1', 'PX', ttl) end
 local renew_by = math.floor(ttl / 2)
 if wait < 0 or wait > renew_by then wait = renew_by end
 return {-1 - wait, 1}
@@ -136,8 +136,9 @@ return {-1 - wait, 1}
 /// asked}` when not, `wait` being when to try again at the latest (-1: unknown); `{2, stored
 /// limit}` when the semaphore has another limit; `lock <type>` / `fence <type>` for a key of
 /// another type. A queued waiter that finds a writer holding the lock marks it waited for
-/// (`|waited`, as writers do); one that waits for shares or writers sets the waited-for mark,
-/// so their releases publish.
+/// (`|waited`, as writers do); one that waits for shares or writers sets the waited-for mark
+/// for its ttl (never shortening it: another waiter may need it longer), so their releases
+/// publish.
 pub(super) static ACQUIRE_SHARED: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(
         r"
@@ -150,7 +151,7 @@ local arrival = tonumber(ARGV[6])
 if arrival == 0 then arrival = now end
 local function held(wait)
   if not queued then return {0, wait, arrival} end
-  redis.call('set', KEYS[6], '1', 'PX', ttl)
+  if redis.call('pttl', KEYS[6]) < ttl then redis.call('set', KEYS[6], '1', 'PX', ttl) end
   local renew_by = math.floor(ttl / 2)
   if wait < 0 or wait > renew_by then wait = renew_by end
   return {0, wait, arrival}
@@ -181,10 +182,8 @@ else
   end
 end
 local stale = redis.call('zrangebyscore', KEYS[5], '-inf', now)
-if #stale > 0 then
-  redis.call('zrem', KEYS[4], unpack(stale))
-  redis.call('zremrangebyscore', KEYS[5], '-inf', now)
-end
+for _, writer in ipairs(stale) do redis.call('zrem', KEYS[4], writer) end
+if #stale > 0 then redis.call('zremrangebyscore', KEYS[5], '-inf', now) end
 if redis.call('zcount', KEYS[4], '-inf', '(' .. arrival) > 0 then
   local first = redis.call('zrange', KEYS[5], 0, 0, 'WITHSCORES')
   return held(tonumber(first[2]) - now)

@@ -159,7 +159,7 @@ fn fill_withdraw(cmd: &mut redis::Cmd, key: &str, owner: &str) {
 
 /// A writer's place among the writers waiting for shares, while it waits: withdrawn when the
 /// writer gives up, and in the background when its acquire is dropped (cancelled, or failed
-/// with an error). Readers and permits behind it then need not wait for its mark to expire.
+/// with an error — also after an attempt whose answer never came, which may have marked it). Readers and permits behind it then need not wait for its mark to expire.
 pub(super) struct WriterMark<'a> {
     backend: &'a RedisBackend,
     req: &'a AcquireRequest,
@@ -176,24 +176,30 @@ impl<'a> WriterMark<'a> {
         }
     }
 
-    /// The writer's last attempt marked it waiting.
-    pub(super) const fn marked(&mut self) {
+    /// Sends a queued attempt of the writer, which may mark it waiting: until its answer says
+    /// otherwise the mark counts as made (a reply that never comes may follow a mark that was).
+    pub(super) async fn attempt(&mut self) -> Result<Attempt> {
+        let marked_before = self.marked;
         self.marked = true;
-    }
-
-    /// The writer was granted the lock (the grant removed its mark).
-    pub(super) const fn granted(&mut self) {
-        self.marked = false;
+        let attempt = self.backend.attempt_scripted(self.req, true).await?;
+        self.marked = match attempt {
+            Attempt::Granted(_) => false, // the grant removed the mark
+            Attempt::WriterWaits(_) => true,
+            Attempt::Held(_) | Attempt::Taken => marked_before,
+        };
+        Ok(attempt)
     }
 
     /// The writer gives up: withdraws its mark now, if it left one. A failure is only
-    /// traced: the mark expires at the writer's ttl anyway.
+    /// traced: the mark expires at the writer's ttl anyway. (If this future is dropped
+    /// midway, the drop withdraws again: withdrawing is idempotent.)
     pub(super) async fn withdraw(&mut self) {
-        if std::mem::take(&mut self.marked) {
+        if self.marked {
             let outcome = self
                 .backend
                 .withdraw_writer(&self.req.key, self.req.owner.as_str())
                 .await;
+            self.marked = false;
             if let Err(error) = outcome {
                 tracing::debug!(key = %self.req.key, %error, "dlock: redis could not withdraw a waiting writer");
             }
