@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what dlock's build and test suite need beyond Rust, from Debian/Ubuntu packages:
-# protoc and its well-known .proto files (etcd-client's build), and the servers and clients the
-# tests start (Redis, etcd, ZooKeeper on Java, PostgreSQL).
+# protoc and its well-known .proto files (etcd-client's build), the servers and clients the
+# tests start (Redis, etcd, ZooKeeper on Java, PostgreSQL), and Apache Curator with javac (the
+# ZooKeeper interop tests compile a small Java program against it).
 #
 # Every piece is checked by what it is used for — a binary that runs, the files it reads (e.g.
 # protoc *and* google/protobuf/descriptor.proto, ZooKeeper's jar *and* a JVM that loads it) —
@@ -61,6 +62,44 @@ check_zookeeper() {
     [[ -f $ZOOKEEPER_JAR ]] && quietly java -cp "$ZOOKEEPER_JAR" org.apache.zookeeper.version.VersionInfoMain
 }
 
+# Runs javac and java on a probe program in a temp dir: compiles `$1` (a class named Probe)
+# against the classpath `$2`, then runs it; true when both succeed.
+java_probe() {
+    local source=$1 classpath=$2 dir status
+    dir=$(mktemp -d)
+    printf '%s\n' "$source" >"$dir/Probe.java"
+    quietly javac -cp "$classpath" -d "$dir" "$dir/Probe.java" &&
+        quietly java -cp "$classpath:$dir" Probe && status=0 || status=$?
+    rm -rf "$dir"
+    return "$status"
+}
+
+check_javac() { java_probe 'public class Probe { public static void main(String[] a) {} }' .; }
+
+# The ZooKeeper interop tests compile a program that drives Curator's lock recipes with javac
+# and run it with java on this classpath: the jars of Debian's libcurator-recipes-java and the
+# ones they need.
+CURATOR_CLASSPATH=/usr/share/java/curator-recipes.jar:/usr/share/java/curator-framework.jar:/usr/share/java/curator-client.jar:/usr/share/java/zookeeper.jar:/usr/share/java/zookeeper-jute.jar:/usr/share/java/guava.jar:/usr/share/java/slf4j-api.jar:/usr/share/java/slf4j-nop.jar
+check_curator() {
+    java_probe '
+import org.apache.curator.framework.CuratorFramework;
+import org.apache.curator.framework.CuratorFrameworkFactory;
+import org.apache.curator.framework.recipes.locks.InterProcessMutex;
+import org.apache.curator.framework.recipes.locks.InterProcessReadWriteLock;
+import org.apache.curator.framework.recipes.locks.InterProcessSemaphoreV2;
+import org.apache.curator.retry.RetryOneTime;
+public class Probe {
+    public static void main(String[] args) {
+        CuratorFramework client = CuratorFrameworkFactory.builder()
+            .connectString("127.0.0.1:1").retryPolicy(new RetryOneTime(1)).build();
+        new InterProcessMutex(client, "/probe/mutex");
+        new InterProcessReadWriteLock(client, "/probe/rw");
+        new InterProcessSemaphoreV2(client, "/probe/semaphore", 2);
+        client.close();
+    }
+}' "$CURATOR_CLASSPATH"
+}
+
 # The harness runs initdb and postgres from /usr/lib/postgresql/<version>/bin, as the
 # `postgres` system user when it runs as root (the server refuses to run as root).
 check_postgres_server() {
@@ -85,6 +124,8 @@ PIECES=(
     "check_etcd|etcd-server|etcd"
     "check_etcdctl|etcd-client|etcdctl (etcd's own lock client)"
     "check_zookeeper|zookeeper|ZooKeeper ($ZOOKEEPER_JAR on a JVM that loads it)"
+    "check_javac|default-jdk-headless|javac (compiles the Curator interop tests' Java program)"
+    "check_curator|libcurator-recipes-java|Apache Curator 5 (its lock recipes, compiled against and run on the JVM)"
     "check_postgres_server|postgresql|PostgreSQL server (initdb, postgres and the postgres user)"
     "check_psql|postgresql-client|psql"
 )
