@@ -36,9 +36,9 @@ enum Ahead {
     /// The deletion of this key (with this create revision): the newest one created before
     /// ours that must go first.
     Key(Vec<u8>, i64),
-    /// Deletions among the permits: `older` permit keys (at least the semaphore's limit) are
-    /// older than ours.
-    Permits { older: usize },
+    /// Deletions among the permits: `older` permit keys (at least the semaphore's `limit`)
+    /// are older than ours.
+    Permits { older: usize, limit: usize },
 }
 
 /// What a waiter watches.
@@ -245,15 +245,15 @@ fn ahead(
         .iter()
         .filter(|kv| kv.create_revision() < create_revision)
         .count();
-    Ok(
-        if older_permits >= usize::try_from(limit).unwrap_or(usize::MAX) {
-            Ahead::Permits {
-                older: older_permits,
-            }
-        } else {
-            Ahead::Nothing
-        },
-    )
+    let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+    Ok(if older_permits >= limit {
+        Ahead::Permits {
+            older: older_permits,
+            limit,
+        }
+    } else {
+        Ahead::Nothing
+    })
 }
 
 impl Inner {
@@ -446,15 +446,12 @@ impl Inner {
                     )));
                 }
                 Ahead::Key(key, revision) => Watched::Key(key.clone(), *revision),
-                Ahead::Permits { older } => Watched::Permits {
+                Ahead::Permits { older, limit } => Watched::Permits {
                     range: name.permits(),
                     older: *older,
                     ours: create_revision,
                     counted_through: seen,
-                    limit: match req.mode {
-                        LockMode::Permit { limit } => usize::try_from(limit).unwrap_or(usize::MAX),
-                        _ => 1,
-                    },
+                    limit: *limit,
                 },
             };
             queued.get_or_insert_with(|| self.mark_queued(&req.key));

@@ -1,7 +1,9 @@
-//! Redis client errors as dlock's: unavailable (transient) or refused.
+//! Redis client errors as dlock's: unavailable (transient) or refused; keys of another
+//! application named.
 
-use redis::{ErrorKind, RedisError, ServerErrorKind};
+use redis::{ErrorKind, FromRedisValue, RedisError, ServerErrorKind, Value};
 
+use super::keys::RedisName;
 use crate::Error;
 
 /// [`Error::Unavailable`] for failures of the connection or of a cluster that is loading,
@@ -13,6 +15,24 @@ pub(super) fn from_redis(error: RedisError) -> Error {
     } else {
         Error::refused("redis", error)
     }
+}
+
+/// A script's answer that a key of lock `key` holds another type (`lock <type>`,
+/// `fence <type>`) as the error that tells the user: another application uses the name.
+pub(super) fn foreign_key(key: &str, reply: Value) -> Error {
+    let found = String::from_redis_value(reply).unwrap_or_default();
+    let (which, kind) = found.split_once(' ').unwrap_or(("lock", &found));
+    let name = if which == "fence" {
+        RedisName::fence(key)
+    } else {
+        RedisName::lock(key)
+    };
+    Error::refused(
+        "redis",
+        format!(
+            "Redis key `{name}` holds a {kind}, not a dlock lock: another application uses this key name (choose another key prefix)"
+        ),
+    )
 }
 
 fn is_transient(error: &RedisError) -> bool {

@@ -402,7 +402,7 @@ impl RedisBackend {
                     "the acquire script returned an unexpected reply",
                 )),
             },
-            other => Err(self.foreign_key(key, other)),
+            other => Err(errors::foreign_key(key, other)),
         }
     }
 

@@ -20,8 +20,9 @@
 
 use std::time::Duration;
 
-use redis::{FromRedisValue, Value};
+use redis::Value;
 
+use super::errors;
 use super::keys::{self, RedisName};
 use super::scripts;
 use super::{Attempt, RedisBackend, millis};
@@ -61,7 +62,7 @@ impl RedisBackend {
             })
             .await?;
         let Value::Array(items) = reply else {
-            return Err(self.foreign_key(key, reply));
+            return Err(errors::foreign_key(key, reply));
         };
         match items.as_slice() {
             [Value::Int(1), Value::Int(token), Value::Int(asked)] => {
@@ -128,24 +129,6 @@ impl RedisBackend {
             })
             .await?;
         Ok(())
-    }
-
-    /// A reply that says a key of the lock holds another type (`lock <type>`, `fence <type>`)
-    /// as the error that tells the user.
-    pub(super) fn foreign_key(&self, key: &str, reply: Value) -> Error {
-        let found = String::from_redis_value(reply).unwrap_or_default();
-        let (which, kind) = found.split_once(' ').unwrap_or(("lock", &found));
-        let name = if which == "fence" {
-            RedisName::fence(key)
-        } else {
-            RedisName::lock(key)
-        };
-        Error::refused(
-            "redis",
-            format!(
-                "Redis key `{name}` holds a {kind}, not a dlock lock: another application uses this key name (choose another key prefix)"
-            ),
-        )
     }
 }
 
