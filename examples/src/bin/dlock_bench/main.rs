@@ -5,8 +5,9 @@
 //! `--url redis://127.0.0.1:6379` / `--url etcd://127.0.0.1:2379`. The scenarios, their
 //! floors and the measurement method are in `README.md` beside this file.
 
-mod modes;
+#[macro_use]
 mod scenarios;
+mod modes;
 mod stats;
 mod target;
 

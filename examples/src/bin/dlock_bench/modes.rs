@@ -85,34 +85,15 @@ async fn raw_without_waits(
     (tasks, rounds): (usize, usize),
     hold: Duration,
 ) -> Samples {
-    let started = Instant::now();
-    let mut handles = Vec::with_capacity(tasks);
-    for task in 0..tasks {
-        let mut raw = target.raw();
-        handles.push(tokio::spawn(async move {
-            let (key, owner) = (
-                format!("dlock:bench:rmf:{rep}:{task}"),
-                format!("bench-owner-{task}"),
-            );
-            let mut latencies = Vec::with_capacity(rounds);
-            for _ in 0..rounds {
-                let at = Instant::now();
-                assert!(raw.acquire(&key, &owner, TTL).await);
-                tokio::time::sleep(hold).await;
-                raw.release(&key, &owner, TTL).await;
-                latencies.push(at.elapsed());
-            }
-            latencies
-        }));
-    }
-    let mut latencies = Vec::with_capacity(tasks * rounds);
-    for handle in handles {
-        latencies.extend(handle.await.expect("task"));
-    }
-    Samples {
-        latencies,
-        elapsed: started.elapsed(),
-    }
+    timed_tasks!(tasks, rounds, |_t| target.raw(), |raw, t, _j| {
+        let (key, owner) = (
+            format!("dlock:bench:rmf:{rep}:{t}"),
+            format!("bench-owner-{t}"),
+        );
+        assert!(raw.acquire(&key, &owner, TTL).await);
+        tokio::time::sleep(hold).await;
+        raw.release(&key, &owner, TTL).await;
+    })
 }
 
 /// 8 tasks over 2 Lockers on one key, one write lock in ten and read locks otherwise, each
