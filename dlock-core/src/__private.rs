@@ -8,7 +8,7 @@
 //!     ::dlock_core::__private::run(
 //!         ::dlock_core::__private::Locker::global(),          // or IntoLocker::into_locker(expr)
 //!         ::std::borrow::Cow::Owned(::std::format!("order:{}", id)),
-//!         ::dlock_core::__private::Options { ttl: .., wait: .., watchdog: true, fencing: None, mode: .. },
+//!         ::dlock_core::__private::Options { ttl: .., wait: .., watchdog: true, fencing: None, mode: .., write_side: false },
 //!         async move { body },
 //!     )
 //!     .await
@@ -36,6 +36,9 @@ pub struct Options {
     pub fencing: Option<bool>,
     /// `mode = "read"` (shared), `permits = N` (a permit), else exclusive.
     pub mode: LockMode,
+    /// `mode = "write"`: an exclusive lock that is the write side of a read-write lock, not
+    /// a mutex (see [`AcquireRequest::write_side`](crate::backend::AcquireRequest::write_side)).
+    pub write_side: bool,
 }
 
 /// The attribute's `wait` argument.
@@ -109,9 +112,12 @@ where
     E: From<Error>,
 {
     let locker = locker?;
-    let mut request = locker
-        .lock_as(&key, options.mode)
-        .watchdog(options.watchdog);
+    let request = if options.write_side || options.mode != LockMode::Exclusive {
+        locker.lock_as(&key, options.mode)
+    } else {
+        locker.lock(&key)
+    };
+    let mut request = request.watchdog(options.watchdog);
     if let Some(ttl) = options.ttl {
         request = request.ttl(ttl);
     }

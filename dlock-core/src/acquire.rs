@@ -65,6 +65,8 @@ pub(crate) struct AcquireOptions<'a> {
     pub(crate) fencing: Option<bool>,
     /// How the key is held.
     pub(crate) mode: LockMode,
+    /// An exclusive hold is the write side of a read-write lock, not a mutex.
+    pub(crate) write_side: bool,
 }
 
 /// What [`LockerState::check`] found valid in a request.
@@ -207,7 +209,8 @@ impl LockerState {
             checked.ttl,
         )
         .with_fencing(checked.fencing)
-        .with_mode(options.mode);
+        .with_mode(options.mode)
+        .with_write_side(options.write_side && options.mode == LockMode::Exclusive);
         let wait = options.wait.unwrap_or(self.config.wait);
         let operation_timeout = self.keeper.operation_timeout();
         let outcome = match wait {

@@ -92,6 +92,13 @@ pub struct AcquireRequest {
     /// How the key is to be held. The core asks only for modes the backend's
     /// [`Capabilities`](crate::backend::Capabilities) claim.
     pub mode: LockMode,
+    /// For an exclusive request: `true` when it is the write side of a read-write lock
+    /// ([`Locker::write_lock`](crate::Locker::write_lock)), `false` for a mutex
+    /// ([`Locker::lock`](crate::Locker::lock)). Every backend makes the two exclude each
+    /// other; one whose peers lay them out differently uses it to match them (ZooKeeper:
+    /// Curator's `InterProcessReadWriteLock` writes `__WRIT__` nodes, its `InterProcessMutex`
+    /// `lock-` nodes). Always `false` for other modes.
+    pub write_side: bool,
 }
 
 impl AcquireRequest {
@@ -104,6 +111,7 @@ impl AcquireRequest {
             ttl,
             fencing: true,
             mode: LockMode::Exclusive,
+            write_side: false,
         }
     }
 
@@ -122,6 +130,24 @@ impl AcquireRequest {
     #[must_use]
     pub const fn with_mode(mut self, mode: LockMode) -> Self {
         self.mode = mode;
+        self
+    }
+
+    /// Sets [`write_side`](Self::write_side): an exclusive request is the write side of a
+    /// read-write lock rather than a mutex (ignored for other modes).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use dlock_core::backend::{AcquireRequest, OwnerId};
+    /// let req = AcquireRequest::new("k", OwnerId::random("doc"), Duration::from_secs(1))
+    ///     .with_write_side(true);
+    /// assert!(req.write_side);
+    /// ```
+    #[must_use]
+    pub const fn with_write_side(mut self, write_side: bool) -> Self {
+        self.write_side = write_side;
         self
     }
 

@@ -271,7 +271,7 @@ impl Locker {
     /// # drop((reader, writer)); Ok(()) }
     /// ```
     pub fn write_lock<'a>(&'a self, key: &'a str) -> LockRequest<'a> {
-        LockRequest::new(&self.state, key, LockMode::Exclusive)
+        LockRequest::new(&self.state, key, LockMode::Exclusive).write_side()
     }
 
     /// Starts building an acquire of one of `permits` permits of the semaphore `key`: at most
@@ -302,9 +302,11 @@ impl Locker {
     }
 
     /// Starts building an acquire of `key` in `mode`, chosen at run time: what
-    /// [`lock`](Self::lock) / [`write_lock`](Self::write_lock) (exclusive),
-    /// [`read_lock`](Self::read_lock) (shared) and [`semaphore`](Self::semaphore) (a permit)
-    /// build.
+    /// [`write_lock`](Self::write_lock) (exclusive), [`read_lock`](Self::read_lock) (shared)
+    /// and [`semaphore`](Self::semaphore) (a permit) build. An exclusive lock taken here is the
+    /// write side of a read-write lock; it excludes [`lock`](Self::lock)'s mutex like any
+    /// writer, and differs from it only where a backend's peers lay the two out differently
+    /// (ZooKeeper: Curator's `__WRIT__` and `lock-` nodes).
     ///
     /// # Examples
     ///
@@ -319,7 +321,7 @@ impl Locker {
     /// # Ok(()) }
     /// ```
     pub fn lock_as<'a>(&'a self, key: &'a str, mode: LockMode) -> LockRequest<'a> {
-        LockRequest::new(&self.state, key, mode)
+        LockRequest::new(&self.state, key, mode).write_side()
     }
 
     /// Like [`lock`](Self::lock), but makes exactly one attempt: it never waits.

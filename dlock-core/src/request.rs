@@ -44,8 +44,16 @@ impl<'a> LockRequest<'a> {
                 reentrant: true,
                 fencing: None,
                 mode,
+                write_side: false,
             },
         }
+    }
+
+    /// Marks an exclusive request as the write side of a read-write lock (see
+    /// [`AcquireRequest::write_side`](crate::backend::AcquireRequest::write_side)).
+    pub(crate) const fn write_side(mut self) -> Self {
+        self.options.write_side = true;
+        self
     }
 
     /// The lease length: how long the lock outlives a crashed holder, and the renewal

@@ -232,6 +232,7 @@ fn gen_options(args: &LockArgs) -> TokenStream {
         }
         (Some(Mode::Write) | None, None) => quote! { #krate::LockMode::Exclusive },
     };
+    let write_side = args.mode == Some(Mode::Write);
     quote! {
         #krate::__private::Options {
             ttl: #ttl,
@@ -239,6 +240,7 @@ fn gen_options(args: &LockArgs) -> TokenStream {
             watchdog: #watchdog,
             fencing: #fencing,
             mode: #mode,
+            write_side: #write_side,
         }
     }
 }

@@ -11,7 +11,7 @@ use tower_service::Service;
 
 use crate::future::ResponseFuture;
 use crate::key::MakeLockKey;
-use crate::layer::{DistributedLockLayer, Settings};
+use crate::layer::{DistributedLockLayer, ModeChoice, Settings};
 use crate::reject::key_error_response;
 
 /// Holds a distributed lock around each request to `S`. Built by [`DistributedLockLayer`].
@@ -112,9 +112,13 @@ type Acquire = std::pin::Pin<Box<dyn std::future::Future<Output = LockResult<Loc
 
 fn acquire(settings: Arc<Settings>, key: String, mode: LockMode) -> Acquire {
     Box::pin(async move {
-        let mut request = settings
-            .locker
-            .lock_as(&key, mode)
+        // One exclusive mode for every request is a mutex; exclusive next to shared is the
+        // write side of a read-write lock (the two differ only in a backend's layout).
+        let request = match settings.mode {
+            ModeChoice::Every(LockMode::Exclusive) => settings.locker.lock(&key),
+            _ => settings.locker.lock_as(&key, mode),
+        };
+        let mut request = request
             .wait(settings.wait)
             .watchdog(settings.watchdog)
             // Requests polled in one task (e.g. `join!` of two `oneshot`s) must still exclude

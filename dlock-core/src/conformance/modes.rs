@@ -73,7 +73,8 @@ pub async fn readers_overlap<B: LockBackend + ?Sized>(target: &Target<B>) {
 }
 
 /// Two writers and four readers on two clients share a resource of two fields that a writer
-/// updates one after the other with a pause between. A reader that sees them differ, or
+/// updates one after the other with a pause between; one writer takes the plain mutex
+/// (`lock`), which excludes readers and writers like a write lock. A reader that sees them differ, or
 /// change while it reads, overlapped a writer; a writer that finds them different on entry
 /// overlapped another writer; a lost update shows in the count.
 pub async fn writer_excludes_readers_and_writers<B: LockBackend + ?Sized>(target: &Target<B>) {
@@ -93,7 +94,9 @@ pub async fn writer_excludes_readers_and_writers<B: LockBackend + ?Sized>(target
         tasks.push(tokio::spawn(async move {
             for _ in 0..ROUNDS {
                 let writer = worker < WRITERS;
-                let guard = if writer {
+                let guard = if worker == 0 {
+                    locker.lock(&key).await
+                } else if writer {
                     locker.write_lock(&key).await
                 } else {
                     locker.read_lock(&key).await
