@@ -23,6 +23,8 @@ pub(crate) mod redis;
 mod url;
 #[cfg(any(feature = "memory", feature = "redis"))]
 mod waiters;
+#[cfg(feature = "zookeeper")]
+pub(crate) mod zookeeper;
 
 pub use crate::key::{MAX_KEY_LEN, validate_key};
 pub use crate::lease::{
@@ -36,6 +38,8 @@ pub use memory::MemoryBackend;
 pub use redis::RedisBackend;
 pub(crate) use url::connect;
 pub use url::{BackendKind, BackendUrl};
+#[cfg(feature = "zookeeper")]
+pub use zookeeper::ZooKeeperBackend;
 
 /// A lock service, seen through the operations dlock needs from it.
 ///

@@ -1,11 +1,11 @@
 //! Distributed locks for async Rust services.
 //!
 //! A [`Locker`] takes locks on string keys from one backend — in-process memory by default;
-//! Redis, etcd, ZooKeeper, PostgreSQL as they land — and gives back a [`LockGuard`]. While the
+//! Redis, etcd, ZooKeeper; PostgreSQL as it lands — and gives back a [`LockGuard`]. While the
 //! guard lives, the Locker's watchdog renews the lease; if the lease is lost anyway, the guard
 //! says so ([`LockGuard::lost`]) and [`LockGuard::run`] cancels the protected work. A grant
-//! carries a fencing token for the protected resource to check (always on memory and etcd;
-//! on Redis when asked, [`LockRequest::fencing`]). A task that holds a key can lock it again
+//! carries a fencing token for the protected resource to check (always on memory, etcd and
+//! ZooKeeper; on Redis when asked, [`LockRequest::fencing`]). A task that holds a key can lock it again
 //! and re-enters at once.
 //!
 //! ```
@@ -33,6 +33,7 @@
 //! | `memory`      | yes     | [`backend::MemoryBackend`], `memory://` URLs                       |
 //! | `redis`       | no      | `backend::RedisBackend`: `redis://`, `redis+cluster://` URLs       |
 //! | `etcd`        | no      | `backend::EtcdBackend`: `etcd://` URLs, interoperable with `etcdctl lock` |
+//! | `zookeeper`   | no      | `backend::ZooKeeperBackend`: `zk://` URLs, interoperable with Apache Curator's locks |
 //! | `macros`      | no      | the `#[distributed_lock]` attribute on `async fn`s                 |
 //! | `conformance` | no      | `dlock_core::conformance`, the suite every backend must pass       |
 //! | `harness`     | no      | `dlock_core::harness`, real test servers started from system binaries |

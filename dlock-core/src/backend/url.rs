@@ -18,11 +18,16 @@ use crate::{Error, Result};
 /// operation timeout; [`Error::Refused`] when it refuses the credentials; [`Error::Config`]
 /// for what the backend finds wrong in its URL.
 #[cfg_attr(
-    not(any(feature = "redis", feature = "etcd")),
+    not(any(feature = "redis", feature = "etcd", feature = "zookeeper")),
     allow(clippy::unused_async, unused_variables)
 )]
 #[cfg_attr(
-    not(any(feature = "memory", feature = "redis", feature = "etcd")),
+    not(any(
+        feature = "memory",
+        feature = "redis",
+        feature = "etcd",
+        feature = "zookeeper"
+    )),
     allow(unreachable_code)
 )]
 pub(crate) async fn connect(
@@ -40,6 +45,10 @@ pub(crate) async fn connect(
         }
         #[cfg(feature = "etcd")]
         BackendKind::Etcd => Arc::new(super::EtcdBackend::connect(url, operation_timeout).await?),
+        #[cfg(feature = "zookeeper")]
+        BackendKind::ZooKeeper => {
+            Arc::new(super::ZooKeeperBackend::connect(url, operation_timeout).await?)
+        }
         // `BackendUrl::parse` refuses the kinds this build does not include.
         other => {
             return Err(Error::config(
@@ -102,6 +111,7 @@ impl BackendKind {
             Self::Memory => cfg!(feature = "memory"),
             Self::Redis | Self::RedisCluster => cfg!(feature = "redis"),
             Self::Etcd => cfg!(feature = "etcd"),
+            Self::ZooKeeper => cfg!(feature = "zookeeper"),
             // Not written yet: see the README's backend table.
             _ => false,
         }
@@ -194,6 +204,8 @@ enum Settings {
     Redis(super::redis::RedisUrl),
     #[cfg(feature = "etcd")]
     Etcd(super::etcd::EtcdUrl),
+    #[cfg(feature = "zookeeper")]
+    ZooKeeper(super::zookeeper::ZkUrl),
     /// A backend this build does not include (refused before this is used).
     Other,
 }
@@ -238,6 +250,8 @@ impl BackendUrl {
             }
             #[cfg(feature = "etcd")]
             BackendKind::Etcd => Settings::Etcd(super::etcd::EtcdUrl::parse(url)?),
+            #[cfg(feature = "zookeeper")]
+            BackendKind::ZooKeeper => Settings::ZooKeeper(super::zookeeper::ZkUrl::parse(url)?),
             _ => Settings::Other,
         };
         Ok(Self {
@@ -282,6 +296,17 @@ impl BackendUrl {
     pub(crate) const fn etcd(&self) -> Option<&super::etcd::EtcdUrl> {
         match &self.settings {
             Settings::Etcd(settings) => Some(settings),
+            _ => None,
+        }
+    }
+}
+
+impl BackendUrl {
+    /// A `zk://` URL's settings.
+    #[cfg(feature = "zookeeper")]
+    pub(crate) const fn zookeeper(&self) -> Option<&super::zookeeper::ZkUrl> {
+        match &self.settings {
+            Settings::ZooKeeper(settings) => Some(settings),
             _ => None,
         }
     }

@@ -1,0 +1,441 @@
+//! Acquire: create a protected ephemeral-sequential node, then wait by Curator's rules for the
+//! node before it (a data watch), or — for a permit — for room under the semaphore's `leases`.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use zookeeper_client::{Acls, CreateMode, Error as ZkError, MultiReadResult, Stat};
+
+use super::errors::{from_zk, timed, timed_raw};
+use super::keys::{self, NodeKind, Standing};
+use super::session::Session;
+use super::{Inner, ZkGrant};
+use crate::lease::{AcquireOutcome, AcquireRequest, Lease};
+use crate::{Error, LockMode, Result};
+
+/// A node granted: its path, `czxid`, and when the request that last proved the session
+/// alive (and the node there) was sent.
+struct Granted {
+    path: String,
+    czxid: i64,
+    valid_from: Instant,
+}
+
+impl Inner {
+    pub(super) async fn acquire(
+        self: &Arc<Self>,
+        req: &AcquireRequest,
+        deadline: Option<Instant>,
+    ) -> Result<AcquireOutcome> {
+        let path = keys::lock_path(&req.key)?;
+        let session = self.checkout(req.ttl).await?;
+        let mut nodes = Nodes::new(self, &session);
+        let granted = match req.mode {
+            LockMode::Permit { limit } => {
+                self.acquire_permit(req, &path, limit, deadline, &mut nodes)
+                    .await?
+            }
+            _ => {
+                let kind = NodeKind::of(req);
+                let node = self
+                    .create(
+                        &session,
+                        &path,
+                        kind,
+                        req.owner.as_str().as_bytes(),
+                        &mut nodes,
+                    )
+                    .await?;
+                let reader = kind == NodeKind::Read;
+                self.wait_turn(&session, &path, &node.0, reader, deadline, &req.key)
+                    .await?
+                    .map(|valid_from| Granted {
+                        path: format!("{path}/{}", node.0),
+                        czxid: node.1.czxid,
+                        valid_from,
+                    })
+            }
+        };
+        let Some(granted) = granted else {
+            nodes.delete_now().await;
+            return Ok(AcquireOutcome::Busy { retry_after: None });
+        };
+        nodes.hand_over(&granted.path);
+        session.add_grant(&req.owner);
+        let token = u64::try_from(granted.czxid).unwrap_or(0);
+        let mut lease = Lease::new(req, granted.valid_from)
+            .with_fencing_token(token)
+            .with_extension(Arc::new(ZkGrant::new(
+                self,
+                granted.path,
+                granted.czxid,
+                Arc::clone(&session),
+                req.owner.clone(),
+            )));
+        lease.ttl = session.effective_ttl();
+        if session.is_lost() {
+            return Err(session_gone(&session));
+        }
+        Ok(AcquireOutcome::Acquired(lease))
+    }
+
+    /// A permit, as `InterProcessSemaphoreV2` takes one: the semaphore's mutex `K/locks`, then
+    /// a lease node `K/leases/_c_<uuid>-lease-<seq>`, held once `K/leases` has at most `limit`
+    /// children (waiting on a children watch meanwhile: only the mutex holder waits, so no
+    /// herd); the mutex is given back either way.
+    async fn acquire_permit(
+        self: &Arc<Self>,
+        req: &AcquireRequest,
+        path: &str,
+        limit: u32,
+        deadline: Option<Instant>,
+        nodes: &mut Nodes,
+    ) -> Result<Option<Granted>> {
+        let session = Arc::clone(&nodes.session);
+        let locks = format!("{path}/{}", keys::SEMAPHORE_LOCKS);
+        let leases = format!("{path}/{}", keys::SEMAPHORE_LEASES);
+        let (mutex, _) = self
+            .create(
+                &session,
+                &locks,
+                NodeKind::Mutex,
+                req.owner.as_str().as_bytes(),
+                nodes,
+            )
+            .await?;
+        if self
+            .wait_turn(&session, &locks, &mutex, false, deadline, &req.key)
+            .await?
+            .is_none()
+        {
+            return Ok(None);
+        }
+        let (lease, stat) = self
+            .create(
+                &session,
+                &leases,
+                NodeKind::Lease,
+                &keys::permit_data(limit),
+                nodes,
+            )
+            .await?;
+        let mut queued = None;
+        let mut checked = false;
+        let valid_from = loop {
+            let sent = Instant::now();
+            let (children, _, watcher) = timed(
+                self.timeout,
+                "get children",
+                session.client.get_and_watch_children(&leases),
+            )
+            .await?;
+            if !children.contains(&lease) {
+                return Err(session_gone(&session));
+            }
+            if !checked && children.len() > 1 {
+                self.check_limit(&session, &leases, &children, &lease, limit, &req.key)
+                    .await?;
+                checked = true;
+            }
+            if children.len() <= limit as usize {
+                break Some(sent);
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                break None;
+            }
+            queued.get_or_insert_with(|| self.mark_queued(&req.key));
+            tokio::select! {
+                _ = watcher.changed() => {}
+                () = until(deadline) => break None,
+                () = session.lost() => return Err(session_gone(&session)),
+            }
+        };
+        drop(queued);
+        let mutex_path = format!("{locks}/{mutex}");
+        self.delete(&session, &mutex_path).await?;
+        nodes.keep(&mutex_path); // deleted: nothing left to clean up
+        Ok(valid_from.map(|valid_from| Granted {
+            path: format!("{leases}/{lease}"),
+            czxid: stat.czxid,
+            valid_from,
+        }))
+    }
+
+    /// Refuses a permit whose limit differs from the one stored by the oldest dlock lease of
+    /// the semaphore (one multi-read of the other leases' data).
+    async fn check_limit(
+        &self,
+        session: &Session,
+        leases: &str,
+        children: &[String],
+        ours: &str,
+        limit: u32,
+        key: &str,
+    ) -> Result<()> {
+        let others: Vec<&str> = keys::leases_in_order(children)
+            .into_iter()
+            .filter(|child| *child != ours)
+            .collect();
+        let mut reader = session.client.new_multi_reader();
+        for child in &others {
+            reader
+                .add_get_data(&format!("{leases}/{child}"))
+                .map_err(from_zk)?;
+        }
+        let results = timed(self.timeout, "get data", reader.commit()).await?;
+        let stored = results.iter().find_map(|result| match result {
+            MultiReadResult::Data { data, .. } => keys::limit_of(data),
+            _ => None,
+        });
+        match stored {
+            Some(stored) if stored != limit => Err(Error::PermitLimitMismatch {
+                key: key.to_owned(),
+                stored,
+                requested: limit,
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// Creates `dir/_c_<uuid>-<lock name><seq>` (ephemeral, sequential), making `dir` and its
+    /// parents as containers when missing. A create whose reply is lost is looked for by its
+    /// uuid (after a `sync`, so the server has applied it if the ensemble did) before it is
+    /// sent again. Returns the node's name and stat.
+    async fn create(
+        &self,
+        session: &Session,
+        dir: &str,
+        kind: NodeKind,
+        data: &[u8],
+        nodes: &mut Nodes,
+    ) -> Result<(String, Stat)> {
+        let prefix = keys::node_prefix(&nodes.uuid, kind);
+        let path = format!("{dir}/{prefix}");
+        let give_up = Instant::now() + self.timeout;
+        let node = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
+        let container = CreateMode::Container.with_acls(Acls::anyone_all());
+        loop {
+            let left = give_up.saturating_duration_since(Instant::now());
+            nodes.maybe_in(dir);
+            match timed_raw(left, "create", session.client.create(&path, data, &node)).await? {
+                Ok((stat, sequence)) => {
+                    let name = format!("{prefix}{sequence}");
+                    nodes.created(dir, &name);
+                    return Ok((name, stat));
+                }
+                Err(ZkError::NoNode) => {
+                    timed(left, "create", session.client.mkdir(dir, &container)).await?;
+                }
+                Err(ZkError::ConnectionLoss) => {
+                    if let Some(found) = self.find_own(session, dir, &nodes.uuid, give_up).await? {
+                        nodes.created(dir, &found.0);
+                        return Ok(found);
+                    }
+                }
+                Err(error) => return Err(from_zk(error)),
+            }
+        }
+    }
+
+    /// The node of this acquire (`_c_<uuid>-…`) under `dir`, if a create of it was applied.
+    async fn find_own(
+        &self,
+        session: &Session,
+        dir: &str,
+        uuid: &str,
+        give_up: Instant,
+    ) -> Result<Option<(String, Stat)>> {
+        loop {
+            let left = give_up.saturating_duration_since(Instant::now());
+            let listed = async {
+                session.client.sync(dir).await?;
+                session.client.list_children(dir).await
+            };
+            let children = match timed_raw(left, "create", listed).await? {
+                Ok(children) => children,
+                Err(ZkError::ConnectionLoss) => continue,
+                Err(ZkError::NoNode) => return Ok(None),
+                Err(error) => return Err(from_zk(error)),
+            };
+            let Some(name) = children.into_iter().find(|c| keys::is_node_of(c, uuid)) else {
+                return Ok(None);
+            };
+            match timed_raw(
+                left,
+                "create",
+                session.client.get_data(&format!("{dir}/{name}")),
+            )
+            .await?
+            {
+                Ok((_, stat)) if stat.ephemeral_owner == session.id => {
+                    return Ok(Some((name, stat)));
+                }
+                Ok(_) | Err(ZkError::NoNode) => return Ok(None),
+                Err(ZkError::ConnectionLoss) => {}
+                Err(error) => return Err(from_zk(error)),
+            }
+        }
+    }
+
+    /// Waits until `node` (a child of `dir`) holds by Curator's rules, watching only the node
+    /// it waits for. Returns when the listing that found it holding was sent, or `None` at
+    /// `deadline`.
+    async fn wait_turn(
+        self: &Arc<Self>,
+        session: &Session,
+        dir: &str,
+        node: &str,
+        reader: bool,
+        deadline: Option<Instant>,
+        full_key: &str,
+    ) -> Result<Option<Instant>> {
+        let mut queued = None;
+        loop {
+            let sent = Instant::now();
+            let children = timed(
+                self.timeout,
+                "get children",
+                session.client.list_children(dir),
+            )
+            .await?;
+            let watch = match keys::standing(&children, node, reader) {
+                Standing::Holds => return Ok(Some(sent)),
+                Standing::Gone => return Err(session_gone(session)),
+                Standing::Waits { watch } => watch,
+            };
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Ok(None);
+            }
+            queued.get_or_insert_with(|| self.mark_queued(full_key));
+            let watched = timed_raw(
+                self.timeout,
+                "get data",
+                session.client.get_and_watch_data(&format!("{dir}/{watch}")),
+            )
+            .await?;
+            let watcher = match watched {
+                Ok((_, _, watcher)) => watcher,
+                Err(ZkError::NoNode) => continue, // gone already: look again
+                Err(error) => return Err(from_zk(error)),
+            };
+            tokio::select! {
+                _ = watcher.changed() => {}
+                () = until(deadline) => return Ok(None),
+                () = session.lost() => return Err(session_gone(session)),
+            }
+        }
+    }
+
+    /// Deletes the node at `path`; a node already gone is fine.
+    pub(super) async fn delete(&self, session: &Session, path: &str) -> Result<bool> {
+        match timed_raw(self.timeout, "delete", session.client.delete(path, None)).await? {
+            Ok(()) => Ok(true),
+            Err(ZkError::NoNode) => Ok(false),
+            Err(error) => Err(from_zk(error)),
+        }
+    }
+}
+
+/// Sleeps until `deadline`, or forever without one.
+async fn until(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline.into()).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The error for a node that vanished while its acquire waited: its session ended.
+fn session_gone(session: &Session) -> Error {
+    Error::unavailable(
+        "zookeeper",
+        format!(
+            "the lock node is gone: {}",
+            if session.is_lost() {
+                session.lost_reason()
+            } else {
+                format!(
+                    "ZooKeeper session {:#x} lost it (deleted by an admin?)",
+                    session.id
+                )
+            }
+        ),
+    )
+}
+
+/// The nodes one acquire created (or may have created), deleted when it does not end in a
+/// grant: at once when it gives up busy ([`delete_now`](Self::delete_now)), else in the
+/// background when dropped — a cancelled or failed acquire leaves nothing behind. Deletes of
+/// nodes whose create was sent but not answered look them up by uuid first; being later on
+/// the same session, they run after the create.
+pub(super) struct Nodes {
+    inner: Arc<Inner>,
+    session: Arc<Session>,
+    /// The uuid of this acquire's node names.
+    uuid: String,
+    /// Full paths of nodes known to exist.
+    created: Vec<String>,
+    /// Parents where a create was sent and its node is not known yet.
+    unsure: Vec<String>,
+    /// The acquire ended in a grant, which keeps the session in use.
+    granted: bool,
+}
+
+impl Nodes {
+    fn new(inner: &Arc<Inner>, session: &Arc<Session>) -> Self {
+        Self {
+            inner: Arc::clone(inner),
+            session: Arc::clone(session),
+            uuid: uuid::Uuid::new_v4().to_string(),
+            created: Vec::new(),
+            unsure: Vec::new(),
+            granted: false,
+        }
+    }
+
+    fn maybe_in(&mut self, dir: &str) {
+        if !self.unsure.iter().any(|d| d == dir) {
+            self.unsure.push(dir.to_owned());
+        }
+    }
+
+    fn created(&mut self, dir: &str, name: &str) {
+        self.unsure.retain(|d| d != dir);
+        self.created.push(format!("{dir}/{name}"));
+    }
+
+    /// `path` is not to be deleted (granted, or deleted already).
+    fn keep(&mut self, path: &str) {
+        self.created.retain(|p| p != path);
+    }
+
+    /// The acquire is granted `path`: its session use goes to the grant.
+    fn hand_over(mut self, path: &str) {
+        self.keep(path);
+        self.granted = true;
+    }
+
+    /// Deletes every node now (a busy acquire), or leaves what fails to the background.
+    async fn delete_now(mut self) {
+        while let Some(path) = self.created.pop() {
+            if self.inner.delete(&self.session, &path).await.is_err() {
+                self.created.push(path);
+                return; // the rest goes in the background, on drop
+            }
+        }
+    }
+}
+
+impl Drop for Nodes {
+    fn drop(&mut self) {
+        let (created, unsure) = (
+            std::mem::take(&mut self.created),
+            std::mem::take(&mut self.unsure),
+        );
+        let unsure = unsure
+            .into_iter()
+            .map(|dir| (dir, self.uuid.clone()))
+            .collect();
+        self.inner
+            .finish_nodes(Arc::clone(&self.session), created, unsure, !self.granted);
+    }
+}

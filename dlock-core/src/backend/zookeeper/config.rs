@@ -1,0 +1,215 @@
+//! `zk://` URLs and sessions' connections.
+//!
+//! `zk://[user:password@]host1:2181,host2:2181[/chroot]` (also `zookeeper://`): one or more
+//! servers (port 2181 when omitted), optional credentials added to every session as
+//! ZooKeeper `digest` auth, and an optional chroot under which every lock path lives (created
+//! if missing). Percent-encoding is decoded in credentials and chroot.
+
+use std::time::Duration;
+
+use percent_encoding::percent_decode_str;
+use zookeeper_client::{Acls, Client, CreateMode};
+
+use super::errors::timed;
+use crate::backend_spec::redact;
+use crate::{Error, Result};
+
+const DEFAULT_PORT: u16 = 2181;
+
+/// What a `zk://` URL says.
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) struct ZkUrl {
+    /// `host:port,host:port`, ZooKeeper's connect string without chroot.
+    pub(super) hosts: String,
+    /// The chroot (`/app1`), or `None` for the root.
+    pub(super) chroot: Option<String>,
+    /// User and password for `digest` auth.
+    pub(super) user: Option<(String, String)>,
+}
+
+impl std::fmt::Debug for ZkUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ZkUrl")
+            .field("hosts", &self.hosts)
+            .field("chroot", &self.chroot)
+            .field("user", &self.user.as_ref().map(|(user, _)| user))
+            .finish()
+    }
+}
+
+impl ZkUrl {
+    /// Parses `zk://[user:password@]h1[:p1],h2[:p2][/chroot]`; called once, by
+    /// [`BackendUrl::parse`](crate::backend::BackendUrl::parse).
+    pub(crate) fn parse(raw: &str) -> Result<Self> {
+        let bad = |reason: &str| Error::config("backend", redact(raw), reason);
+        let (scheme, rest) = raw
+            .split_once("://")
+            .ok_or_else(|| bad("expected `zk://host:2181`"))?;
+        if !matches!(scheme.to_ascii_lowercase().as_str(), "zk" | "zookeeper") {
+            return Err(bad("not a `zk://` URL"));
+        }
+        if rest.contains(['?', '#']) {
+            return Err(bad(
+                "`zk://` URLs take no query options: hosts, optional user:password@, optional /chroot",
+            ));
+        }
+        let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+        let (userinfo, hosts) = authority
+            .rsplit_once('@')
+            .map_or((None, authority), |(u, h)| (Some(u), h));
+        let decode = |s: &str| {
+            percent_decode_str(s)
+                .decode_utf8()
+                .map(|s| s.into_owned())
+                .map_err(|_| bad("percent-encoding is not valid UTF-8"))
+        };
+        let user = match userinfo {
+            None => None,
+            Some(info) => {
+                let (user, password) = info.split_once(':').unwrap_or((info, ""));
+                if user.is_empty() {
+                    return Err(bad("empty user name before `@`"));
+                }
+                Some((decode(user)?, decode(password)?))
+            }
+        };
+        let mut servers = Vec::new();
+        for host in hosts.split(',') {
+            if host.is_empty() {
+                return Err(bad("expected at least one `host:port`, comma-separated"));
+            }
+            let has_port = match host.strip_prefix('[') {
+                Some(v6) => v6.contains("]:"),
+                None => host.contains(':'),
+            };
+            servers.push(if has_port {
+                host.to_owned()
+            } else {
+                format!("{host}:{DEFAULT_PORT}")
+            });
+        }
+        let chroot = decode(path.trim_end_matches('/'))?;
+        let chroot = if chroot.is_empty() {
+            None
+        } else {
+            let path = format!("/{chroot}");
+            if path
+                .split('/')
+                .skip(1)
+                .any(|s| s.is_empty() || s == "." || s == "..")
+            {
+                return Err(bad(
+                    "the chroot must be a ZooKeeper path: no empty, `.` or `..` segment",
+                ));
+            }
+            Some(path)
+        };
+        Ok(Self {
+            hosts: servers.join(","),
+            chroot,
+            user,
+        })
+    }
+
+    /// Opens a session asking for `session_timeout`, within `timeout`. The chroot must exist.
+    pub(super) async fn session(
+        &self,
+        session_timeout: Duration,
+        timeout: Duration,
+    ) -> Result<Client> {
+        let mut connector = Client::connector()
+            .with_session_timeout(session_timeout)
+            .with_connection_timeout(timeout)
+            .with_fail_eagerly();
+        if let Some((user, password)) = &self.user {
+            connector = connector.with_auth("digest", format!("{user}:{password}").as_bytes());
+        }
+        let hosts = match &self.chroot {
+            Some(chroot) => format!("{}{chroot}", self.hosts),
+            None => self.hosts.clone(),
+        };
+        timed(timeout, "connect", connector.connect(&hosts)).await
+    }
+
+    /// Checks, within `timeout`, that the ensemble answers and accepts the credentials, and
+    /// creates the chroot if it is missing (a persistent node, open to all like Curator's).
+    pub(super) async fn prepare(&self, timeout: Duration) -> Result<()> {
+        let root = Self {
+            chroot: None,
+            ..self.clone()
+        };
+        let client = root.session(timeout, timeout).await?;
+        let check = async {
+            match &self.chroot {
+                Some(chroot) => {
+                    client
+                        .mkdir(
+                            chroot,
+                            &CreateMode::Persistent.with_acls(Acls::anyone_all()),
+                        )
+                        .await
+                }
+                None => client.check_stat("/").await.map(drop),
+            }
+        };
+        timed(timeout, "connect", check).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::BackendUrl;
+
+    fn parse(url: &str) -> Result<ZkUrl> {
+        BackendUrl::parse(url)?
+            .zookeeper()
+            .cloned()
+            .ok_or_else(|| Error::config("backend", url, "not zk"))
+    }
+
+    #[test]
+    fn hosts_ports_chroot_and_credentials() {
+        let url =
+            parse("zk://app:p%40ss@10.0.0.1:2181,10.0.0.2,[::1]:2182/team%20a/locks/").unwrap();
+        assert_eq!(url.hosts, "10.0.0.1:2181,10.0.0.2:2181,[::1]:2182");
+        assert_eq!(url.chroot.as_deref(), Some("/team a/locks"));
+        assert_eq!(url.user, Some(("app".into(), "p@ss".into())));
+        assert!(!format!("{url:?}").contains("p@ss"));
+
+        let plain = parse("zookeeper://127.0.0.1:2181").unwrap();
+        assert_eq!(plain.chroot, None);
+        assert_eq!(plain.user, None);
+        assert_eq!(parse("zk://h/").unwrap().chroot, None);
+    }
+
+    #[test]
+    fn the_table_form_gives_the_same_settings() {
+        let table = crate::BackendSpec::Table(crate::BackendTable {
+            kind: "zk".into(),
+            hosts: vec!["10.0.0.1:2181".into(), "10.0.0.2:2181".into()],
+            path: Some("app1".into()),
+            username: Some("app".into()),
+            password: Some("p@ss word".into()),
+        });
+        let url = parse(&table.to_url()).unwrap();
+        assert_eq!(url.hosts, "10.0.0.1:2181,10.0.0.2:2181");
+        assert_eq!(url.chroot.as_deref(), Some("/app1"));
+        assert_eq!(url.user, Some(("app".into(), "p@ss word".into())));
+    }
+
+    #[test]
+    fn rejects_queries_bad_chroots_and_empty_hosts_without_showing_the_password() {
+        for (url, expected) in [
+            ("zk://h:2181?timeout=1s", "no query options"),
+            ("zk://a:1,,b:2", "at least one"),
+            ("zk://u:secret@h:2181/a//b", "chroot"),
+            ("zk://u:secret@h:2181/a/../b?x", "no query options"),
+            ("zk://u:secret@h:2181/a/../b", "chroot"),
+        ] {
+            let err = parse(url).unwrap_err().to_string();
+            assert!(err.contains(expected), "{url}: {err}");
+            assert!(!err.contains("secret"), "{url}: {err}");
+        }
+    }
+}

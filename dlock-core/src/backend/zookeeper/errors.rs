@@ -1,0 +1,60 @@
+//! ZooKeeper's errors as dlock's, and the time bound on every request.
+
+use std::future::Future;
+use std::time::Duration;
+
+use zookeeper_client::Error as ZkError;
+
+use crate::Error;
+
+/// dlock's error for a ZooKeeper client error: the ensemble out of reach or the session gone
+/// is [`Error::Unavailable`]; a refusal (credentials, permissions, a request it rejects) is
+/// [`Error::Refused`].
+pub(super) fn from_zk(error: ZkError) -> Error {
+    match error {
+        ZkError::ConnectionLoss
+        | ZkError::Timeout
+        | ZkError::NoHosts
+        | ZkError::SessionExpired
+        | ZkError::SessionMoved
+        | ZkError::ClientClosed
+        | ZkError::Throttled
+        | ZkError::NotReadOnly => Error::unavailable("zookeeper", error),
+        other => Error::refused("zookeeper", other),
+    }
+}
+
+/// Awaits `request`, giving [`Error::Timeout`] after `timeout`. The request itself was queued
+/// when it was made: it may still be sent and applied after a timeout (a create is then found
+/// again, or deleted, by its protected name).
+pub(super) async fn timed<T>(
+    timeout: Duration,
+    operation: &'static str,
+    request: impl Future<Output = Result<T, ZkError>>,
+) -> crate::Result<T> {
+    match tokio::time::timeout(timeout, request).await {
+        Ok(Ok(answer)) => Ok(answer),
+        Ok(Err(error)) => Err(from_zk(error)),
+        Err(_) => Err(Error::Timeout {
+            backend: "zookeeper",
+            operation,
+            after: timeout,
+        }),
+    }
+}
+
+/// Like [`timed`], keeping ZooKeeper's own error (for the callers that act on `NoNode` and
+/// `ConnectionLoss`).
+pub(super) async fn timed_raw<T>(
+    timeout: Duration,
+    operation: &'static str,
+    request: impl Future<Output = Result<T, ZkError>>,
+) -> crate::Result<Result<T, ZkError>> {
+    tokio::time::timeout(timeout, request)
+        .await
+        .map_err(|_| Error::Timeout {
+            backend: "zookeeper",
+            operation,
+            after: timeout,
+        })
+}

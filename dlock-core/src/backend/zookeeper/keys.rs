@@ -1,0 +1,327 @@
+//! Where locks live in ZooKeeper: a key's lock path, Apache Curator's node names, and
+//! Curator's order of the contenders under one path (`LockInternals`,
+//! `StandardLockInternalsDriver` and `InterProcessReadWriteLock` of Curator 5.4).
+
+use crate::lease::AcquireRequest;
+use crate::{Error, LockMode, Result};
+
+/// Curator's protected-mode prefix: a node is `_c_<uuid>-<lock name><sequence>`, so that its
+/// creator finds it again by the uuid when the create's reply was lost.
+const PROTECTED_PREFIX: &str = "_c_";
+
+/// The child of a semaphore's path holding the mutex its acquirers take in turn.
+pub(super) const SEMAPHORE_LOCKS: &str = "locks";
+/// The child of a semaphore's path holding one node per permit (held or awaited).
+pub(super) const SEMAPHORE_LEASES: &str = "leases";
+
+/// The kind of node a grant puts under a path, by Curator's recipe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum NodeKind {
+    /// `InterProcessMutex`: `…-lock-<seq>` (also the mutex of a semaphore's `locks`).
+    Mutex,
+    /// `InterProcessReadWriteLock`'s read side: `…-__READ__<seq>`.
+    Read,
+    /// `InterProcessReadWriteLock`'s write side: `…-__WRIT__<seq>`.
+    Write,
+    /// `InterProcessSemaphoreV2`'s permit: `leases/…-lease-<seq>`.
+    Lease,
+}
+
+impl NodeKind {
+    /// The node kind a request puts under its lock path (for a permit: its lease).
+    pub(super) const fn of(request: &AcquireRequest) -> Self {
+        match request.mode {
+            LockMode::Shared => Self::Read,
+            LockMode::Permit { .. } => Self::Lease,
+            LockMode::Exclusive if request.write_side => Self::Write,
+            _ => Self::Mutex,
+        }
+    }
+
+    /// Curator's lock name for this kind: what precedes the sequence number.
+    const fn lock_name(self) -> &'static str {
+        match self {
+            Self::Mutex => "lock-",
+            Self::Read => "__READ__",
+            Self::Write => "__WRIT__",
+            Self::Lease => "lease-",
+        }
+    }
+}
+
+/// The lock path of a full key, relative to the chroot: `order:42` → `/order:42`,
+/// `locks/order-42` (or `/locks/order-42`) → `/locks/order-42`, so a key names the same
+/// path as a Curator recipe built on it.
+///
+/// # Errors
+///
+/// [`Error::InvalidKey`] for a key ZooKeeper cannot store as a path: an empty segment (`a//b`,
+/// a trailing `/`), a `.` or `..` segment, a first segment `zookeeper` (the server's own
+/// tree), or a control, private-use or non-character code point.
+pub(super) fn lock_path(full_key: &str) -> Result<String> {
+    let invalid = |reason| Error::InvalidKey {
+        key: full_key.chars().take(64).collect(),
+        reason,
+    };
+    let relative = full_key.strip_prefix('/').unwrap_or(full_key);
+    for (index, segment) in relative.split('/').enumerate() {
+        match segment {
+            "" => {
+                return Err(invalid(
+                    "a ZooKeeper path has no empty segment (`//`, or a `/` at the end)",
+                ));
+            }
+            "." | ".." => return Err(invalid("a ZooKeeper path has no `.` or `..` segment")),
+            "zookeeper" if index == 0 => {
+                return Err(invalid("`/zookeeper` is the ZooKeeper server's own tree"));
+            }
+            _ => {}
+        }
+    }
+    if relative.chars().any(|c| {
+        matches!(c, '\u{0}'..='\u{1f}' | '\u{7f}'..='\u{9f}' | '\u{e000}'..='\u{f8ff}' | '\u{fff0}'..='\u{ffff}')
+    }) {
+        return Err(invalid(
+            "ZooKeeper paths cannot hold control, private-use or non-character code points",
+        ));
+    }
+    Ok(format!("/{relative}"))
+}
+
+/// The name a new node of `kind` is created with (ZooKeeper appends the sequence number):
+/// `_c_<uuid>-lock-`.
+pub(super) fn node_prefix(uuid: &str, kind: NodeKind) -> String {
+    format!("{PROTECTED_PREFIX}{uuid}-{}", kind.lock_name())
+}
+
+/// Whether `child` is the node of the acquire with this `uuid` (Curator's protected-mode
+/// match: the name starts with `_c_<uuid>-`).
+pub(super) fn is_node_of(child: &str, uuid: &str) -> bool {
+    child
+        .strip_prefix(PROTECTED_PREFIX)
+        .and_then(|rest| rest.strip_prefix(uuid))
+        .is_some_and(|rest| rest.starts_with('-'))
+}
+
+/// A lock node under a lock path, as Curator orders it.
+#[derive(Debug, Clone, Copy)]
+struct Contender<'a> {
+    name: &'a str,
+    /// What follows the last lock name in the node's name: Curator sorts by this text.
+    sequence: &'a str,
+    /// A mutex or write node: it excludes every other node.
+    exclusive: bool,
+}
+
+/// Reads `child` as a lock node of a mutex or read-write lock, or `None` for another child
+/// (a container of a nested lock path, a semaphore's `locks`/`leases`).
+fn contender(child: &str) -> Option<Contender<'_>> {
+    [NodeKind::Mutex, NodeKind::Read, NodeKind::Write]
+        .into_iter()
+        .filter_map(|kind| {
+            let at = child.rfind(kind.lock_name())?;
+            Some((at, kind))
+        })
+        .max_by_key(|(at, _)| *at)
+        .and_then(|(at, kind)| {
+            let sequence = &child[at + kind.lock_name().len()..];
+            (!sequence.is_empty() && sequence.bytes().all(|b| b.is_ascii_digit())).then_some(
+                Contender {
+                    name: child,
+                    sequence,
+                    exclusive: kind != NodeKind::Read,
+                },
+            )
+        })
+}
+
+/// Where a node stands among the contenders of its path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Standing {
+    /// It holds the lock.
+    Holds,
+    /// It waits until the named child (a sibling) is deleted, then looks again.
+    Waits {
+        /// The child to watch.
+        watch: String,
+    },
+    /// It is not among the children: its session ended, or an admin deleted it.
+    Gone,
+}
+
+/// Where `ours` stands among `children` of its lock path, by Curator's rules, with every lock
+/// node sorted by the text after its last lock name (`lock-`, `__READ__`, `__WRIT__`: one
+/// sequence counter per parent, so mutex, read and write nodes interleave in creation order):
+///
+/// * a mutex or write node holds when it is first, else watches the node just before it
+///   (`StandardLockInternalsDriver`: `ourIndex < maxLeases`, watch `ourIndex - 1`);
+/// * a read node holds when no mutex or write node is before it, else watches the first one
+///   (`InterProcessReadWriteLock.readLockPredicate`).
+///
+/// Curator sorts other children (not lock nodes) among them by their whole name; dlock leaves
+/// them out. The two orders differ only for a child whose name sorts before a sequence number
+/// (a nested lock path starting with a digit or punctuation), which Curator would wait for.
+pub(super) fn standing(children: &[String], ours: &str, reader: bool) -> Standing {
+    let mut nodes: Vec<Contender<'_>> = children.iter().filter_map(|c| contender(c)).collect();
+    nodes.sort_by(|a, b| a.sequence.cmp(b.sequence));
+    let Some(index) = nodes.iter().position(|node| node.name == ours) else {
+        return Standing::Gone;
+    };
+    let blocker = if reader {
+        nodes[..index].iter().find(|node| node.exclusive)
+    } else {
+        index.checked_sub(1).map(|before| &nodes[before])
+    };
+    blocker.map_or(Standing::Holds, |node| Standing::Waits {
+        watch: node.name.to_owned(),
+    })
+}
+
+/// The holders among `children` of a lock path: the first node if it is a mutex or write
+/// node, else every read node before the first mutex or write node.
+pub(super) fn holders(children: &[String]) -> Vec<String> {
+    let mut nodes: Vec<Contender<'_>> = children.iter().filter_map(|c| contender(c)).collect();
+    nodes.sort_by(|a, b| a.sequence.cmp(b.sequence));
+    match nodes.first() {
+        Some(first) if first.exclusive => vec![first.name.to_owned()],
+        _ => nodes
+            .iter()
+            .take_while(|node| !node.exclusive)
+            .map(|node| node.name.to_owned())
+            .collect(),
+    }
+}
+
+/// The children of a semaphore's `leases` in creation order (the text after `lease-`; other
+/// names last, by name).
+pub(super) fn leases_in_order(children: &[String]) -> Vec<&str> {
+    let lease = NodeKind::Lease.lock_name();
+    let mut sorted: Vec<&str> = children.iter().map(String::as_str).collect();
+    sorted.sort_by_key(|child| {
+        child
+            .rfind(lease)
+            .map_or(*child, |at| &child[at + lease.len()..])
+    });
+    sorted
+}
+
+/// The data dlock writes into a permit's lease node: the semaphore's limit, so that a caller
+/// naming another limit is refused (Curator stores no limit; its lease nodes hold the client's
+/// address and are not checked).
+pub(super) fn permit_data(limit: u32) -> Vec<u8> {
+    format!("dlock-permits={limit}").into_bytes()
+}
+
+/// The limit a lease node's data states, if dlock wrote it.
+pub(super) fn limit_of(data: &[u8]) -> Option<u32> {
+    std::str::from_utf8(data)
+        .ok()?
+        .strip_prefix("dlock-permits=")?
+        .parse()
+        .ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const A: &str = "0b0e5e4e-8c56-4a5b-9a57-8f0c0a2f1e01";
+    const B: &str = "6f1d2a8e-1f47-4a9a-8f33-0c9d7e7b2a02";
+
+    fn node(uuid: &str, kind: NodeKind, seq: u32) -> String {
+        format!("{}{seq:010}", node_prefix(uuid, kind))
+    }
+
+    #[test]
+    fn lock_paths_follow_the_key_and_refuse_what_zookeeper_cannot_store() {
+        assert_eq!(lock_path("dlock:order:42").unwrap(), "/dlock:order:42");
+        assert_eq!(lock_path("locks/order-42").unwrap(), "/locks/order-42");
+        assert_eq!(lock_path("/locks/order-42").unwrap(), "/locks/order-42");
+        for bad in [
+            "a//b",
+            "a/",
+            "/",
+            "a/./b",
+            "../a",
+            "zookeeper/x",
+            "a\u{1}b",
+            "a\u{fffe}",
+        ] {
+            let error = lock_path(bad).unwrap_err();
+            assert!(matches!(error, Error::InvalidKey { .. }), "{bad}: {error}");
+        }
+        assert!(lock_path("app/zookeeper").is_ok());
+    }
+
+    #[test]
+    fn node_names_are_curators_protected_names() {
+        assert_eq!(node_prefix(A, NodeKind::Mutex), format!("_c_{A}-lock-"));
+        assert_eq!(node_prefix(A, NodeKind::Read), format!("_c_{A}-__READ__"));
+        assert_eq!(node_prefix(A, NodeKind::Write), format!("_c_{A}-__WRIT__"));
+        assert_eq!(node_prefix(A, NodeKind::Lease), format!("_c_{A}-lease-"));
+        assert!(is_node_of(&node(A, NodeKind::Read, 3), A));
+        assert!(!is_node_of(&node(B, NodeKind::Read, 3), A));
+        assert!(!is_node_of("locks", A));
+    }
+
+    #[test]
+    fn a_mutex_holds_when_first_and_watches_the_node_before_it() {
+        let (a, b) = (node(A, NodeKind::Mutex, 7), node(B, NodeKind::Mutex, 8));
+        // Listed out of order; a nested lock path's container is left out.
+        let children = vec![b.clone(), "nested".to_owned(), a.clone()];
+        assert_eq!(standing(&children, &a, false), Standing::Holds);
+        assert_eq!(standing(&children, &b, false), Standing::Waits { watch: a });
+        assert_eq!(standing(&children, "gone", false), Standing::Gone);
+    }
+
+    /// Curator's readLockPredicate: a reader holds before the first writer and watches it;
+    /// a writer must be first of all and watches the node just before it.
+    #[test]
+    fn readers_wait_for_the_first_writer_and_writers_for_their_predecessor() {
+        let r1 = node(A, NodeKind::Read, 1);
+        let w2 = node(B, NodeKind::Write, 2);
+        let r3 = node(A, NodeKind::Read, 3);
+        let m4 = node(B, NodeKind::Mutex, 4);
+        let r5 = node(A, NodeKind::Read, 5);
+        let children = vec![r5.clone(), m4.clone(), r3.clone(), w2.clone(), r1.clone()];
+        assert_eq!(standing(&children, &r1, true), Standing::Holds);
+        assert_eq!(
+            standing(&children, &w2, false),
+            Standing::Waits { watch: r1.clone() }
+        );
+        assert_eq!(
+            standing(&children, &r3, true),
+            Standing::Waits { watch: w2.clone() }
+        );
+        assert_eq!(
+            standing(&children, &m4, false),
+            Standing::Waits { watch: r3 }
+        );
+        assert_eq!(
+            standing(&children, &r5, true),
+            Standing::Waits { watch: w2 }
+        );
+        assert_eq!(holders(&children), vec![r1]);
+    }
+
+    #[test]
+    fn sequences_sort_as_text_like_curator() {
+        // Past i32::MAX ZooKeeper prints 19 digits: Curator compares the text, and so do we.
+        let late = format!(
+            "{}{}",
+            node_prefix(A, NodeKind::Mutex),
+            "0000000002147483648"
+        );
+        let early = node(B, NodeKind::Mutex, 5);
+        let children = vec![late.clone(), early.clone()];
+        assert_eq!(standing(&children, &early, false), Standing::Holds);
+    }
+
+    #[test]
+    fn leases_sort_by_sequence_and_limits_round_trip() {
+        let children = vec![node(A, NodeKind::Lease, 9), node(B, NodeKind::Lease, 2)];
+        assert_eq!(leases_in_order(&children)[0], children[1]);
+        assert_eq!(limit_of(&permit_data(3)), Some(3));
+        assert_eq!(limit_of(b"127.0.0.1"), None);
+    }
+}

@@ -1,0 +1,398 @@
+//! The ZooKeeper backend (`zk://h1:2181,h2:2181[/chroot]`), laid out like Apache Curator's
+//! lock recipes so that dlock and Curator exclude each other on one path.
+//!
+//! Modules: [`config`] (URL, connecting a session), [`keys`] (lock paths, node names,
+//! Curator's order), [`session`] (sessions as leases, their ends reported), [`acquire`]
+//! (create a node, wait for the predecessor), [`release`] (renew, release, force release,
+//! nodes deleted in the background). The user-facing documentation is on [`ZooKeeperBackend`].
+
+mod acquire;
+mod config;
+mod errors;
+mod keys;
+mod release;
+mod session;
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use tokio::runtime::Handle;
+use tokio::sync::broadcast;
+
+pub(crate) use self::config::ZkUrl;
+use self::session::{Session, Sessions};
+use crate::backend::{BackendUrl, Capabilities, Fencing, LockBackend};
+use crate::lease::{
+    AcquireOutcome, AcquireRequest, Lease, LostLease, OwnerId, ReleaseOutcome, RenewOutcome,
+};
+use crate::{Error, Result};
+
+/// Leases renewed in one multi-read (ZooKeeper bounds a request by `jute.maxbuffer`, 1 MiB by
+/// default; 128 paths of dlock's length fit with room to spare).
+const RENEW_BATCH: usize = 128;
+
+/// Locks in ZooKeeper, with Apache Curator's layouts: fair (FIFO by sequence number), fenced by
+/// the lock node's `czxid`, kept alive by the ZooKeeper session.
+///
+/// Build it with [`ZooKeeperBackend::connect`], or through
+/// [`Locker::connect`](crate::Locker::connect) with a
+/// `zk://[user:password@]h1:2181,h2:2181[/chroot]` URL: the credentials are sent as `digest`
+/// auth on every session; the chroot is created if missing, and every lock path lives under it.
+///
+/// # How a lock is held
+///
+/// * **Paths.** Lock `K` (the Locker's full key) is the path `/K` under the chroot; `/` in a
+///   key separates path segments, so key `locks/order-42` (with `key_prefix = ""`) is the path
+///   a Curator recipe built on `/locks/order-42` uses. Parents are container nodes, which
+///   ZooKeeper deletes once they are empty.
+/// * **Nodes**, exactly as Curator 5 names them: a mutex ([`Locker::lock`](crate::Locker::lock))
+///   creates `K/_c_<uuid>-lock-<seq>` (`InterProcessMutex`); a read-write lock creates
+///   `K/_c_<uuid>-__READ__<seq>` or `K/_c_<uuid>-__WRIT__<seq>`
+///   (`InterProcessReadWriteLock`); a semaphore takes the mutex `K/locks`, creates its permit
+///   `K/leases/_c_<uuid>-lease-<seq>`, and holds when `K/leases` has no more children than its
+///   limit (`InterProcessSemaphoreV2`). Every node is ephemeral and sequential, on the
+///   Locker's session, and holds the grant's owner id (a permit: the semaphore's limit).
+/// * **Order**, as Curator's: contenders sorted by their sequence number. A mutex or write
+///   node holds when it is first and otherwise watches the node just before it; a read node
+///   holds when no mutex or write node is before it and otherwise watches the first one. So
+///   waiting is a data watch on one node, never a poll, and a release wakes only the next
+///   waiter (readers waiting for one writer all wake: they all get in). A mutex and a write
+///   lock of one key exclude each other in dlock; Curator's mutex and read-write lock are two
+///   recipes that must not share a path, so use `lock` with Curator's `InterProcessMutex` and
+///   `write_lock`/`read_lock` with its `InterProcessReadWriteLock`.
+/// * **Fencing token**: the lock node's `czxid`, the id of the transaction that created it,
+///   returned by the create itself. It increases with every grant of every lock of the
+///   ensemble and survives restarts and leader changes (`Fencing::Durable`).
+/// * **Sessions are the lease.** All locks of one backend with the same ttl share one
+///   ZooKeeper session (the client pings it); a lock's ttl is the session timeout the server
+///   grants, asked for with the lock's ttl. Servers grant between `minSessionTimeout` and
+///   `maxSessionTimeout` — by default 2 and 20 ticks, 4 s and 40 s with the usual
+///   `tickTime=2000`. A ttl above the maximum gets the maximum, and the guard the shorter
+///   lease (it renews more often); a ttl below the minimum keeps its short local deadline, but
+///   a crashed holder's lock frees only when the server expires its session, after the
+///   minimum. A session no lock uses is closed after one ttl.
+/// * **Renewal** checks, in **one multi-read for up to 128 locks**, that every lock node still
+///   exists with its `czxid`, owned by this session; the lease counts from when that read was
+///   sent (any request touches the session).
+/// * **Loss.** A session that expires, is closed or fails authentication loses every lock on
+///   it at once (pushed to the Locker). A disconnection is uncertain: the client reconnects
+///   within the session while the Locker's local deadline runs, which ends before the server
+///   can expire the session and let another client in. A create whose reply was lost finds its
+///   node again by its `_c_<uuid>` name (after a `sync`), so no duplicate or orphan is left;
+///   a cancelled or timed-out acquire deletes its node by the same name, on the same session,
+///   after the create.
+///
+/// # What ZooKeeper does not guarantee
+///
+/// * A holder that pauses (a GC pause, a SIGSTOP, a cut network) longer than its session
+///   timeout loses its session on the server, and another client gets the lock, while the
+///   paused process has not seen the expiry yet. The Locker's local deadline stops the
+///   protected work at the next await, but a write already in flight can still land: the
+///   resource must check the fencing token (see the crate docs). Curator has the same limit.
+/// * Reads may be served by a follower that lags the leader; a renewal that reaches a lagging
+///   follower of an ensemble can see a node the leader already deleted. The local deadline,
+///   counted from before the read was sent, still ends the lease no later than the session.
+///
+/// # Examples
+///
+/// ```no_run
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> dlock_core::Result<()> {
+/// use dlock_core::{DlockConfig, Locker};
+/// let config = DlockConfig::from_toml_str(r#"
+///     backend = "zk://127.0.0.1:2181/app1"
+///     key_prefix = "locks/"
+/// "#)?;
+/// let locker = Locker::connect(&config).await?;
+/// let guard = locker.lock("order-42").await?; // /app1/locks/order-42/_c_<uuid>-lock-<seq>
+/// println!("fencing token (czxid) {:?}", guard.fencing_token());
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct ZooKeeperBackend {
+    inner: Arc<Inner>,
+}
+
+/// The state shared by the backend and its background tasks.
+pub(super) struct Inner {
+    sessions: Sessions,
+    timeout: Duration,
+    /// How many acquires wait in ZooKeeper's queue, by full key.
+    queued: Mutex<HashMap<String, usize>>,
+    runtime: Handle,
+}
+
+impl std::fmt::Debug for Inner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ZooKeeperBackend")
+            .field("timeout", &self.timeout)
+            .field("sessions", &self.sessions)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a [`Lease`] of this backend carries: the lock node and its `czxid`, and — until the
+/// grant is given up (released, found gone, or the last copy of the lease dropped) — the
+/// session it is on.
+pub(super) struct ZkGrant {
+    path: String,
+    czxid: i64,
+    claim: Mutex<Option<Claim>>,
+}
+
+/// A grant's use of its session, given up once.
+struct Claim {
+    inner: Weak<Inner>,
+    session: Arc<Session>,
+    owner: OwnerId,
+}
+
+impl ZkGrant {
+    fn new(
+        inner: &Arc<Inner>,
+        path: String,
+        czxid: i64,
+        session: Arc<Session>,
+        owner: OwnerId,
+    ) -> Self {
+        Self {
+            path,
+            czxid,
+            claim: Mutex::new(Some(Claim {
+                inner: Arc::downgrade(inner),
+                session,
+                owner,
+            })),
+        }
+    }
+
+    fn claim(&self) -> MutexGuard<'_, Option<Claim>> {
+        self.claim.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The session of this grant if `inner` made it for `owner` and it is not given up yet.
+    fn live_session(&self, inner: &Arc<Inner>, owner: &OwnerId) -> Option<Arc<Session>> {
+        self.claim()
+            .as_ref()
+            .filter(|claim| {
+                std::ptr::eq(claim.inner.as_ptr(), Arc::as_ptr(inner)) && claim.owner == *owner
+            })
+            .map(|claim| Arc::clone(&claim.session))
+    }
+
+    /// Gives the grant up (once): the caller deletes the node as it knows best.
+    fn give_up(&self) -> Option<Arc<Session>> {
+        self.claim().take().map(|claim| {
+            claim.session.remove_grant(&claim.owner);
+            claim.session
+        })
+    }
+}
+
+impl Drop for ZkGrant {
+    /// The last copy of a lease that was never released: delete its node in the background.
+    fn drop(&mut self) {
+        let claim = self.claim().take();
+        if let Some(Claim {
+            inner,
+            session,
+            owner,
+        }) = claim
+            && let Some(inner) = inner.upgrade()
+        {
+            session.remove_grant(&owner);
+            inner.finish_nodes(
+                session,
+                vec![std::mem::take(&mut self.path)],
+                Vec::new(),
+                true,
+            );
+        }
+    }
+}
+
+impl std::fmt::Debug for ZkGrant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ZkGrant")
+            .field("path", &self.path)
+            .field("czxid", &self.czxid)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ZooKeeperBackend {
+    /// Connects to the ensemble `url` names, with `timeout` bounding every round trip: checks
+    /// that a server answers and accepts the credentials, and creates the chroot if missing.
+    /// Lock sessions are opened at the first acquire of each ttl.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] for a URL that is not `zk://[user:password@]host:port,...[/chroot]`;
+    /// [`Error::Unavailable`] / [`Error::Timeout`] when no server answers within `timeout`;
+    /// [`Error::Refused`] when the ensemble refuses the credentials or the chroot.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> dlock_core::Result<()> {
+    /// use std::time::Duration;
+    /// use dlock_core::Locker;
+    /// use dlock_core::backend::{BackendUrl, ZooKeeperBackend};
+    /// let url = BackendUrl::parse("zk://127.0.0.1:2181,127.0.0.1:2182/app1")?;
+    /// let locker = Locker::from_backend(ZooKeeperBackend::connect(&url, Duration::from_secs(2)).await?);
+    /// # drop(locker); Ok(()) }
+    /// ```
+    pub async fn connect(url: &BackendUrl, timeout: Duration) -> Result<Self> {
+        let runtime = Handle::try_current().map_err(|_| {
+            Error::config(
+                "backend",
+                "zk://",
+                "ZooKeeperBackend::connect must run inside a tokio runtime",
+            )
+        })?;
+        let Some(settings) = url.zookeeper() else {
+            return Err(Error::config(
+                "backend",
+                crate::backend_spec::redact(url.as_str()),
+                "not a `zk://` URL",
+            ));
+        };
+        settings.prepare(timeout).await?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                sessions: Sessions::new(settings.clone(), timeout),
+                timeout,
+                queued: Mutex::default(),
+                runtime,
+            }),
+        })
+    }
+
+    /// How many acquires through this backend wait in ZooKeeper's queue for `key` (a full key,
+    /// the Locker's prefix included): their node exists, behind the holder's.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn probe(backend: &dlock_core::backend::ZooKeeperBackend) {
+    /// assert_eq!(backend.waiters("dlock:order:42"), 0);
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn waiters(&self, key: &str) -> usize {
+        self.inner.queued().get(key).copied().unwrap_or(0)
+    }
+}
+
+impl Drop for ZooKeeperBackend {
+    fn drop(&mut self) {
+        self.inner.sessions.shut_down();
+    }
+}
+
+#[async_trait]
+impl LockBackend for ZooKeeperBackend {
+    async fn acquire(
+        &self,
+        req: &AcquireRequest,
+        deadline: Option<Instant>,
+    ) -> Result<AcquireOutcome> {
+        self.inner.acquire(req, deadline).await
+    }
+
+    async fn renew(&self, leases: &[Lease]) -> Result<Vec<RenewOutcome>> {
+        self.inner.renew(leases).await
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
+        self.inner.release(lease).await
+    }
+
+    async fn force_release(&self, key: &str) -> Result<bool> {
+        self.inner.force_release(key).await
+    }
+
+    fn lost_leases(&self) -> Option<broadcast::Receiver<LostLease>> {
+        Some(self.inner.sessions.losses())
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::new("zookeeper")
+            .fair(true)
+            .read_write(true)
+            .semaphore(true)
+            .fencing(Fencing::Durable)
+            .self_renewing(true)
+            .max_renew_batch(RENEW_BATCH)
+    }
+}
+
+impl Inner {
+    fn queued(&self) -> MutexGuard<'_, HashMap<String, usize>> {
+        self.queued.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Runs `work` in the background, on the current runtime or the one the backend was
+    /// connected on.
+    fn spawn(&self, work: impl Future<Output = ()> + Send + 'static) {
+        match Handle::try_current() {
+            Ok(current) => drop(current.spawn(work)),
+            Err(_) => drop(self.runtime.spawn(work)),
+        }
+    }
+
+    /// A session for `ttl` with one more user.
+    async fn checkout(&self, ttl: Duration) -> Result<Arc<Session>> {
+        self.sessions.checkout(ttl).await
+    }
+
+    /// One user of `session` is done. The last one leaves the session open, idle, for a
+    /// while (the next lock reuses it), then closes it unless a lock took it up again.
+    fn end_use(self: &Arc<Self>, session: &Arc<Session>) {
+        if !self.sessions.checkin(session) {
+            return;
+        }
+        let linger = session.effective_ttl() * session::IDLE_LINGER;
+        let (inner, session) = (Arc::downgrade(self), Arc::clone(session));
+        self.spawn(async move {
+            tokio::select! {
+                () = tokio::time::sleep(linger) => {}
+                () = session.lost() => {}
+            }
+            if let Some(inner) = inner.upgrade() {
+                inner.sessions.close_if_idle(&session);
+            }
+        });
+    }
+
+    /// Marks one more acquire of `full_key` as queued in ZooKeeper, until the mark is dropped.
+    fn mark_queued(self: &Arc<Self>, full_key: &str) -> QueuedMark {
+        *self.queued().entry(full_key.to_owned()).or_insert(0) += 1;
+        QueuedMark {
+            inner: Arc::clone(self),
+            key: full_key.to_owned(),
+        }
+    }
+}
+
+/// One acquire queued in ZooKeeper, counted for [`ZooKeeperBackend::waiters`] while it lives.
+#[derive(Debug)]
+struct QueuedMark {
+    inner: Arc<Inner>,
+    key: String,
+}
+
+impl Drop for QueuedMark {
+    fn drop(&mut self) {
+        let mut queued = self.inner.queued();
+        if let Some(count) = queued.get_mut(&self.key) {
+            *count -= 1;
+            if *count == 0 {
+                queued.remove(&self.key);
+            }
+        }
+    }
+}

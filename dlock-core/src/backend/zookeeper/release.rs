@@ -1,0 +1,273 @@
+//! Renew, release, force release, and the background work that deletes nodes given up.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use zookeeper_client::{Error as ZkError, MultiReadResult};
+
+use super::errors::{from_zk, timed, timed_raw};
+use super::keys;
+use super::session::Session;
+use super::{Inner, ZkGrant};
+use crate::Result;
+use crate::lease::{Lease, ReleaseOutcome, RenewOutcome};
+
+/// The grants of one session checked in one multi-read, with their place in the answer.
+type Batch<'a> = Vec<(usize, &'a ZkGrant)>;
+
+/// Pause between two attempts of a background delete that failed.
+const RETRY_DELETE: Duration = Duration::from_millis(200);
+
+impl Inner {
+    /// Checks, in one multi-read per session, that every lock node still exists with its
+    /// `czxid` and this session as its owner; the lease then counts from when the read was
+    /// sent. A grant whose session ended, or whose node is gone, is given up and answered
+    /// [`RenewOutcome::NotOwner`].
+    pub(super) async fn renew(self: &Arc<Self>, leases: &[Lease]) -> Result<Vec<RenewOutcome>> {
+        let mut outcomes: Vec<RenewOutcome> =
+            leases.iter().map(|_| RenewOutcome::NotOwner).collect();
+        let mut batches: Vec<(Arc<Session>, Batch<'_>)> = Vec::new();
+        for (index, lease) in leases.iter().enumerate() {
+            let Some(grant) = lease.extension::<ZkGrant>() else {
+                continue;
+            };
+            let Some(session) = grant.live_session(self, &lease.owner) else {
+                continue; // not held through this backend (released, lost, or someone else's)
+            };
+            if session.is_lost() {
+                self.give_up(grant, false);
+                continue;
+            }
+            match batches.iter_mut().find(|(s, _)| Arc::ptr_eq(s, &session)) {
+                Some((_, batch)) => batch.push((index, grant)),
+                None => batches.push((session, vec![(index, grant)])),
+            }
+        }
+        for (session, batch) in batches {
+            let sent = Instant::now();
+            let mut reader = session.client.new_multi_reader();
+            for (_, grant) in &batch {
+                reader.add_get_data(&grant.path).map_err(from_zk)?;
+            }
+            let results = timed(self.timeout, "renew", reader.commit()).await?;
+            if results.len() != batch.len() {
+                return Err(crate::Error::refused(
+                    "zookeeper",
+                    "the renewal multi-read returned the wrong number of results",
+                ));
+            }
+            for ((index, grant), result) in batch.into_iter().zip(results) {
+                let ours = matches!(&result, MultiReadResult::Data { stat, .. }
+                    if stat.czxid == grant.czxid && stat.ephemeral_owner == session.id);
+                outcomes[index] = if ours && !session.is_lost() {
+                    RenewOutcome::Renewed {
+                        valid_from: sent.max(leases[index].valid_from),
+                    }
+                } else {
+                    tracing::debug!(path = %grant.path, "dlock: ZooKeeper lock node gone at renewal");
+                    self.give_up(grant, false);
+                    RenewOutcome::NotOwner
+                };
+            }
+        }
+        Ok(outcomes)
+    }
+
+    /// Gives `grant` up, if it was not already: deletes its node (when `delete`) and ends its
+    /// use of the session.
+    fn give_up(self: &Arc<Self>, grant: &ZkGrant, delete: bool) {
+        if let Some(session) = grant.give_up() {
+            let paths = if delete {
+                vec![grant.path.clone()]
+            } else {
+                Vec::new()
+            };
+            self.finish_nodes(session, paths, Vec::new(), true);
+        }
+    }
+
+    /// Deletes the lock node. Its path holds the acquire's uuid, so it can only be this
+    /// grant's node.
+    pub(super) async fn release(self: &Arc<Self>, lease: &Lease) -> Result<ReleaseOutcome> {
+        let Some(grant) = lease.extension::<ZkGrant>() else {
+            return Ok(ReleaseOutcome::NotHeld);
+        };
+        if grant.live_session(self, &lease.owner).is_none() {
+            return self.release_remote(lease, grant).await;
+        }
+        let Some(session) = grant.give_up() else {
+            return Ok(ReleaseOutcome::NotHeld); // given up meanwhile
+        };
+        // Until the delete is answered, the node is deleted in the background if this future
+        // is dropped or the delete fails.
+        let mut pending = Releasing {
+            inner: Arc::clone(self),
+            session: Arc::clone(&session),
+            path: Some(grant.path.clone()),
+        };
+        if session.is_lost() {
+            pending.path = None;
+            return Ok(ReleaseOutcome::NotHeld);
+        }
+        let deleted = self.delete(&session, &grant.path).await?;
+        pending.path = None;
+        Ok(if deleted {
+            ReleaseOutcome::Released
+        } else {
+            ReleaseOutcome::NotHeld
+        })
+    }
+
+    /// A lease this backend does not hold (released before, or a forged copy): delete the
+    /// node only if it still has the lease's `czxid` and holds its owner id, at the version
+    /// read (nothing changed in between).
+    async fn release_remote(
+        self: &Arc<Self>,
+        lease: &Lease,
+        grant: &ZkGrant,
+    ) -> Result<ReleaseOutcome> {
+        let session = self.checkout(lease.ttl).await?;
+        let outcome = async {
+            let read = timed_raw(
+                self.timeout,
+                "release",
+                session.client.get_data(&grant.path),
+            )
+            .await?;
+            let (data, stat) = match read {
+                Ok(found) => found,
+                Err(ZkError::NoNode) => return Ok(ReleaseOutcome::NotHeld),
+                Err(error) => return Err(from_zk(error)),
+            };
+            if stat.czxid != grant.czxid || data != lease.owner.as_str().as_bytes() {
+                return Ok(ReleaseOutcome::NotHeld);
+            }
+            let delete = session.client.delete(&grant.path, Some(stat.version));
+            Ok(match timed_raw(self.timeout, "release", delete).await? {
+                Ok(()) => ReleaseOutcome::Released,
+                Err(ZkError::NoNode | ZkError::BadVersion) => ReleaseOutcome::NotHeld,
+                Err(error) => return Err(from_zk(error)),
+            })
+        }
+        .await;
+        self.end_use(&session);
+        outcome
+    }
+
+    /// Deletes the holders of lock `full_key`, whoever they are: the first node if it is a
+    /// mutex or write node, else the readers before the first one; and every permit of a
+    /// semaphore of that name.
+    pub(super) async fn force_release(self: &Arc<Self>, full_key: &str) -> Result<bool> {
+        let path = keys::lock_path(full_key)?;
+        let session = self.checkout(self.timeout).await?;
+        let outcome = async {
+            let mut victims = Vec::new();
+            let children = self.children(&session, &path).await?;
+            victims.extend(
+                keys::holders(&children)
+                    .into_iter()
+                    .map(|c| format!("{path}/{c}")),
+            );
+            if children.iter().any(|c| c == keys::SEMAPHORE_LEASES) {
+                let leases = format!("{path}/{}", keys::SEMAPHORE_LEASES);
+                let permits = self.children(&session, &leases).await?;
+                victims.extend(permits.into_iter().map(|c| format!("{leases}/{c}")));
+            }
+            let mut any = false;
+            for victim in victims {
+                any |= self.delete(&session, &victim).await?;
+            }
+            Ok(any)
+        }
+        .await;
+        self.end_use(&session);
+        outcome
+    }
+
+    /// The children of `path` (none when it does not exist).
+    async fn children(&self, session: &Session, path: &str) -> Result<Vec<String>> {
+        match timed_raw(
+            self.timeout,
+            "get children",
+            session.client.list_children(path),
+        )
+        .await?
+        {
+            Ok(children) => Ok(children),
+            Err(ZkError::NoNode) => Ok(Vec::new()),
+            Err(error) => Err(from_zk(error)),
+        }
+    }
+
+    /// Deletes, in the background, the nodes at `paths` and the nodes of `(dir, uuid)` (found
+    /// by name: their create was sent, its answer not seen), retrying until they are gone or
+    /// their session is; then ends one use of the session if `end_use`.
+    pub(super) fn finish_nodes(
+        self: &Arc<Self>,
+        session: Arc<Session>,
+        paths: Vec<String>,
+        by_uuid: Vec<(String, String)>,
+        end_use: bool,
+    ) {
+        if (paths.is_empty() && by_uuid.is_empty()) || session.is_lost() {
+            if end_use {
+                self.end_use(&session);
+            }
+            return;
+        }
+        let inner = Arc::clone(self);
+        self.spawn(async move {
+            while !session.is_lost() {
+                match inner.delete_nodes(&session, &paths, &by_uuid).await {
+                    Ok(()) => break,
+                    Err(error @ crate::Error::Refused { .. }) => {
+                        tracing::warn!(%error, "dlock: ZooKeeper refused to delete a lock node; it goes with its session");
+                        break;
+                    }
+                    Err(error) => {
+                        tracing::debug!(%error, "dlock: ZooKeeper node delete failed; retrying");
+                        tokio::time::sleep(RETRY_DELETE).await;
+                    }
+                }
+            }
+            if end_use {
+                inner.end_use(&session);
+            }
+        });
+    }
+
+    async fn delete_nodes(
+        &self,
+        session: &Session,
+        paths: &[String],
+        by_uuid: &[(String, String)],
+    ) -> Result<()> {
+        for path in paths {
+            self.delete(session, path).await?;
+        }
+        for (dir, uuid) in by_uuid {
+            for child in self.children(session, dir).await? {
+                if keys::is_node_of(&child, uuid) {
+                    self.delete(session, &format!("{dir}/{child}")).await?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A release in flight: if it is dropped before ZooKeeper answered, or failed, the node is
+/// deleted in the background.
+struct Releasing {
+    inner: Arc<Inner>,
+    session: Arc<Session>,
+    path: Option<String>,
+}
+
+impl Drop for Releasing {
+    fn drop(&mut self) {
+        let paths = self.path.take().into_iter().collect();
+        self.inner
+            .finish_nodes(Arc::clone(&self.session), paths, Vec::new(), true);
+    }
+}

@@ -1,0 +1,250 @@
+//! Sessions: one ZooKeeper session per requested ttl (one per Locker in practice), shared by
+//! every lock node of one backend with that ttl. The session *is* the lease: the client pings
+//! while it lives, and the server deletes the session's ephemeral nodes when it expires.
+//!
+//! The server grants a session timeout within its `[minSessionTimeout, maxSessionTimeout]`
+//! (by default 2 and 20 ticks). A lock's ttl is the shorter of asked and granted. A session
+//! no lock uses stays open for one ttl, for the next lock, and is then closed.
+//!
+//! A session's state: `Disconnected` is uncertain (the server may still keep the session; the
+//! Locker's local deadline keeps running until a renewal gets through again); `Expired`,
+//! `Closed` and `AuthFailed` end it, and every grant on it is reported lost at once.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
+use std::time::Duration;
+
+use tokio::sync::broadcast;
+use tokio_util::sync::CancellationToken;
+use zookeeper_client::{Client, SessionState, StateWatcher};
+
+use super::config::ZkUrl;
+use crate::Result;
+use crate::error::LostReason;
+use crate::lease::{LostLease, OwnerId};
+
+/// How long, in ttls of its own, a session no lock uses stays open for the next lock.
+pub(super) const IDLE_LINGER: u32 = 1;
+
+/// One ZooKeeper session.
+#[derive(Debug)]
+pub(super) struct Session {
+    pub(super) client: Client,
+    /// The session id: the `ephemeralOwner` of every node it creates.
+    pub(super) id: i64,
+    /// The ttl the locks on it asked for.
+    pub(super) ttl: Duration,
+    /// The session timeout the server granted.
+    pub(super) negotiated: Duration,
+    /// Lock nodes (held, queued, or being deleted) on the session. Changed only under
+    /// [`Sessions`]' map lock.
+    users: AtomicUsize,
+    /// The owners of the grants on it, to report when the session ends.
+    grants: Mutex<HashSet<OwnerId>>,
+    lost: CancellationToken,
+    reason: OnceLock<String>,
+}
+
+impl Session {
+    /// The ttl every lock on this session really has: the shorter of asked and granted.
+    pub(super) fn effective_ttl(&self) -> Duration {
+        self.ttl.min(self.negotiated)
+    }
+
+    pub(super) fn is_lost(&self) -> bool {
+        self.lost.is_cancelled()
+    }
+
+    /// Resolves when the session has ended.
+    pub(super) async fn lost(&self) {
+        self.lost.cancelled().await;
+    }
+
+    /// Why the session ended.
+    pub(super) fn lost_reason(&self) -> String {
+        self.reason
+            .get()
+            .cloned()
+            .unwrap_or_else(|| format!("ZooKeeper session {:#x} ended", self.id))
+    }
+
+    /// Records the end of the session; returns the grants that were on it (once).
+    pub(super) fn mark_lost(&self, reason: impl Into<String>) -> Vec<OwnerId> {
+        let _ = self.reason.set(reason.into());
+        self.lost.cancel();
+        self.grants().drain().collect()
+    }
+
+    fn grants(&self) -> MutexGuard<'_, HashSet<OwnerId>> {
+        self.grants.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Records a grant on the session, to be reported lost if the session ends.
+    pub(super) fn add_grant(&self, owner: &OwnerId) {
+        if !self.is_lost() {
+            self.grants().insert(owner.clone());
+        }
+    }
+
+    /// Forgets a grant given up.
+    pub(super) fn remove_grant(&self, owner: &OwnerId) {
+        self.grants().remove(owner);
+    }
+}
+
+/// The open sessions of one backend, by requested ttl.
+pub(super) struct Sessions {
+    url: ZkUrl,
+    timeout: Duration,
+    live: Mutex<HashMap<Duration, Arc<Session>>>,
+    /// Serialises connects, so concurrent first acquires with one ttl share one session.
+    connecting: tokio::sync::Mutex<()>,
+    /// Where the ends of sessions are reported, as lost grants.
+    losses: broadcast::Sender<LostLease>,
+    /// Stops every session's state watcher (the backend was dropped).
+    shutdown: CancellationToken,
+}
+
+impl std::fmt::Debug for Sessions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sessions")
+            .field("url", &self.url)
+            .field("live", &self.live().keys().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Sessions {
+    pub(super) fn new(url: ZkUrl, timeout: Duration) -> Self {
+        Self {
+            url,
+            timeout,
+            live: Mutex::default(),
+            connecting: tokio::sync::Mutex::new(()),
+            losses: broadcast::channel(1024).0,
+            shutdown: CancellationToken::new(),
+        }
+    }
+
+    fn live(&self) -> MutexGuard<'_, HashMap<Duration, Arc<Session>>> {
+        self.live.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A receiver of the grants lost with their session.
+    pub(super) fn losses(&self) -> broadcast::Receiver<LostLease> {
+        self.losses.subscribe()
+    }
+
+    fn reuse(&self, ttl: Duration) -> Option<Arc<Session>> {
+        let live = self.live();
+        let session = live.get(&ttl).filter(|s| !s.is_lost())?;
+        session.users.fetch_add(1, Ordering::SeqCst);
+        Some(Arc::clone(session))
+    }
+
+    /// A session for `ttl` with one more user: the open one, or a new one.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Unavailable`](crate::Error::Unavailable) /
+    /// [`Error::Timeout`](crate::Error::Timeout) when no server answers within the operation
+    /// timeout; [`Error::Refused`](crate::Error::Refused) for refused credentials.
+    pub(super) async fn checkout(&self, ttl: Duration) -> Result<Arc<Session>> {
+        if let Some(session) = self.reuse(ttl) {
+            return Ok(session);
+        }
+        let _connecting = self.connecting.lock().await;
+        if let Some(session) = self.reuse(ttl) {
+            return Ok(session);
+        }
+        let client = self.url.session(ttl, self.timeout).await?;
+        let session = Arc::new(Session {
+            id: client.session_id().0,
+            negotiated: client.session_timeout(),
+            ttl,
+            users: AtomicUsize::new(1),
+            grants: Mutex::default(),
+            lost: CancellationToken::new(),
+            reason: OnceLock::new(),
+            client,
+        });
+        tracing::debug!(session = %format!("{:#x}", session.id), ?ttl, negotiated = ?session.negotiated, "dlock: ZooKeeper session opened");
+        tokio::spawn(watch_state(
+            Arc::downgrade(&session),
+            session.client.state_watcher(),
+            self.losses.clone(),
+            self.shutdown.clone(),
+        ));
+        if let Some(old) = self.live().insert(ttl, Arc::clone(&session)) {
+            old.mark_lost("replaced"); // a lost one: nothing to report any more
+        }
+        Ok(session)
+    }
+
+    /// One user of `session` is done. Returns `true` if it was the last: the session stays
+    /// open, idle, for [`IDLE_LINGER`] ttls (the caller then calls
+    /// [`close_if_idle`](Self::close_if_idle)).
+    pub(super) fn checkin(&self, session: &Arc<Session>) -> bool {
+        let _live = self.live(); // `reuse` counts users up under this lock
+        session.users.fetch_sub(1, Ordering::SeqCst) == 1 && !session.is_lost()
+    }
+
+    /// Closes `session` if it is still idle: out of the map, so its last handle goes (the
+    /// client closes the session when its last handle is dropped).
+    pub(super) fn close_if_idle(&self, session: &Arc<Session>) {
+        let mut live = self.live();
+        if session.users.load(Ordering::SeqCst) == 0
+            && live
+                .get(&session.ttl)
+                .is_some_and(|s| Arc::ptr_eq(s, session))
+        {
+            live.remove(&session.ttl);
+        }
+    }
+
+    /// Closes every session (the backend is dropped): the server deletes their nodes at once.
+    pub(super) fn shut_down(&self) {
+        self.shutdown.cancel();
+        for (_, session) in self.live().drain() {
+            let _ = session.mark_lost("the ZooKeeper backend was dropped");
+        }
+    }
+}
+
+/// Follows a session's state until it ends: then marks it lost, takes it out of use, and
+/// reports every grant on it.
+async fn watch_state(
+    session: Weak<Session>,
+    mut states: StateWatcher,
+    losses: broadcast::Sender<LostLease>,
+    shutdown: CancellationToken,
+) {
+    let ended = loop {
+        let state = tokio::select! {
+            () = shutdown.cancelled() => return,
+            state = states.changed() => state,
+        };
+        let Some(live) = session.upgrade() else {
+            return; // closed: nobody to tell
+        };
+        match state {
+            SessionState::Expired | SessionState::Closed | SessionState::AuthFailed => {
+                break (live, state);
+            }
+            state => {
+                tracing::debug!(session = %format!("{:#x}", live.id), ?state, "dlock: ZooKeeper session state");
+            }
+        }
+    };
+    let (session, state) = ended;
+    let reason = format!("ZooKeeper session {:#x} {state:?}", session.id);
+    tracing::warn!(session = %format!("{:#x}", session.id), ?state, "dlock: ZooKeeper session ended; its locks are lost");
+    let owners = session.mark_lost(reason.clone());
+    for owner in owners {
+        let _ = losses.send(LostLease {
+            owner,
+            reason: LostReason::SessionLost(reason.clone()),
+        });
+    }
+}

@@ -1,0 +1,73 @@
+//! The conformance suite against real ZooKeeper: a standalone server, and a 3-server ensemble,
+//! each started by the harness for the test and stopped after it.
+//!
+//! The harness runs ZooKeeper with `tickTime=500` and session timeouts from 1 s: the timing
+//! scenarios run with a 2 s ttl (the session timeout the server grants). The server expires a
+//! crashed client's session at the first tick after its timeout.
+
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use dlock_core::backend::{BackendUrl, ZooKeeperBackend};
+use dlock_core::conformance::{Expectations, Target};
+use dlock_core::harness::{ZkEnsemble, ZkServer};
+
+const TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A target whose clients are new `ZooKeeperBackend`s (a Locker each: its own sessions and
+/// watches) on `url`, keeping `server` alive as long as the target. The queue probe counts the
+/// waiters of every client made so far.
+async fn target<S: Send + Sync + 'static>(server: S, url: String) -> Target<ZooKeeperBackend> {
+    let server = Arc::new(server);
+    let url = BackendUrl::parse(&url).expect("harness URL");
+    let probe = ZooKeeperBackend::connect(&url, TIMEOUT)
+        .await
+        .expect("connect");
+    let expect = Expectations::of(&probe)
+        .ttl(Duration::from_secs(2))
+        .slack(Duration::from_millis(800))
+        // The session expires at the first tick (500 ms) after its timeout.
+        .expiry_lag(Duration::from_millis(500));
+    let clients: Arc<Mutex<Vec<Weak<ZooKeeperBackend>>>> = Arc::default();
+    let counted = Arc::clone(&clients);
+    Target::new(
+        move || {
+            let (url, server, clients) = (url.clone(), Arc::clone(&server), Arc::clone(&clients));
+            async move {
+                let _alive = server;
+                let client = Arc::new(
+                    ZooKeeperBackend::connect(&url, TIMEOUT)
+                        .await
+                        .expect("connect"),
+                );
+                clients.lock().unwrap().push(Arc::downgrade(&client));
+                client
+            }
+        },
+        expect,
+    )
+    .with_queue_probe(move |key| {
+        counted
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(Weak::upgrade)
+            .map(|client| client.waiters(key))
+            .sum()
+    })
+}
+
+async fn single() -> Target<ZooKeeperBackend> {
+    let server = ZkServer::start().await.expect("zookeeper");
+    let url = server.url();
+    target(server, url).await
+}
+
+async fn ensemble() -> Target<ZooKeeperBackend> {
+    let ensemble = ZkEnsemble::start(3).await.expect("zookeeper ensemble");
+    let url = ensemble.url();
+    target(ensemble, url).await
+}
+
+dlock_core::conformance_tests!(zk_single, single());
+dlock_core::conformance_tests!(zk_ensemble, ensemble());
