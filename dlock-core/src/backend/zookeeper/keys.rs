@@ -306,15 +306,16 @@ mod tests {
 
     #[test]
     fn sequences_sort_as_text_like_curator() {
-        // Past i32::MAX ZooKeeper prints 19 digits: Curator compares the text, and so do we.
-        let late = format!(
-            "{}{}",
-            node_prefix(A, NodeKind::Mutex),
-            "0000000002147483648"
-        );
+        // Past i32::MAX ZooKeeper prints 19 digits. Curator compares the text (so such a node
+        // sorts before `0000000005`), and so must dlock, or the two would disagree on who holds.
+        let late = format!("{}0000000002147483648", node_prefix(A, NodeKind::Mutex));
         let early = node(B, NodeKind::Mutex, 5);
-        let children = vec![late.clone(), early.clone()];
-        assert_eq!(standing(&children, &early, false), Standing::Holds);
+        let children = vec![early.clone(), late.clone()];
+        assert_eq!(standing(&children, &late, false), Standing::Holds);
+        assert_eq!(
+            standing(&children, &early, false),
+            Standing::Waits { watch: late }
+        );
     }
 
     #[test]
