@@ -16,9 +16,13 @@
 //! [`resume`](RedisServer::resume) (`SIGCONT`), [`kill`](RedisServer::kill) (`SIGKILL`) and
 //! [`restart`](RedisServer::restart) (same ports, same data directory) its process.
 //!
+//! Peer clients that share a backend's layout run as real processes too: [`Curator`] (Apache
+//! Curator's lock recipes, in a JVM).
+//!
 //! A missing binary is an error ([`HarnessError::MissingBinary`]) that names
 //! `scripts/install-test-deps.sh`, never a silent skip.
 
+mod curator;
 mod error;
 mod etcd;
 mod ports;
@@ -29,6 +33,7 @@ mod redis_cluster;
 mod wire;
 mod zookeeper;
 
+pub use curator::Curator;
 pub use error::HarnessError;
 pub use etcd::{EtcdCluster, EtcdServer};
 pub use postgres::PostgresServer;

@@ -1,0 +1,261 @@
+//! A real Apache Curator client, for interop tests: a small Java program, compiled with `javac`
+//! against Debian's Curator jars (`libcurator-recipes-java`), that takes and gives back
+//! Curator locks on command.
+//!
+//! Commands go to its stdin one per line; it answers on stdout:
+//!
+//! | command | answer |
+//! |---|---|
+//! | `acquire <id> mutex <path>` | `acquired <id>` once `InterProcessMutex(path)` is held |
+//! | `acquire <id> read <path>` / `write <path>` | the same, for `InterProcessReadWriteLock(path)` |
+//! | `acquire <id> sem <n> <path>` | the same, for a lease of `InterProcessSemaphoreV2(path, n)` |
+//! | `release <id>` | `released <id>` |
+//!
+//! Each lock is taken and given back by a thread of its own (Curator's mutexes belong to the
+//! thread that took them), so one driver holds and awaits many locks at once. Errors are
+//! answered `error <id> <what>`.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
+use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+use tokio::sync::OnceCell;
+
+use super::process::find_binary;
+use super::{HarnessError, Result};
+
+/// Debian's Curator 5 and what its lock recipes load (`libcurator-recipes-java` installs them).
+const CLASSPATH: [&str; 8] = [
+    "/usr/share/java/curator-recipes.jar",
+    "/usr/share/java/curator-framework.jar",
+    "/usr/share/java/curator-client.jar",
+    "/usr/share/java/zookeeper.jar",
+    "/usr/share/java/zookeeper-jute.jar",
+    "/usr/share/java/guava.jar",
+    "/usr/share/java/slf4j-api.jar",
+    "/usr/share/java/slf4j-nop.jar",
+];
+
+/// How long the JVM may take to start and connect.
+const START_TIMEOUT: Duration = Duration::from_secs(60);
+
+const DRIVER: &str = r#"
+import java.io.*;
+import java.util.Map;
+import java.util.concurrent.*;
+import org.apache.curator.framework.CuratorFramework;
+import org.apache.curator.framework.CuratorFrameworkFactory;
+import org.apache.curator.framework.recipes.locks.*;
+import org.apache.curator.retry.RetryOneTime;
+
+public class CuratorDriver {
+    static synchronized void say(String line) { System.out.println(line); System.out.flush(); }
+
+    interface Unlock { void run() throws Exception; }
+
+    public static void main(String[] args) throws Exception {
+        CuratorFramework client = CuratorFrameworkFactory.builder()
+            .connectString(args[0]).sessionTimeoutMs(10000).connectionTimeoutMs(10000)
+            .retryPolicy(new RetryOneTime(100)).build();
+        client.start();
+        client.blockUntilConnected();
+        Map<String, CountDownLatch> releases = new ConcurrentHashMap<>();
+        BufferedReader in = new BufferedReader(new InputStreamReader(System.in));
+        say("ready");
+        String line;
+        while ((line = in.readLine()) != null) {
+            String[] w = line.trim().split(" ");
+            if (w[0].equals("acquire")) {
+                String id = w[1];
+                CountDownLatch release = new CountDownLatch(1);
+                releases.put(id, release);
+                new Thread(() -> {
+                    try {
+                        Unlock unlock;
+                        switch (w[2]) {
+                            case "mutex": {
+                                InterProcessMutex m = new InterProcessMutex(client, w[3]);
+                                m.acquire();
+                                unlock = m::release;
+                                break;
+                            }
+                            case "read":
+                            case "write": {
+                                InterProcessReadWriteLock rw = new InterProcessReadWriteLock(client, w[3]);
+                                InterProcessMutex m = w[2].equals("read") ? rw.readLock() : rw.writeLock();
+                                m.acquire();
+                                unlock = m::release;
+                                break;
+                            }
+                            case "sem": {
+                                InterProcessSemaphoreV2 s = new InterProcessSemaphoreV2(client, w[4], Integer.parseInt(w[3]));
+                                Lease lease = s.acquire();
+                                unlock = () -> s.returnLease(lease);
+                                break;
+                            }
+                            default:
+                                say("error " + id + " unknown lock kind " + w[2]);
+                                return;
+                        }
+                        say("acquired " + id);
+                        release.await();
+                        unlock.run();
+                        say("released " + id);
+                    } catch (Exception e) {
+                        say("error " + id + " " + e);
+                    }
+                }).start();
+            } else if (w[0].equals("release")) {
+                CountDownLatch release = releases.remove(w[1]);
+                if (release == null) say("error " + w[1] + " not acquired"); else release.countDown();
+            }
+        }
+        client.close();
+        System.exit(0);
+    }
+}
+"#;
+
+/// The compiled driver: a directory holding `CuratorDriver.class`, made once per process.
+static COMPILED: OnceCell<PathBuf> = OnceCell::const_new();
+
+/// A running Curator client (a JVM), killed when dropped.
+#[derive(Debug)]
+pub struct Curator {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: Lines<BufReader<ChildStdout>>,
+}
+
+impl Curator {
+    /// Compiles the driver (once per process) and starts it against `connect_string`
+    /// (`host:port,...`), returning once its client is connected.
+    ///
+    /// # Errors
+    ///
+    /// [`HarnessError::MissingBinary`] when `java`, `javac` or a Curator jar is missing (the
+    /// hint names the install script); [`HarnessError::Startup`] when the driver does not
+    /// compile or connect.
+    pub async fn start(connect_string: &str) -> Result<Self> {
+        let java = find_binary("java")?;
+        let classes = COMPILED.get_or_try_init(compile).await?;
+        let classpath = format!("{}:{}", classes.display(), CLASSPATH.join(":"));
+        let mut child = Command::new(java)
+            .args(["-Xshare:auto", "-XX:TieredStopAtLevel=1", "-cp", &classpath])
+            .arg("CuratorDriver")
+            .arg(connect_string)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()?;
+        let stdin = child.stdin.take().ok_or_else(|| io("no stdin"))?;
+        let stdout = BufReader::new(child.stdout.take().ok_or_else(|| io("no stdout"))?).lines();
+        let mut curator = Self {
+            child,
+            stdin,
+            stdout,
+        };
+        match curator.next_line(START_TIMEOUT).await {
+            Some(line) if line == "ready" => Ok(curator),
+            other => Err(HarnessError::Startup {
+                server: format!("Curator driver for {connect_string}"),
+                reason: format!("said {other:?} instead of `ready`"),
+                log_tail: String::new(),
+            }),
+        }
+    }
+
+    /// Sends one command line.
+    ///
+    /// # Errors
+    ///
+    /// [`HarnessError::Io`] if the driver is gone.
+    pub async fn send(&mut self, command: &str) -> Result<()> {
+        self.stdin
+            .write_all(format!("{command}\n").as_bytes())
+            .await?;
+        self.stdin.flush().await?;
+        Ok(())
+    }
+
+    /// The next line the driver says, or `None` if it says nothing within `within` (or exited).
+    pub async fn next_line(&mut self, within: Duration) -> Option<String> {
+        tokio::time::timeout(within, self.stdout.next_line())
+            .await
+            .ok()
+            .and_then(|line| line.ok().flatten())
+    }
+
+    /// Kills the JVM (as a crash: its session lives until it expires).
+    ///
+    /// # Errors
+    ///
+    /// [`HarnessError::Io`] if the signal cannot be sent.
+    pub async fn kill(&mut self) -> Result<()> {
+        self.child.kill().await?;
+        Ok(())
+    }
+}
+
+fn io(what: &str) -> HarnessError {
+    HarnessError::Io(std::io::Error::other(what.to_owned()))
+}
+
+/// The compiled driver, in one directory per version of its source under the system's temp
+/// directory: compiled by the first test process that needs it (in a directory of its own,
+/// then renamed into place), reused by the others.
+async fn compile() -> Result<PathBuf> {
+    let version = DRIVER
+        .bytes()
+        .fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| {
+            (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+        });
+    let target = std::env::temp_dir().join(format!("dlock-curator-driver-{version:016x}"));
+    if target.join("CuratorDriver.class").is_file() {
+        return Ok(target);
+    }
+    let javac = find_binary("javac")?;
+    for jar in CLASSPATH {
+        if !Path::new(jar).is_file() {
+            return Err(HarnessError::MissingBinary {
+                binary: jar.to_owned(),
+                hint: format!(
+                    "{jar} is missing (Debian packages `libcurator-recipes-java`, `libslf4j-java`): {}",
+                    super::error::INSTALL_HINT
+                ),
+            });
+        }
+    }
+    let scratch = tempfile::Builder::new()
+        .prefix("dlock-curator-")
+        .tempdir()?;
+    let dir = scratch.path();
+    std::fs::write(dir.join("CuratorDriver.java"), DRIVER)?;
+    let output = Command::new(javac)
+        .arg("-cp")
+        .arg(CLASSPATH.join(":"))
+        .arg("-d")
+        .arg(dir)
+        .arg(dir.join("CuratorDriver.java"))
+        .output()
+        .await?;
+    if !output.status.success() {
+        return Err(HarnessError::Startup {
+            server: "javac CuratorDriver.java".to_owned(),
+            reason: format!("exited with {}", output.status),
+            log_tail: String::from_utf8_lossy(&output.stderr).into_owned(),
+        });
+    }
+    // Another process may have put its copy in place first: either is the same.
+    let compiled = scratch.keep();
+    if std::fs::rename(&compiled, &target).is_err() {
+        let _ = std::fs::remove_dir_all(&compiled);
+        if !target.join("CuratorDriver.class").is_file() {
+            return Err(io("cannot put the compiled Curator driver in place"));
+        }
+    }
+    Ok(target)
+}

@@ -1,0 +1,244 @@
+//! dlock and real Apache Curator 5 (Debian's `libcurator-recipes-java`, driven by a small
+//! Java program the harness compiles with `javac`) on the same ZooKeeper paths: each waits
+//! for the other's `InterProcessMutex`, `InterProcessReadWriteLock` and
+//! `InterProcessSemaphoreV2`.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use dlock_core::harness::{Curator, ZkServer};
+use dlock_core::{DlockConfig, Error, Locker};
+use tokio::sync::mpsc;
+
+/// How long the other side is given to show that it does not get in.
+const NOT_YET: Duration = Duration::from_millis(500);
+/// A bound on anything that must happen (never reached when things work).
+const SURELY: Duration = Duration::from_secs(20);
+
+/// A standalone server, a Locker on it whose keys are the paths themselves (no prefix), and a
+/// Curator client.
+async fn setup() -> (ZkServer, Locker, Curator) {
+    let server = ZkServer::start().await.expect("zookeeper");
+    let config = DlockConfig {
+        backend: dlock_core::BackendSpec::Url(server.url()),
+        key_prefix: String::new(),
+        ttl: Duration::from_secs(10),
+        ..DlockConfig::default()
+    };
+    let locker = Locker::connect(&config).await.expect("connect");
+    let curator = Curator::start(&server.connect_string())
+        .await
+        .expect("Curator driver");
+    (server, locker, curator)
+}
+
+async fn said(curator: &mut Curator, expected: &str) {
+    let line = curator.next_line(SURELY).await;
+    assert_eq!(line.as_deref(), Some(expected), "Curator's answer");
+}
+
+async fn silent(curator: &mut Curator) {
+    let line = curator.next_line(NOT_YET).await;
+    assert_eq!(line, None, "Curator got in while dlock held the lock");
+}
+
+async fn send(curator: &mut Curator, command: &str) {
+    curator.send(command).await.expect("Curator driver alive");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dlock_and_curators_mutex_wait_for_each_other() {
+    let (_server, locker, mut curator) = setup().await;
+    let key = "interop/mutex";
+
+    send(&mut curator, "acquire c1 mutex /interop/mutex").await;
+    said(&mut curator, "acquired c1").await;
+    let busy = locker.lock(key).wait(NOT_YET).await;
+    assert!(matches!(busy, Err(Error::Busy { .. })), "{busy:?}");
+    let waiter = {
+        let locker = locker.clone();
+        tokio::spawn(async move { locker.lock(key).wait(SURELY).await })
+    };
+    send(&mut curator, "release c1").await;
+    said(&mut curator, "released c1").await;
+    let released = Instant::now();
+    let guard = waiter
+        .await
+        .unwrap()
+        .expect("dlock gets the lock Curator gave back");
+    println!(
+        "dlock got the mutex {:?} after Curator released it",
+        released.elapsed()
+    );
+
+    send(&mut curator, "acquire c2 mutex /interop/mutex").await;
+    silent(&mut curator).await;
+    guard.release().await.expect("release");
+    said(&mut curator, "acquired c2").await;
+    send(&mut curator, "release c2").await;
+    said(&mut curator, "released c2").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dlock_and_curators_read_write_lock_share_reads_and_exclude_writes() {
+    let (_server, locker, mut curator) = setup().await;
+    let key = "interop/rw";
+
+    // A Curator reader and a dlock reader hold together.
+    send(&mut curator, "acquire r1 read /interop/rw").await;
+    said(&mut curator, "acquired r1").await;
+    let reader = locker
+        .read_lock(key)
+        .wait(SURELY)
+        .await
+        .expect("a dlock reader next to a Curator reader");
+    reader.release().await.expect("release");
+    send(&mut curator, "release r1").await;
+    said(&mut curator, "released r1").await;
+
+    // A Curator writer excludes dlock readers.
+    send(&mut curator, "acquire w1 write /interop/rw").await;
+    said(&mut curator, "acquired w1").await;
+    let busy = locker.read_lock(key).wait(NOT_YET).await;
+    assert!(matches!(busy, Err(Error::Busy { .. })), "{busy:?}");
+    let waiter = {
+        let locker = locker.clone();
+        tokio::spawn(async move { locker.write_lock(key).wait(SURELY).await })
+    };
+    send(&mut curator, "release w1").await;
+    said(&mut curator, "released w1").await;
+
+    // A dlock writer excludes Curator readers.
+    let writer = waiter.await.unwrap().expect("dlock writer after Curator's");
+    send(&mut curator, "acquire r2 read /interop/rw").await;
+    silent(&mut curator).await;
+    writer.release().await.expect("release");
+    said(&mut curator, "acquired r2").await;
+    send(&mut curator, "release r2").await;
+    said(&mut curator, "released r2").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dlock_and_curators_semaphore_share_two_permits() {
+    let (_server, locker, mut curator) = setup().await;
+    let key = "interop/semaphore";
+
+    send(&mut curator, "acquire s1 sem 2 /interop/semaphore").await;
+    said(&mut curator, "acquired s1").await;
+    send(&mut curator, "acquire s2 sem 2 /interop/semaphore").await;
+    said(&mut curator, "acquired s2").await;
+    let busy = locker.semaphore(key, 2).wait(NOT_YET).await;
+    assert!(matches!(busy, Err(Error::Busy { .. })), "{busy:?}");
+    let waiter = {
+        let locker = locker.clone();
+        tokio::spawn(async move { locker.semaphore(key, 2).wait(SURELY).await })
+    };
+    send(&mut curator, "release s1").await;
+    said(&mut curator, "released s1").await;
+    let permit = waiter
+        .await
+        .unwrap()
+        .expect("dlock's permit after Curator's");
+
+    // Curator's s2 and dlock's permit are out: a third waits.
+    send(&mut curator, "acquire s3 sem 2 /interop/semaphore").await;
+    silent(&mut curator).await;
+    permit.release().await.expect("release");
+    said(&mut curator, "acquired s3").await;
+    for id in ["s2", "s3"] {
+        send(&mut curator, &format!("release {id}")).await;
+        said(&mut curator, &format!("released {id}")).await;
+    }
+}
+
+/// Inside a shared section, counted under a local mutex: (now, most).
+#[derive(Default)]
+struct Occupancy(Mutex<(usize, usize)>);
+
+impl Occupancy {
+    fn enter(&self) {
+        let mut counts = self.0.lock().unwrap();
+        counts.0 += 1;
+        counts.1 = counts.1.max(counts.0);
+    }
+    fn leave(&self) {
+        self.0.lock().unwrap().0 -= 1;
+    }
+    fn most(&self) -> usize {
+        self.0.lock().unwrap().1
+    }
+}
+
+/// Three Curator holders and three dlock tasks take permits of one semaphore of 2, four times
+/// each, holding each for 30 ms. A permit is counted from when its holder learns it has it
+/// until just before it gives it back — within the real holding time — so more than 2 inside
+/// is a real overcommit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_semaphore_shared_by_curator_and_dlock_never_exceeds_its_limit() {
+    const ROUNDS: usize = 4;
+    const HOLD: Duration = Duration::from_millis(30);
+    let (_server, locker, mut curator) = setup().await;
+    let key = "interop/shared-semaphore";
+    let occupancy = Arc::new(Occupancy::default());
+
+    let mut dlock_tasks = Vec::new();
+    for _ in 0..3 {
+        let (locker, occupancy) = (locker.clone(), Arc::clone(&occupancy));
+        dlock_tasks.push(tokio::spawn(async move {
+            for _ in 0..ROUNDS {
+                let permit = locker.semaphore(key, 2).wait(SURELY).await.expect("permit");
+                occupancy.enter();
+                tokio::time::sleep(HOLD).await;
+                occupancy.leave();
+                permit.release().await.expect("release");
+            }
+        }));
+    }
+
+    // Curator's side: each of c0..c2 acquires, holds for HOLD (a timer task), releases, again.
+    let (done_tx, mut done_rx) = mpsc::unbounded_channel::<String>();
+    let mut rounds_left = [ROUNDS; 3];
+    for id in 0..3 {
+        send(&mut curator, &format!("acquire c{id} sem 2 /{key}")).await;
+    }
+    let mut finished = 0;
+    while finished < 3 {
+        tokio::select! {
+            line = curator.next_line(SURELY) => {
+                let line = line.expect("Curator answers");
+                let (what, id) = line.split_once(' ').expect("`<what> <id>`");
+                let index: usize = id[1..].parse().expect("c<n>");
+                match what {
+                    "acquired" => {
+                        occupancy.enter();
+                        let (occupancy, done_tx, id) = (Arc::clone(&occupancy), done_tx.clone(), id.to_owned());
+                        tokio::spawn(async move {
+                            tokio::time::sleep(HOLD).await;
+                            occupancy.leave();
+                            let _ = done_tx.send(id);
+                        });
+                    }
+                    "released" => {
+                        rounds_left[index] -= 1;
+                        if rounds_left[index] == 0 {
+                            finished += 1;
+                        } else {
+                            send(&mut curator, &format!("acquire {id} sem 2 /{key}")).await;
+                        }
+                    }
+                    _ => panic!("Curator: {line}"),
+                }
+            }
+            Some(id) = done_rx.recv() => send(&mut curator, &format!("release {id}")).await,
+        }
+    }
+    for task in dlock_tasks {
+        task.await.expect("dlock task");
+    }
+    assert!(
+        occupancy.most() <= 2,
+        "{} permits out at once",
+        occupancy.most()
+    );
+    assert_eq!(occupancy.most(), 2, "permits never overlapped");
+}
