@@ -1,8 +1,8 @@
-//! Fault tests with real processes, in every lock mode, on Redis (single server and Cluster)
-//! and etcd (3 members): a holder process is killed with SIGKILL — nothing released, no
-//! goodbye — and what it held frees at its ttl for the one waiting in this process; and the
-//! etcd leader is killed while a writer or readers hold and a writer waits, without a grant
-//! lost or given twice.
+//! Fault tests with real processes, in every lock mode, on Redis (single server and Cluster),
+//! etcd (3 members) and ZooKeeper (3 servers): a holder process is killed with SIGKILL —
+//! nothing released, no goodbye — and what it held frees at its ttl for the one waiting in
+//! this process; and the etcd or ZooKeeper leader is killed while a writer or readers hold and
+//! a writer waits, without a grant lost or given twice.
 //!
 //! The holder is this very test binary, run again with `DLOCK_TEST_HOLDER` set: its
 //! [`holder_process`] takes the lock, prints `HELD <token>` and waits to be killed.
@@ -12,7 +12,7 @@
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use dlock_core::harness::{EtcdCluster, RedisCluster, RedisServer};
+use dlock_core::harness::{EtcdCluster, RedisCluster, RedisServer, ZkEnsemble};
 use dlock_core::{DlockConfig, Error, LockMode, Locker};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
@@ -27,7 +27,8 @@ const KEY: &str = "payroll";
 const TTL: Duration = Duration::from_secs(3);
 
 /// How much later than its ttl a killed holder's lock may free: the backend's expiry
-/// granularity (etcd's lease checks run every 500 ms) and one re-check.
+/// granularity (etcd's lease checks run every 500 ms; ZooKeeper expires sessions at the tick,
+/// 500 ms in the harness) and one re-check.
 const EXPIRY_SLACK: Duration = Duration::from_millis(1500);
 
 async fn locker(url: &str, ttl: Duration) -> Locker {
@@ -237,14 +238,50 @@ async fn etcd_killed_reader_permit_holder_and_writer() {
     killed_writer_lets_the_next_in(&cluster.url()).await;
 }
 
-/// The etcd leader is killed while `holders` (one Locker each) hold [`KEY`] and a writer of
-/// another Locker waits: the holders keep their leases through the election (their guards are
-/// never lost, for two ttls after it), the writer gets nothing while they hold — nor does a
-/// reader that comes after it — and once they released, the writer gets the lock with a
-/// fencing token above all of theirs.
-async fn leader_killed_while_held(holders: &[LockMode]) {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zookeeper_killed_reader_permit_holder_and_writer() {
+    let ensemble = ZkEnsemble::start(3).await.expect("zookeeper ensemble");
+    killed_reader_lets_the_writer_in(&ensemble.url()).await;
+    killed_permit_holder_frees_its_permit(&ensemble.url()).await;
+    killed_writer_lets_the_next_in(&ensemble.url()).await;
+}
+
+/// A replicated lock service whose leader a test can kill.
+trait Ensemble {
+    fn url(&self) -> String;
+    /// Kills the leader and waits for a new one; returns (old, new) member indexes.
+    async fn kill_leader(&self) -> (usize, usize);
+}
+
+impl Ensemble for EtcdCluster {
+    fn url(&self) -> String {
+        Self::url(self)
+    }
+    async fn kill_leader(&self) -> (usize, usize) {
+        let old = self.leader().await.expect("leader");
+        self.member(old).kill().await.expect("kill leader");
+        (old, self.leader().await.expect("a new leader"))
+    }
+}
+
+impl Ensemble for ZkEnsemble {
+    fn url(&self) -> String {
+        Self::url(self)
+    }
+    async fn kill_leader(&self) -> (usize, usize) {
+        let old = self.leader().await.expect("leader");
+        self.member(old).kill().await.expect("kill leader");
+        (old, self.leader().await.expect("a new leader"))
+    }
+}
+
+/// The leader of `cluster` is killed while `holders` (one Locker each) hold [`KEY`] and a
+/// writer of another Locker waits: the holders keep their leases through the election (their
+/// guards are never lost, for two ttls after it), the writer gets nothing while they hold —
+/// nor does a reader that comes after it — and once they released, the writer gets the lock
+/// with a fencing token above all of theirs.
+async fn leader_killed_while_held(cluster: &impl Ensemble, holders: &[LockMode]) {
     let ttl = Duration::from_secs(6);
-    let cluster = EtcdCluster::start(3).await.expect("etcd cluster");
     let mut guards = Vec::new();
     for mode in holders {
         let holder = locker(&cluster.url(), ttl).await;
@@ -252,7 +289,7 @@ async fn leader_killed_while_held(holders: &[LockMode]) {
     }
     let tokens: Vec<u64> = guards
         .iter()
-        .map(|guard| guard.fencing_token().expect("etcd tokens"))
+        .map(|guard| guard.fencing_token().expect("durable tokens"))
         .collect();
     let writer = locker(&cluster.url(), ttl).await;
     let waiting = spawn_waiter(&writer, LockMode::Exclusive);
@@ -274,14 +311,8 @@ async fn leader_killed_while_held(holders: &[LockMode]) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 
-    let old_leader = cluster.leader().await.expect("leader");
-    cluster
-        .member(old_leader)
-        .kill()
-        .await
-        .expect("kill leader");
     let killed = Instant::now();
-    let new_leader = cluster.leader().await.expect("a new leader");
+    let (old_leader, new_leader) = cluster.kill_leader().await;
     assert_ne!(new_leader, old_leader);
     println!("new leader elected {:?} after the kill", killed.elapsed());
     let hold_until = Instant::now() + ttl * 2;
@@ -315,7 +346,7 @@ async fn leader_killed_while_held(holders: &[LockMode]) {
         "writer granted {:?} after the last holder left",
         at - released
     );
-    let token = guard.fencing_token().expect("etcd tokens");
+    let token = guard.fencing_token().expect("durable tokens");
     assert!(
         tokens.iter().all(|held| token > *held),
         "the writer's token {token} is not above the holders' {tokens:?}"
@@ -325,10 +356,24 @@ async fn leader_killed_while_held(holders: &[LockMode]) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn etcd_leader_killed_while_a_writer_holds_and_another_waits() {
-    leader_killed_while_held(&[LockMode::Exclusive]).await;
+    let cluster = EtcdCluster::start(3).await.expect("etcd cluster");
+    leader_killed_while_held(&cluster, &[LockMode::Exclusive]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn etcd_leader_killed_while_readers_hold_and_a_writer_waits() {
-    leader_killed_while_held(&[LockMode::Shared, LockMode::Shared]).await;
+    let cluster = EtcdCluster::start(3).await.expect("etcd cluster");
+    leader_killed_while_held(&cluster, &[LockMode::Shared, LockMode::Shared]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zookeeper_leader_killed_while_a_writer_holds_and_another_waits() {
+    let ensemble = ZkEnsemble::start(3).await.expect("zookeeper ensemble");
+    leader_killed_while_held(&ensemble, &[LockMode::Exclusive]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zookeeper_leader_killed_while_readers_hold_and_a_writer_waits() {
+    let ensemble = ZkEnsemble::start(3).await.expect("zookeeper ensemble");
+    leader_killed_while_held(&ensemble, &[LockMode::Shared, LockMode::Shared]).await;
 }
