@@ -247,10 +247,10 @@ async fn zookeeper_killed_reader_permit_holder_and_writer() {
 }
 
 /// A replicated lock service whose leader a test can kill.
-trait Ensemble {
+trait Ensemble: Sync {
     fn url(&self) -> String;
     /// Kills the leader and waits for a new one; returns (old, new) member indexes.
-    async fn kill_leader(&self) -> (usize, usize);
+    fn kill_leader(&self) -> impl Future<Output = (usize, usize)> + Send;
 }
 
 impl Ensemble for EtcdCluster {
