@@ -1,13 +1,14 @@
 //! Work under `#[distributed_lock]` whose whole client freezes past its lease — the only
 //! runtime thread blocked, as a GC pause, swap or SIGSTOP would freeze a process — is never
-//! resumed after the pause: the call returns `Error::LeaseLost`, on memory, Redis and etcd.
+//! resumed after the pause: the call returns `Error::LeaseLost`, on memory, Redis, etcd and
+//! ZooKeeper.
 //! (`guard.run` is the conformance scenario `paused_holder_never_resumes_its_work`; the tower
 //! layer has its own test in dlock-tower.)
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use dlock_core::harness::{EtcdServer, RedisServer};
+use dlock_core::harness::{EtcdServer, RedisServer, ZkServer};
 use dlock_core::{Error, Locker, distributed_lock};
 
 const TTL: Duration = Duration::from_secs(1);
@@ -52,5 +53,11 @@ async fn redis() {
 #[tokio::test(flavor = "current_thread")]
 async fn etcd() {
     let server = EtcdServer::start().await.unwrap();
+    assert_never_resumed(&Locker::connect_url(&server.url()).await.expect("connect")).await;
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn zookeeper() {
+    let server = ZkServer::start().await.unwrap();
     assert_never_resumed(&Locker::connect_url(&server.url()).await.expect("connect")).await;
 }

@@ -178,12 +178,23 @@ impl fmt::Display for BackendKind {
 ///     Err(err) => assert!(err.to_string().contains("needs the `etcd` feature"), "{err}"),
 /// }
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct BackendUrl {
     kind: BackendKind,
     url: String,
     /// What the URL says, parsed once.
     settings: Settings,
+}
+
+/// Shows the URL with its password redacted, like every error that names it.
+impl fmt::Debug for BackendUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BackendUrl")
+            .field("kind", &self.kind)
+            .field("url", &crate::backend_spec::redact(&self.url))
+            .field("settings", &self.settings)
+            .finish()
+    }
 }
 
 /// Two URLs are equal when they are written alike (their settings follow from the text).
@@ -363,6 +374,21 @@ mod tests {
                 "{url}: {err}"
             );
             assert!(err.contains(url), "{url}: {err}");
+        }
+    }
+
+    #[test]
+    fn debug_output_redacts_the_password() {
+        let url = BackendUrl::parse("memory://").unwrap();
+        assert!(format!("{url:?}").contains("memory://"));
+        #[cfg(feature = "redis")]
+        {
+            let url = BackendUrl::parse("redis://app:s3cret@127.0.0.1:6379/0").unwrap();
+            let shown = format!("{url:?}");
+            assert!(
+                !shown.contains("s3cret") && shown.contains("app"),
+                "{shown}"
+            );
         }
     }
 

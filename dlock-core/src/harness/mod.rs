@@ -17,7 +17,8 @@
 //! [`restart`](RedisServer::restart) (same ports, same data directory) its process.
 //!
 //! Peer clients that share a backend's layout run as real processes too: [`Curator`] (Apache
-//! Curator's lock recipes, in a JVM).
+//! Curator's lock recipes, in a JVM). A [`TcpProxy`] between a client and a server cuts the
+//! connection, or drops the server's replies, on command.
 //!
 //! A missing binary is an error ([`HarnessError::MissingBinary`]) that names
 //! `scripts/install-test-deps.sh`, never a silent skip.
@@ -28,6 +29,7 @@ mod etcd;
 mod ports;
 mod postgres;
 mod process;
+mod proxy;
 mod redis;
 mod redis_cluster;
 mod wire;
@@ -37,6 +39,7 @@ pub use curator::Curator;
 pub use error::HarnessError;
 pub use etcd::{EtcdCluster, EtcdServer};
 pub use postgres::PostgresServer;
+pub use proxy::{ProxyMode, TcpProxy};
 pub use redis::{RedisNodes, RedisServer};
 pub use redis_cluster::RedisCluster;
 pub use zookeeper::{ZkEnsemble, ZkServer};

@@ -1,0 +1,479 @@
+//! The ZooKeeper backend against real servers: the nodes it writes (Curator's names, nothing
+//! left behind, container parents), session timeouts inside the server's bounds, credentials
+//! and chroot, fencing tokens across a re-created parent, and faults — a create whose reply
+//! is lost, a connection cut past the session timeout (the holder stops before anyone else
+//! gets in, checked by fencing tokens at a resource), every server paused.
+//!
+//! Waiting for a condition polls it (with a limit); no assertion depends on a sleep being long
+//! enough.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use dlock_core::backend::{
+    AcquireOutcome, AcquireRequest, BackendUrl, LockBackend, OwnerId, ZooKeeperBackend,
+};
+use dlock_core::harness::{ProxyMode, TcpProxy, ZkEnsemble, ZkServer};
+use dlock_core::{BackendSpec, DlockConfig, Error, Locker, LostReason};
+use zookeeper_client::Client;
+
+const TIMEOUT: Duration = Duration::from_secs(2);
+
+async fn locker(url: &str, ttl: Duration) -> Locker {
+    let config = DlockConfig {
+        backend: BackendSpec::Url(url.to_owned()),
+        key_prefix: String::new(),
+        ttl,
+        operation_timeout: TIMEOUT,
+        ..DlockConfig::default()
+    };
+    Locker::connect(&config).await.expect("connect")
+}
+
+async fn raw(connect_string: &str) -> Client {
+    Client::connect(connect_string).await.expect("raw client")
+}
+
+async fn children(client: &Client, path: &str) -> Vec<String> {
+    match client.list_children(path).await {
+        Ok(children) => children,
+        Err(zookeeper_client::Error::NoNode) => Vec::new(),
+        Err(error) => panic!("list {path}: {error}"),
+    }
+}
+
+/// Polls `condition` every 20 ms for up to 15 s.
+async fn eventually<F: Future<Output = bool>>(what: &str, mut condition: impl FnMut() -> F) {
+    let give_up = Instant::now() + Duration::from_secs(15);
+    while !condition().await {
+        assert!(Instant::now() < give_up, "{what}: not within 15 s");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// `_c_<36-char uuid>-<lock name><10 digits>`, Curator's protected sequential name.
+fn is_curator_name(name: &str, lock_name: &str) -> bool {
+    let Some(rest) = name.strip_prefix("_c_") else {
+        return false;
+    };
+    let (uuid, rest) = rest.split_at(36.min(rest.len()));
+    let uuid_ok = uuid.len() == 36
+        && uuid.chars().enumerate().all(|(i, c)| {
+            if [8, 13, 18, 23].contains(&i) {
+                c == '-'
+            } else {
+                c.is_ascii_hexdigit()
+            }
+        });
+    let sequence = rest
+        .strip_prefix('-')
+        .and_then(|r| r.strip_prefix(lock_name));
+    uuid_ok && sequence.is_some_and(|s| s.len() == 10 && s.bytes().all(|b| b.is_ascii_digit()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_are_named_as_curator_names_them_and_nothing_is_left_behind() {
+    let server = ZkServer::start().await.expect("zookeeper");
+    let zk = raw(&server.connect_string()).await;
+    let locker = locker(&server.url(), Duration::from_secs(5)).await;
+
+    let mutex = locker.lock("layout/mutex").await.expect("lock");
+    let reader = locker.read_lock("layout/rw").await.expect("read");
+    let writer = locker.write_lock("layout/rw2").await.expect("write");
+    let permit = locker
+        .semaphore("layout/semaphore", 2)
+        .await
+        .expect("permit");
+    for (path, lock_name) in [
+        ("/layout/mutex", "lock-"),
+        ("/layout/rw", "__READ__"),
+        ("/layout/rw2", "__WRIT__"),
+        ("/layout/semaphore/leases", "lease-"),
+    ] {
+        let names = children(&zk, path).await;
+        assert!(
+            names.len() == 1 && is_curator_name(&names[0], lock_name),
+            "{path}: {names:?}"
+        );
+        let (_, stat) = zk
+            .get_data(&format!("{path}/{}", names[0]))
+            .await
+            .expect("the node");
+        assert_ne!(stat.ephemeral_owner, 0, "{path}: not ephemeral");
+    }
+    let lease = &children(&zk, "/layout/semaphore/leases").await[0];
+    let (data, _) = zk
+        .get_data(&format!("/layout/semaphore/leases/{lease}"))
+        .await
+        .unwrap();
+    assert_eq!(
+        data, b"dlock-permits=2",
+        "the limit is stored with the permit"
+    );
+    // The semaphore's mutex was given back: `locks` is empty (or already gone).
+    assert!(children(&zk, "/layout/semaphore/locks").await.is_empty());
+    let mut layout = children(&zk, "/layout/semaphore").await;
+    layout.sort();
+    assert!(
+        layout.iter().all(|c| c == "leases" || c == "locks"),
+        "nothing else under a lock path: {layout:?}"
+    );
+
+    for guard in [mutex, reader, writer, permit] {
+        guard.release().await.expect("release");
+    }
+    for path in [
+        "/layout/mutex",
+        "/layout/rw",
+        "/layout/rw2",
+        "/layout/semaphore/leases",
+    ] {
+        assert!(children(&zk, path).await.is_empty(), "{path} left behind");
+    }
+    // The parents are containers: ZooKeeper deletes them once empty.
+    eventually("the empty lock paths are deleted", || async {
+        children(&zk, "/layout").await.is_empty()
+    })
+    .await;
+}
+
+/// The server grants session timeouts between 2 and 20 ticks (1 s and 10 s in the harness):
+/// a longer ttl gets the maximum as its lease; a shorter one keeps its local deadline, but a
+/// crashed holder's lock frees only when the server expires the session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ttls_outside_the_servers_session_bounds() {
+    let server = ZkServer::start().await.expect("zookeeper");
+    let url = BackendUrl::parse(&server.url()).unwrap();
+    let backend = ZooKeeperBackend::connect(&url, TIMEOUT)
+        .await
+        .expect("connect");
+    let ask = |key: &str, ttl| AcquireRequest::new(key, OwnerId::random("ttl-test"), ttl);
+    let AcquireOutcome::Acquired(long) = backend
+        .acquire(&ask("ttl/long", Duration::from_secs(30)), None)
+        .await
+        .unwrap()
+    else {
+        panic!("free lock busy");
+    };
+    assert_eq!(
+        long.ttl,
+        Duration::from_secs(10),
+        "clamped to the server's maximum"
+    );
+    backend.release(&long).await.unwrap();
+
+    // A holder with a 300 ms ttl crashes (its runtime and client vanish without a word).
+    let short = Duration::from_millis(300);
+    let crashed_url = url.clone();
+    let granted = tokio::task::spawn_blocking(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async move {
+            let backend = ZooKeeperBackend::connect(&crashed_url, TIMEOUT)
+                .await
+                .unwrap();
+            let outcome = backend
+                .acquire(&ask("ttl/short", short), None)
+                .await
+                .unwrap();
+            let AcquireOutcome::Acquired(lease) = &outcome else {
+                panic!("free lock busy");
+            };
+            assert_eq!(lease.ttl, short, "a short ttl keeps its local deadline");
+            std::mem::forget(outcome);
+            std::mem::forget(backend);
+            Instant::now()
+        })
+    })
+    .await
+    .unwrap();
+    let waiter = locker(&server.url(), Duration::from_secs(5)).await;
+    let guard = waiter
+        .lock("ttl/short")
+        .wait(Duration::from_secs(10))
+        .await
+        .expect("freed when the session expires");
+    let freed = granted.elapsed();
+    println!("a crashed 300 ms holder freed its lock after {freed:?}");
+    assert!(
+        freed >= Duration::from_millis(900),
+        "freed after {freed:?}, before the server's minimum session timeout (1 s)"
+    );
+    guard.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chroot_and_digest_credentials_and_no_password_in_sight() {
+    let server = ZkServer::start().await.expect("zookeeper");
+    let url = format!("zk://app:s3cret@{}/tenants/a", server.connect_string());
+    let locker = locker(&url, Duration::from_secs(5)).await;
+    let guard = locker
+        .lock("jobs/nightly")
+        .await
+        .expect("lock under the chroot");
+    let zk = raw(&server.connect_string()).await;
+    assert_eq!(children(&zk, "/tenants/a/jobs/nightly").await.len(), 1);
+    for shown in [
+        format!("{locker:?}"),
+        format!("{:?}", BackendUrl::parse(&url).unwrap()),
+    ] {
+        assert!(!shown.contains("s3cret"), "password shown: {shown}");
+    }
+    guard.release().await.unwrap();
+
+    let closed = format!("zk://app:s3cret@127.0.0.1:{}/x", free_port());
+    let config = DlockConfig {
+        backend: BackendSpec::Url(closed),
+        operation_timeout: Duration::from_millis(500),
+        ..DlockConfig::default()
+    };
+    let started = Instant::now();
+    let error = Locker::connect(&config).await.expect_err("nobody listens");
+    assert!(
+        matches!(error, Error::Unavailable { .. } | Error::Timeout { .. }),
+        "{error:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "took {:?}",
+        started.elapsed()
+    );
+    assert!(!error.to_string().contains("s3cret"), "{error}");
+    assert!(!format!("{config:?}").contains("s3cret"));
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A lock path's container is deleted and made again (sequence numbers restart at 0): the
+/// token, the node's czxid, still increases.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_increase_across_a_recreated_lock_path() {
+    let server = ZkServer::start().await.expect("zookeeper");
+    let zk = raw(&server.connect_string()).await;
+    let locker = locker(&server.url(), Duration::from_secs(5)).await;
+    let first = locker.lock("fence/path").await.unwrap();
+    let token = first.fencing_token().expect("ZooKeeper issues tokens");
+    first.release().await.unwrap();
+    eventually("the lock path is gone", || async {
+        zk.check_stat("/fence/path").await.unwrap().is_none()
+    })
+    .await;
+    let second = locker.lock("fence/path").await.unwrap();
+    assert!(second.fencing_token().unwrap() > token);
+    second.release().await.unwrap();
+}
+
+/// The server applies a create but its reply is lost (the proxy drops replies, then cuts the
+/// connection): the client reconnects within its session, finds its node by its `_c_` uuid,
+/// and holds with exactly that one node. A waiting acquire whose create reply was lost and
+/// that is then cancelled leaves nothing either.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_create_reply_leaves_one_node_or_none() {
+    let server = ZkServer::start().await.expect("zookeeper");
+    let zk = raw(&server.connect_string()).await;
+    let proxy = TcpProxy::start(server.connect_string().parse().unwrap())
+        .await
+        .unwrap();
+    let config = DlockConfig {
+        backend: BackendSpec::Url(format!("zk://{}", proxy.address())),
+        key_prefix: String::new(),
+        ttl: Duration::from_secs(10),
+        operation_timeout: Duration::from_secs(8),
+        ..DlockConfig::default()
+    };
+    let client = Locker::connect(&config).await.expect("connect");
+    // Open the session first, and make the lock path (persistent: no container manager
+    // deletes it), so that the lost reply is the create's.
+    client
+        .lock("lost-reply/warm-up")
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let persistent =
+        zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all());
+    zk.mkdir("/lost-reply/a", &persistent).await.unwrap();
+
+    proxy.set(ProxyMode::DropReplies);
+    let acquiring = {
+        let client = client.clone();
+        tokio::spawn(async move {
+            client
+                .lock("lost-reply/a")
+                .wait(Duration::from_secs(10))
+                .await
+        })
+    };
+    eventually("the create reaches the server", || async {
+        children(&zk, "/lost-reply/a").await.len() == 1
+    })
+    .await;
+    proxy.set(ProxyMode::Cut);
+    proxy.set(ProxyMode::Pass);
+    let guard = acquiring
+        .await
+        .unwrap()
+        .expect("granted after the reconnect");
+    assert_eq!(
+        children(&zk, "/lost-reply/a").await.len(),
+        1,
+        "a duplicate node"
+    );
+    guard.release().await.unwrap();
+    assert!(children(&zk, "/lost-reply/a").await.is_empty());
+
+    // Now a waiter behind another holder loses its create's reply and is cancelled.
+    let holder = locker(&server.url(), Duration::from_secs(10)).await;
+    let held = holder.lock("lost-reply/b").await.unwrap();
+    proxy.set(ProxyMode::DropReplies);
+    let waiting = {
+        let client = client.clone();
+        tokio::spawn(async move {
+            client
+                .lock("lost-reply/b")
+                .wait(Duration::from_secs(10))
+                .await
+        })
+    };
+    eventually("the waiter's create reaches the server", || async {
+        children(&zk, "/lost-reply/b").await.len() == 2
+    })
+    .await;
+    waiting.abort();
+    assert!(waiting.await.unwrap_err().is_cancelled());
+    proxy.set(ProxyMode::Cut);
+    proxy.set(ProxyMode::Pass);
+    eventually("the cancelled waiter's node is deleted", || async {
+        children(&zk, "/lost-reply/b").await.len() == 1
+    })
+    .await;
+    held.release().await.unwrap();
+}
+
+/// A store that accepts a write only with a fencing token at least as high as any it saw, and
+/// counts the writes it refused.
+#[derive(Default)]
+struct FencedStore {
+    highest: Mutex<u64>,
+    refused: Mutex<u64>,
+}
+
+impl FencedStore {
+    fn write(&self, token: u64) {
+        let mut highest = self.highest.lock().unwrap();
+        if token < *highest {
+            *self.refused.lock().unwrap() += 1;
+        } else {
+            *highest = token;
+        }
+    }
+}
+
+/// The holder's connection is cut (by a proxy) for longer than its session timeout, while it
+/// writes to a fenced store: its guard reports the lease lost, and its work stops, before the
+/// server expires the session and grants the lock to another client — whose writes then
+/// never meet a stale one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_cut_off_stops_before_anyone_else_gets_the_lock() {
+    let ttl = Duration::from_secs(2);
+    let server = ZkServer::start().await.expect("zookeeper");
+    let proxy = TcpProxy::start(server.connect_string().parse().unwrap())
+        .await
+        .unwrap();
+    let holder = locker(&format!("zk://{}", proxy.address()), ttl).await;
+    let other = locker(&server.url(), ttl).await;
+    let store = Arc::new(FencedStore::default());
+
+    let guard = holder.lock("cut/job").fencing(true).await.unwrap();
+    let token = guard.fencing_token().unwrap();
+    let lost = guard.lost();
+    let work = {
+        let store = Arc::clone(&store);
+        async move {
+            loop {
+                store.write(token);
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    };
+    let holding = tokio::spawn(async move {
+        let outcome: dlock_core::Result<()> = guard.run(work).await;
+        (outcome, Instant::now())
+    });
+    proxy.set(ProxyMode::Cut);
+    let cut = Instant::now();
+    let waiting = tokio::spawn(async move {
+        let guard = other
+            .lock("cut/job")
+            .fencing(true)
+            .wait(Duration::from_secs(20))
+            .await;
+        (guard, Instant::now())
+    });
+    let reason = lost.await;
+    let (outcome, stopped) = holding.await.unwrap();
+    assert!(
+        matches!(outcome, Err(Error::LeaseLost { .. })),
+        "{outcome:?}"
+    );
+    assert!(matches!(reason, LostReason::Expired), "{reason}");
+    let (granted, at) = waiting.await.unwrap();
+    let guard = granted.expect("the other client gets the lock after the session expired");
+    println!(
+        "holder stopped {:?} after the cut, the other got the lock {:?} after it",
+        stopped - cut,
+        at - cut
+    );
+    assert!(
+        stopped < at,
+        "the cut-off holder was still working when the other got in"
+    );
+    let new_token = guard.fencing_token().unwrap();
+    assert!(new_token > token);
+    store.write(new_token);
+    assert_eq!(
+        *store.refused.lock().unwrap(),
+        0,
+        "a stale write reached the store"
+    );
+    guard.release().await.unwrap();
+    proxy.set(ProxyMode::Pass);
+}
+
+/// Every server of the ensemble is paused (SIGSTOP): the holder cannot renew, its guard is
+/// lost at its local deadline and `run` returns `LeaseLost`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn all_servers_paused_lose_the_lock_at_its_local_deadline() {
+    let ttl = Duration::from_secs(2);
+    let ensemble = ZkEnsemble::start(3).await.expect("zookeeper ensemble");
+    let holder = locker(&ensemble.url(), ttl).await;
+    let guard = holder.lock("paused/job").await.unwrap();
+    for member in ensemble.members() {
+        member.pause().expect("SIGSTOP");
+    }
+    let paused = Instant::now();
+    let outcome = guard.run(std::future::pending::<()>()).await;
+    let after = paused.elapsed();
+    for member in ensemble.members() {
+        member.resume().expect("SIGCONT");
+    }
+    println!("lost {after:?} after every server was paused (ttl {ttl:?})");
+    assert!(
+        matches!(outcome, Err(Error::LeaseLost { .. })),
+        "{outcome:?}"
+    );
+    assert!(matches!(guard.lost_reason(), Some(LostReason::Expired)));
+    assert!(
+        after <= ttl,
+        "lost {after:?} after the pause, later than the ttl"
+    );
+}
