@@ -112,13 +112,18 @@ impl LeaseWatch {
 
     /// Resolves when the lease is lost, with the reason: when something reports the loss, or
     /// by itself when the local deadline passes (whatever else runs or not). Never resolves
-    /// once the grant was released.
+    /// when the grant was released before it was lost.
     pub(crate) async fn lost(&self) -> LostReason {
         loop {
             let notified = self.lost_signal.notified();
             tokio::pin!(notified);
             // Registered before looking, so a loss right after the look still wakes us.
             notified.as_mut().enable();
+            // A loss stands even if the grant was given back after it (a guard dropped as
+            // its work was cancelled): only a release before any loss keeps this pending.
+            if let Some(reason) = self.lost_reason() {
+                return reason;
+            }
             if self.released.load(Ordering::SeqCst) {
                 return std::future::pending().await;
             }

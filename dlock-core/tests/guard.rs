@@ -180,6 +180,33 @@ async fn lost_future_outlives_the_guard_and_stays_pending_after_release() {
     assert!(pending.is_err(), "a normal release is not a loss");
 }
 
+/// A loss the `lost()` future had not looked at yet still resolves it after the guard is
+/// dropped (as a wrapper drops it when it cancels the protected work): found by the
+/// ZooKeeper connection-cut test, where the watchdog marked the loss and the guard's drop
+/// came before the waiting future's next poll.
+#[tokio::test]
+async fn a_loss_before_the_release_resolves_lost() {
+    let locker = Locker::memory();
+    let guard = locker
+        .lock("k")
+        .ttl(Duration::from_millis(30))
+        .watchdog(false)
+        .await
+        .unwrap();
+    let lost = guard.lost();
+    while guard.is_held() {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    drop(guard);
+    let reason = tokio::time::timeout(Duration::from_secs(5), lost)
+        .await
+        .expect("the loss is reported although the guard is gone");
+    assert!(
+        matches!(reason, dlock_core::LostReason::Expired),
+        "{reason}"
+    );
+}
+
 #[tokio::test]
 async fn a_dropped_guard_is_released_in_the_background() {
     let backend = Arc::new(Faulty::new(MemoryBackend::new()));
