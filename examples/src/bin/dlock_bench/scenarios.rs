@@ -153,7 +153,12 @@ pub(crate) async fn uncontended(target: &Target, s: &Settings, fencing: bool) ->
                 raw.release(&key, &owner(i), TTL).await;
             })
         },
-        { featured_floor(target, s, fencing, (ops, 1, ops)).await }
+        {
+            match featured_floor(target, s, fencing, (ops, 1, ops)).await {
+                Some(ops_per_sec) => Some(ops_per_sec),
+                None => peer(target, s, ops, rep).await,
+            }
+        }
     );
     let note = format!(
         "floor p50 {:.0} µs",
@@ -204,7 +209,12 @@ const fn key_of(task: usize, cycle: usize, tasks: usize, keys: usize) -> usize {
 
 impl Paired {
     fn row(&self, backend: &str, scenario: &'static str, note: String) -> Row {
-        let note = with_protocol_cost(note, self.protocol_ops, &self.floor);
+        let label = if backend == "zookeeper" {
+            "zookeeper-client's own lock (the peer)"
+        } else {
+            "dlock's protocol sent raw (fencing INCR, release script)"
+        };
+        let note = with_protocol_cost(note, label, self.protocol_ops, &self.floor);
         Row::new(
             backend,
             scenario,
@@ -216,15 +226,36 @@ impl Paired {
     }
 }
 
-/// `note`, plus what dlock's own protocol achieves sent raw (when measured).
-fn with_protocol_cost(note: String, protocol_ops: Option<f64>, floor: &Samples) -> String {
+/// `note`, plus the third measurement of the same load (when taken): dlock's own protocol
+/// sent raw, or the peer a user would pick instead, as `label` says.
+fn with_protocol_cost(
+    note: String,
+    label: &str,
+    protocol_ops: Option<f64>,
+    floor: &Samples,
+) -> String {
     match protocol_ops {
         Some(ops) => format!(
-            "{note}; dlock's protocol sent raw (fencing INCR, release script): {ops:.0} ops/s ({:.2} of the floor)",
+            "{note}; {label}: {ops:.0} ops/s ({:.2} of the floor)",
             ops / floor.ops_per_sec()
         ),
         None => note,
     }
+}
+
+/// The uncontended load (`ops` cycles, one task, fresh keys) with the peer a user of this
+/// backend would pick instead, where the bench has one (ZooKeeper: `zookeeper-client`'s own
+/// lock); `None` elsewhere.
+async fn peer(target: &Target, s: &Settings, ops: usize, rep: usize) -> Option<f64> {
+    if s.only_dlock.is_some() || target.name() != "zookeeper" {
+        return None;
+    }
+    let run = timed_tasks!(1, ops, |_t| target.raw(), |raw, _t, i| {
+        raw.peer_cycle(&format!("dlock:bench:up:{rep}:{i}"))
+            .await
+            .expect("a peer");
+    });
+    Some(run.ops_per_sec())
 }
 
 fn median(mut values: Vec<f64>) -> Option<f64> {

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use dlock_core::backend::{
     AcquireOutcome, AcquireRequest, BackendKind, BackendUrl, LockBackend, MemoryBackend, OwnerId,
 };
-use dlock_core::harness::{EtcdServer, RedisServer};
+use dlock_core::harness::{EtcdServer, RedisServer, ZkServer};
 use dlock_core::{DlockConfig, Locker};
 use redis::aio::ConnectionManager;
 
@@ -23,7 +23,15 @@ pub(crate) enum Target {
         raw: Box<etcd_client::KvClient>,
         _server: Option<Arc<EtcdServer>>,
     },
+    ZooKeeper {
+        url: String,
+        raw: zookeeper_client::Client,
+        _server: Option<Arc<ZkServer>>,
+    },
 }
+
+/// The session timeout of the raw ZooKeeper client (the server caps it at its maximum).
+const TTL_FOR_RAW: Duration = Duration::from_secs(30);
 
 const COMPARE_AND_DELETE: &str =
     "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0";
@@ -35,6 +43,7 @@ impl Target {
             BackendKind::Memory => Ok(Self::Memory(MemoryBackend::new())),
             BackendKind::Redis => Self::redis(url.to_owned(), None).await,
             BackendKind::Etcd => Self::etcd(url.to_owned(), None).await,
+            BackendKind::ZooKeeper => Self::zookeeper(url.to_owned(), None).await,
             other => Err(format!(
                 "dlock-bench does not know a floor for the {other} backend yet"
             )),
@@ -51,6 +60,30 @@ impl Target {
         let server = EtcdServer::start().await.map_err(|e| e.to_string())?;
         let url = server.url();
         Self::etcd(url, Some(Arc::new(server))).await
+    }
+
+    pub(crate) async fn zookeeper_started() -> Result<Self, String> {
+        let server = ZkServer::start().await.map_err(|e| e.to_string())?;
+        let url = server.url();
+        Self::zookeeper(url, Some(Arc::new(server))).await
+    }
+
+    async fn zookeeper(url: String, server: Option<Arc<ZkServer>>) -> Result<Self, String> {
+        let hosts = url
+            .trim_start_matches("zk://")
+            .split('/')
+            .next()
+            .unwrap_or_default();
+        let raw = zookeeper_client::Client::connector()
+            .with_session_timeout(TTL_FOR_RAW)
+            .connect(hosts)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(Self::ZooKeeper {
+            url,
+            raw,
+            _server: server,
+        })
     }
 
     async fn etcd(url: String, server: Option<Arc<EtcdServer>>) -> Result<Self, String> {
@@ -87,6 +120,7 @@ impl Target {
             Self::Memory(_) => "memory",
             Self::Redis { .. } => "redis",
             Self::Etcd { .. } => "etcd",
+            Self::ZooKeeper { .. } => "zookeeper",
         }
     }
 
@@ -108,7 +142,9 @@ impl Target {
                 };
                 return Locker::with_config(Arc::new(table.clone()), &config).expect("config");
             }
-            Self::Redis { url, .. } | Self::Etcd { url, .. } => url.clone(),
+            Self::Redis { url, .. } | Self::Etcd { url, .. } | Self::ZooKeeper { url, .. } => {
+                url.clone()
+            }
         };
         let config = DlockConfig::from_toml_str(&format!(
             "backend = \"{backend_url}\"\nttl = \"{}\"\nfencing = {fencing}",
@@ -134,6 +170,10 @@ impl Target {
                 Arc::new(redis::Script::new(COMPARE_AND_DELETE)),
             ),
             Self::Etcd { raw, .. } => Raw::Etcd(raw.clone()),
+            Self::ZooKeeper { raw, .. } => Raw::ZooKeeper {
+                client: raw.clone(),
+                held: None,
+            },
         }
     }
 
@@ -155,6 +195,11 @@ impl Target {
                 Self::Etcd { raw, .. } => {
                     let mut kv = (**raw).clone();
                     kv.get("dlock:bench:rtt", None).await.expect("etcd get");
+                }
+                Self::ZooKeeper { raw, .. } => {
+                    raw.check_stat("/dlock-bench-rtt")
+                        .await
+                        .expect("zookeeper exists");
                 }
             }
             best = best.min(started.elapsed());
@@ -210,6 +255,14 @@ pub(crate) enum Raw {
     Redis(ConnectionManager, Arc<redis::Script>),
     /// etcd's floor: a put-if-absent transaction, then a delete.
     Etcd(Box<etcd_client::KvClient>),
+    /// ZooKeeper's floor: create an ephemeral sequential node under the lock path (making the
+    /// path when missing), list the children, delete the node — the recipe's three round
+    /// trips, without Curator's names, watches or lost-reply handling.
+    ZooKeeper {
+        client: zookeeper_client::Client,
+        /// The node this client holds.
+        held: Option<String>,
+    },
 }
 
 impl Raw {
@@ -243,6 +296,33 @@ impl Raw {
                     .and_then([TxnOp::put(key, owner, None)]);
                 kv.txn(txn).await.expect("etcd txn").succeeded()
             }
+            Self::ZooKeeper { client, held } => {
+                use zookeeper_client::{Acls, CreateMode, Error};
+                let dir = format!("/{key}");
+                let node = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
+                let created = loop {
+                    match client
+                        .create(&format!("{dir}/lock-"), owner.as_bytes(), &node)
+                        .await
+                    {
+                        Ok((_, sequence)) => break format!("lock-{sequence}"),
+                        Err(Error::NoNode) => client
+                            .mkdir(&dir, &CreateMode::Container.with_acls(Acls::anyone_all()))
+                            .await
+                            .expect("zookeeper mkdir"),
+                        Err(error) => panic!("zookeeper create: {error}"),
+                    }
+                };
+                let children = client.list_children(&dir).await.expect("zookeeper list");
+                let path = format!("{dir}/{created}");
+                if children.iter().min() == Some(&created) {
+                    *held = Some(path);
+                    true
+                } else {
+                    client.delete(&path, None).await.expect("zookeeper delete");
+                    false
+                }
+            }
         }
     }
 
@@ -265,7 +345,35 @@ impl Raw {
             Self::Etcd(kv) => {
                 kv.delete(key, None).await.expect("etcd delete");
             }
+            Self::ZooKeeper { client, held } => {
+                if let Some(path) = held.take() {
+                    client.delete(&path, None).await.expect("zookeeper delete");
+                }
+            }
         }
+    }
+
+    /// One acquire + release with the peer a ZooKeeper user would pick instead:
+    /// `zookeeper-client`'s own lock (`Client::lock` with Curator's `lock-` names), released
+    /// by deleting its node. `None` for other backends.
+    pub(crate) async fn peer_cycle(&mut self, key: &str) -> Option<()> {
+        use zookeeper_client::{Acls, CreateMode, LockOptions, LockPrefix};
+        let Self::ZooKeeper { client, .. } = self else {
+            return None;
+        };
+        let dir = format!("/{key}");
+        let options = LockOptions::new(Acls::anyone_all())
+            .with_ancestor_options(CreateMode::Container.with_acls(Acls::anyone_all()))
+            .expect("options");
+        let prefix = LockPrefix::new_curator(&dir, "lock-").expect("prefix");
+        let lock = client.lock(prefix, b"", options).await.expect("peer lock");
+        client
+            .delete(lock.lock_path(), None)
+            .await
+            .expect("peer unlock");
+        // Its drop would delete the node again, in the background.
+        std::mem::forget(lock);
+        Some(())
     }
 
     /// The same work as dlock's uncontended Redis acquire + release, raw: `SET NX PX` and
