@@ -1,5 +1,5 @@
 //! The README's commands, run the way the README shows them: the example binaries on memory
-//! and on real Redis and etcd servers, the bench's smoke run, and a check that every
+//! and on real Redis, etcd and ZooKeeper servers, the bench's smoke run, and a check that every
 //! `cargo run` line of the README names a binary and features this crate has.
 //!
 //! (`orders_http` and the README's `curl` lines are covered by `tests/orders_http.rs`; that
@@ -9,7 +9,7 @@
 use std::process::Output;
 use std::time::Duration;
 
-use dlock_core::harness::{EtcdServer, RedisServer};
+use dlock_core::harness::{EtcdServer, RedisServer, ZkServer};
 use tokio::process::Command;
 
 /// Runs an example binary with `DLOCK_URL` set (or removed, for `None`) and its arguments;
@@ -62,6 +62,14 @@ async fn the_quickstart_passes_on_etcd() {
     assert!(out.contains("all five demonstrations passed"), "{out}");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_quickstart_passes_on_zookeeper() {
+    let server = ZkServer::start().await.unwrap();
+    let url = format!("{}/app1", server.url());
+    let out = run(QUICKSTART, Some(&url), &[]).await;
+    assert!(out.contains("all five demonstrations passed"), "{out}");
+}
+
 #[tokio::test]
 async fn orders_macro_passes_on_memory() {
     let out = run(env!("CARGO_BIN_EXE_orders_macro"), None, &[]).await;
@@ -81,6 +89,13 @@ async fn rwlock_passes_on_memory() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rwlock_passes_on_etcd() {
     let server = EtcdServer::start().await.unwrap();
+    let out = run(env!("CARGO_BIN_EXE_rwlock"), Some(&server.url()), &[]).await;
+    assert!(out.contains("all checks passed"), "{out}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rwlock_passes_on_zookeeper() {
+    let server = ZkServer::start().await.unwrap();
     let out = run(env!("CARGO_BIN_EXE_rwlock"), Some(&server.url()), &[]).await;
     assert!(out.contains("all checks passed"), "{out}");
 }
@@ -106,7 +121,7 @@ async fn config_from_toml_loads_the_example_file() {
 async fn the_bench_smoke_run_starts_its_servers_and_prints_every_backend() {
     let bench = env!("CARGO_BIN_EXE_dlock-bench");
     let out = run(bench, None, &["--servers", "auto", "--quick"]).await;
-    for backend in ["memory", "redis", "etcd"] {
+    for backend in ["memory", "redis", "etcd", "zookeeper"] {
         for scenario in ["uncontended", "many-keys", "contended"] {
             assert!(
                 out.lines()
@@ -173,7 +188,8 @@ fn the_readme_commands_name_existing_binaries_and_features() {
         }
         let needs_features = bin == "dlock-bench"
             || line.contains("DLOCK_URL=redis")
-            || line.contains("DLOCK_URL=etcd");
+            || line.contains("DLOCK_URL=etcd")
+            || line.contains("DLOCK_URL=zk");
         assert_eq!(
             after("--features").is_some(),
             needs_features,

@@ -32,8 +32,19 @@ impl Inner {
         let mut nodes = Nodes::new(self, &session);
         let granted = match req.mode {
             LockMode::Permit { limit } => {
-                self.acquire_permit(req, &path, limit, deadline, &mut nodes)
-                    .await?
+                match self
+                    .acquire_permit(req, &path, limit, deadline, &mut nodes)
+                    .await
+                {
+                    Ok(granted) => granted,
+                    Err(error @ Error::PermitLimitMismatch { .. }) => {
+                        // The service is fine: give the mutex and the lease back now, so
+                        // that the next caller does not find them.
+                        nodes.delete_now().await;
+                        return Err(error);
+                    }
+                    Err(error) => return Err(error),
+                }
             }
             _ => {
                 let kind = NodeKind::of(req);
@@ -414,13 +425,15 @@ impl Nodes {
         self.granted = true;
     }
 
-    /// Deletes every node now (a busy acquire), or leaves what fails to the background.
+    /// Deletes every node now (a busy acquire), newest first — a permit's lease before the
+    /// semaphore's mutex, as Curator gives them back — or leaves what fails, or what a drop
+    /// of this future interrupts, to the background.
     async fn delete_now(mut self) {
-        while let Some(path) = self.created.pop() {
+        while let Some(path) = self.created.last().cloned() {
             if self.inner.delete(&self.session, &path).await.is_err() {
-                self.created.push(path);
                 return; // the rest goes in the background, on drop
             }
+            self.created.pop();
         }
     }
 }

@@ -125,7 +125,10 @@ fn contender(child: &str) -> Option<Contender<'_>> {
         .max_by_key(|(at, _)| *at)
         .and_then(|(at, kind)| {
             let sequence = &child[at + kind.lock_name().len()..];
-            (!sequence.is_empty() && sequence.bytes().all(|b| b.is_ascii_digit())).then_some(
+            // ZooKeeper 3.x prints the parent's cversion with `%010d`: past 2^31 it turns
+            // negative (`-2147483648`). Curator sorts that text as it is, and so does dlock.
+            let digits = sequence.strip_prefix('-').unwrap_or(sequence);
+            (!digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())).then_some(
                 Contender {
                     name: child,
                     sequence,
@@ -306,8 +309,9 @@ mod tests {
 
     #[test]
     fn sequences_sort_as_text_like_curator() {
-        // Past i32::MAX ZooKeeper prints 19 digits. Curator compares the text (so such a node
-        // sorts before `0000000005`), and so must dlock, or the two would disagree on who holds.
+        // Sequence texts past i32::MAX (19 digits from some clients, a negative number from
+        // ZooKeeper 3.x servers) sort as text in Curator (before `0000000005`), and so must
+        // they in dlock, or the two would disagree on who holds.
         let late = format!("{}0000000002147483648", node_prefix(A, NodeKind::Mutex));
         let early = node(B, NodeKind::Mutex, 5);
         let children = vec![early.clone(), late.clone()];
@@ -316,6 +320,9 @@ mod tests {
             standing(&children, &early, false),
             Standing::Waits { watch: late }
         );
+        let negative = format!("{}-2147483648", node_prefix(A, NodeKind::Mutex));
+        let children = vec![early.clone(), negative.clone()];
+        assert_eq!(standing(&children, &negative, false), Standing::Holds);
     }
 
     #[test]

@@ -9,8 +9,8 @@ use super::errors::{from_zk, timed, timed_raw};
 use super::keys;
 use super::session::Session;
 use super::{Inner, ZkGrant};
-use crate::Result;
 use crate::lease::{Lease, ReleaseOutcome, RenewOutcome};
+use crate::{LockMode, Result};
 
 /// The grants of one session checked in one multi-read, with their place in the answer.
 type Batch<'a> = Vec<(usize, &'a ZkGrant)>;
@@ -45,17 +45,16 @@ impl Inner {
         }
         for (session, batch) in batches {
             let sent = Instant::now();
-            let mut reader = session.client.new_multi_reader();
-            for (_, grant) in &batch {
-                reader.add_get_data(&grant.path).map_err(from_zk)?;
-            }
-            let results = timed(self.timeout, "renew", reader.commit()).await?;
-            if results.len() != batch.len() {
-                return Err(crate::Error::refused(
-                    "zookeeper",
-                    "the renewal multi-read returned the wrong number of results",
-                ));
-            }
+            let results = match self.read_nodes(&session, &batch).await {
+                Ok(results) => results,
+                Err(error) => {
+                    // This session's leases only: the others' sessions may be fine.
+                    for (index, _) in batch {
+                        outcomes[index] = RenewOutcome::Failed(copy_of(&error));
+                    }
+                    continue;
+                }
+            };
             for ((index, grant), result) in batch.into_iter().zip(results) {
                 let ours = matches!(&result, MultiReadResult::Data { stat, .. }
                     if stat.czxid == grant.czxid && stat.ephemeral_owner == session.id);
@@ -71,6 +70,26 @@ impl Inner {
             }
         }
         Ok(outcomes)
+    }
+
+    /// One multi-read of the nodes of `batch`, all on `session`.
+    async fn read_nodes(
+        &self,
+        session: &Session,
+        batch: &Batch<'_>,
+    ) -> Result<Vec<MultiReadResult>> {
+        let mut reader = session.client.new_multi_reader();
+        for (_, grant) in batch {
+            reader.add_get_data(&grant.path).map_err(from_zk)?;
+        }
+        let results = timed(self.timeout, "renew", reader.commit()).await?;
+        if results.len() != batch.len() {
+            return Err(crate::Error::refused(
+                "zookeeper",
+                "the renewal multi-read returned the wrong number of results",
+            ));
+        }
+        Ok(results)
     }
 
     /// Gives `grant` up, if it was not already: deletes its node (when `delete`) and ends its
@@ -119,15 +138,16 @@ impl Inner {
     }
 
     /// A lease this backend does not hold (released before, or a forged copy): delete the
-    /// node only if it still has the lease's `czxid` and holds its owner id, at the version
-    /// read (nothing changed in between).
+    /// node only if it still has the lease's `czxid` and (a lock node) holds its owner id, at
+    /// the version read (nothing changed in between).
     async fn release_remote(
         self: &Arc<Self>,
         lease: &Lease,
         grant: &ZkGrant,
     ) -> Result<ReleaseOutcome> {
         let session = self.checkout(lease.ttl).await?;
-        let outcome = async {
+        let _in_use = InUse(self, &session);
+        async {
             let read = timed_raw(
                 self.timeout,
                 "release",
@@ -139,7 +159,10 @@ impl Inner {
                 Err(ZkError::NoNode) => return Ok(ReleaseOutcome::NotHeld),
                 Err(error) => return Err(from_zk(error)),
             };
-            if stat.czxid != grant.czxid || data != lease.owner.as_str().as_bytes() {
+            // A permit's node holds the semaphore's limit, a lock node its owner id.
+            let owner_matches = matches!(lease.mode, LockMode::Permit { .. })
+                || data == lease.owner.as_str().as_bytes();
+            if stat.czxid != grant.czxid || !owner_matches {
                 return Ok(ReleaseOutcome::NotHeld);
             }
             let delete = session.client.delete(&grant.path, Some(stat.version));
@@ -149,9 +172,7 @@ impl Inner {
                 Err(error) => return Err(from_zk(error)),
             })
         }
-        .await;
-        self.end_use(&session);
-        outcome
+        .await
     }
 
     /// Deletes the holders of lock `full_key`, whoever they are: the first node if it is a
@@ -160,7 +181,8 @@ impl Inner {
     pub(super) async fn force_release(self: &Arc<Self>, full_key: &str) -> Result<bool> {
         let path = keys::lock_path(full_key)?;
         let session = self.checkout(self.timeout).await?;
-        let outcome = async {
+        let _in_use = InUse(self, &session);
+        async {
             let mut victims = Vec::new();
             let children = self.children(&session, &path).await?;
             victims.extend(
@@ -179,9 +201,7 @@ impl Inner {
             }
             Ok(any)
         }
-        .await;
-        self.end_use(&session);
-        outcome
+        .await
     }
 
     /// The children of `path` (none when it does not exist).
@@ -242,7 +262,8 @@ impl Inner {
         paths: &[String],
         by_uuid: &[(String, String)],
     ) -> Result<()> {
-        for path in paths {
+        // Newest first: a permit's lease before the semaphore's mutex, as Curator does.
+        for path in paths.iter().rev() {
             self.delete(session, path).await?;
         }
         for (dir, uuid) in by_uuid {
@@ -253,6 +274,33 @@ impl Inner {
             }
         }
         Ok(())
+    }
+}
+
+/// The same failure again, for each lease of a batch that failed together.
+fn copy_of(error: &crate::Error) -> crate::Error {
+    match error {
+        crate::Error::Timeout {
+            backend,
+            operation,
+            after,
+        } => crate::Error::Timeout {
+            backend,
+            operation,
+            after: *after,
+        },
+        crate::Error::Refused { .. } => crate::Error::refused("zookeeper", error.to_string()),
+        other => crate::Error::unavailable("zookeeper", other.to_string()),
+    }
+}
+
+/// One use of a session by an operation that is not a grant, ended when dropped (the
+/// operation finished, failed, or its future was dropped).
+struct InUse<'a>(&'a Arc<Inner>, &'a Arc<Session>);
+
+impl Drop for InUse<'_> {
+    fn drop(&mut self) {
+        self.0.end_use(self.1);
     }
 }
 

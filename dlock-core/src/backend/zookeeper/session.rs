@@ -154,7 +154,13 @@ impl Sessions {
         if let Some(session) = self.reuse(ttl) {
             return Ok(session);
         }
-        let _connecting = self.connecting.lock().await;
+        let _connecting = tokio::time::timeout(self.timeout, self.connecting.lock())
+            .await
+            .map_err(|_| crate::Error::Timeout {
+                backend: "zookeeper",
+                operation: "connect",
+                after: self.timeout,
+            })?;
         if let Some(session) = self.reuse(ttl) {
             return Ok(session);
         }
@@ -203,7 +209,9 @@ impl Sessions {
         }
     }
 
-    /// Closes every session (the backend is dropped): the server deletes their nodes at once.
+    /// Takes every session out of use (the backend is dropped): each closes — and the server
+    /// deletes its nodes — when its last handle goes, at once for sessions no lease or
+    /// background delete still holds.
     pub(super) fn shut_down(&self) {
         self.shutdown.cancel();
         for (_, session) in self.live().drain() {
@@ -220,10 +228,17 @@ async fn watch_state(
     losses: broadcast::Sender<LostLease>,
     shutdown: CancellationToken,
 ) {
+    // A session may have ended before this task first looked (`changed` would then never
+    // return): look at the current state first.
+    let mut first = Some(states.peek_state());
     let ended = loop {
-        let state = tokio::select! {
-            () = shutdown.cancelled() => return,
-            state = states.changed() => state,
+        let state = if let Some(state) = first.take() {
+            state
+        } else {
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                state = states.changed() => state,
+            }
         };
         let Some(live) = session.upgrade() else {
             return; // closed: nobody to tell
