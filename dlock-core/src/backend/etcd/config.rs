@@ -8,8 +8,8 @@
 use std::time::Duration;
 
 use etcd_client::{Client, ConnectOptions, GetOptions};
-use percent_encoding::percent_decode_str;
 
+use crate::backend::url::HostsUrl;
 use crate::backend_spec::redact;
 use crate::{Error, Result};
 
@@ -46,7 +46,7 @@ impl EtcdUrl {
     /// [`BackendUrl::parse`](crate::backend::BackendUrl::parse).
     pub(crate) fn parse(raw: &str) -> Result<Self> {
         let bad = |reason: &str| Error::config("backend", redact(raw), reason);
-        let (scheme, rest) = raw
+        let (scheme, _) = raw
             .split_once("://")
             .ok_or_else(|| bad("expected `etcd://host:2379`"))?;
         match scheme.to_ascii_lowercase().as_str() {
@@ -58,50 +58,16 @@ impl EtcdUrl {
             }
             _ => return Err(bad("not an `etcd://` URL")),
         }
-        if rest.contains(['?', '#']) {
-            return Err(bad(
-                "`etcd://` URLs take no query options: hosts, optional user:password@, optional /namespace",
-            ));
-        }
-        let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
-        let (userinfo, hosts) = authority
-            .rsplit_once('@')
-            .map_or((None, authority), |(u, h)| (Some(u), h));
-        let decode = |s: &str| {
-            percent_decode_str(s)
-                .decode_utf8()
-                .map(|s| s.into_owned())
-                .map_err(|_| bad("percent-encoding is not valid UTF-8"))
-        };
-        let user = match userinfo {
-            None => None,
-            Some(info) => {
-                let (user, password) = info.split_once(':').unwrap_or((info, ""));
-                if user.is_empty() {
-                    return Err(bad("empty user name before `@`"));
-                }
-                Some((decode(user)?, decode(password)?))
-            }
-        };
-        let mut endpoints = Vec::new();
-        for host in hosts.split(',') {
-            if host.is_empty() {
-                return Err(bad("expected at least one `host:port`, comma-separated"));
-            }
-            let has_port = match host.strip_prefix('[') {
-                Some(v6) => v6.contains("]:"),
-                None => host.contains(':'),
-            };
-            endpoints.push(if has_port {
-                format!("http://{host}")
-            } else {
-                format!("http://{host}:{DEFAULT_PORT}")
-            });
-        }
+        let parts = HostsUrl::parse(
+            raw,
+            DEFAULT_PORT,
+            "hosts, optional user:password@, optional /namespace",
+        )?;
+        let endpoints = parts.hosts.iter().map(|h| format!("http://{h}")).collect();
         Ok(Self {
             endpoints,
-            namespace: decode(path)?,
-            user,
+            namespace: parts.path,
+            user: parts.user,
         })
     }
 

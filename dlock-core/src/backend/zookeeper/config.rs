@@ -7,10 +7,10 @@
 
 use std::time::Duration;
 
-use percent_encoding::percent_decode_str;
 use zookeeper_client::{Acls, Client, CreateMode};
 
 use super::errors::timed;
+use crate::backend::url::HostsUrl;
 use crate::backend_spec::redact;
 use crate::{Error, Result};
 
@@ -42,53 +42,18 @@ impl ZkUrl {
     /// [`BackendUrl::parse`](crate::backend::BackendUrl::parse).
     pub(crate) fn parse(raw: &str) -> Result<Self> {
         let bad = |reason: &str| Error::config("backend", redact(raw), reason);
-        let (scheme, rest) = raw
+        let (scheme, _) = raw
             .split_once("://")
             .ok_or_else(|| bad("expected `zk://host:2181`"))?;
         if !matches!(scheme.to_ascii_lowercase().as_str(), "zk" | "zookeeper") {
             return Err(bad("not a `zk://` URL"));
         }
-        if rest.contains(['?', '#']) {
-            return Err(bad(
-                "`zk://` URLs take no query options: hosts, optional user:password@, optional /chroot",
-            ));
-        }
-        let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
-        let (userinfo, hosts) = authority
-            .rsplit_once('@')
-            .map_or((None, authority), |(u, h)| (Some(u), h));
-        let decode = |s: &str| {
-            percent_decode_str(s)
-                .decode_utf8()
-                .map(|s| s.into_owned())
-                .map_err(|_| bad("percent-encoding is not valid UTF-8"))
-        };
-        let user = match userinfo {
-            None => None,
-            Some(info) => {
-                let (user, password) = info.split_once(':').unwrap_or((info, ""));
-                if user.is_empty() {
-                    return Err(bad("empty user name before `@`"));
-                }
-                Some((decode(user)?, decode(password)?))
-            }
-        };
-        let mut servers = Vec::new();
-        for host in hosts.split(',') {
-            if host.is_empty() {
-                return Err(bad("expected at least one `host:port`, comma-separated"));
-            }
-            let has_port = match host.strip_prefix('[') {
-                Some(v6) => v6.contains("]:"),
-                None => host.contains(':'),
-            };
-            servers.push(if has_port {
-                host.to_owned()
-            } else {
-                format!("{host}:{DEFAULT_PORT}")
-            });
-        }
-        let chroot = decode(path.trim_end_matches('/'))?;
+        let parts = HostsUrl::parse(
+            raw,
+            DEFAULT_PORT,
+            "hosts, optional user:password@, optional /chroot",
+        )?;
+        let chroot = parts.path.trim_end_matches('/');
         let chroot = if chroot.is_empty() {
             None
         } else {
@@ -105,9 +70,9 @@ impl ZkUrl {
             Some(path)
         };
         Ok(Self {
-            hosts: servers.join(","),
+            hosts: parts.hosts.join(","),
             chroot,
-            user,
+            user: parts.user,
         })
     }
 
