@@ -14,10 +14,14 @@ use tokio::sync::broadcast;
 
 use crate::{LockMode, Result};
 
+#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+mod background;
 #[cfg(feature = "etcd")]
 pub(crate) mod etcd;
 #[cfg(feature = "memory")]
 pub(crate) mod memory;
+#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+mod queued;
 #[cfg(feature = "redis")]
 pub(crate) mod redis;
 mod url;

@@ -205,6 +205,13 @@ async fn killed_writer_lets_the_next_in(url: &str) {
     killed_holder_frees_at_its_ttl(url, "write", LockMode::Exclusive, &[]).await;
 }
 
+/// A killed reader, permit holder and writer, one after another on one service.
+async fn killed_holders_of_every_mode(url: &str) {
+    killed_reader_lets_the_writer_in(url).await;
+    killed_permit_holder_frees_its_permit(url).await;
+    killed_writer_lets_the_next_in(url).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_single_killed_reader() {
     let server = RedisServer::start().await.expect("redis");
@@ -233,17 +240,13 @@ async fn redis_cluster_killed_reader_and_permit_holder() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn etcd_killed_reader_permit_holder_and_writer() {
     let cluster = EtcdCluster::start(3).await.expect("etcd cluster");
-    killed_reader_lets_the_writer_in(&cluster.url()).await;
-    killed_permit_holder_frees_its_permit(&cluster.url()).await;
-    killed_writer_lets_the_next_in(&cluster.url()).await;
+    killed_holders_of_every_mode(&cluster.url()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn zookeeper_killed_reader_permit_holder_and_writer() {
     let ensemble = ZkEnsemble::start(3).await.expect("zookeeper ensemble");
-    killed_reader_lets_the_writer_in(&ensemble.url()).await;
-    killed_permit_holder_frees_its_permit(&ensemble.url()).await;
-    killed_writer_lets_the_next_in(&ensemble.url()).await;
+    killed_holders_of_every_mode(&ensemble.url()).await;
 }
 
 /// A replicated lock service whose leader a test can kill.

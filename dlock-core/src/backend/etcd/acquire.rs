@@ -12,7 +12,8 @@ use super::errors;
 use super::keys::LockName;
 use super::session::Session;
 use super::watch::Watch;
-use super::{Delete, EtcdGrant, Inner, QueuedMark, call};
+use super::{Delete, EtcdGrant, Inner, call};
+use crate::backend::queued::QueuedMark;
 use crate::lease::{AcquireOutcome, AcquireRequest, Lease};
 use crate::{Error, LockMode, Result};
 
@@ -454,7 +455,7 @@ impl Inner {
                     limit: *limit,
                 },
             };
-            queued.get_or_insert_with(|| self.mark_queued(&req.key));
+            queued.get_or_insert_with(|| self.queued.mark(&req.key));
             fresh = None; // stale by the time our turn comes
             match self.wait_deleted(watched, seen, &session, deadline).await {
                 Wake::Recheck => {}

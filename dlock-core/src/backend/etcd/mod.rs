@@ -14,19 +14,20 @@ mod release;
 mod session;
 mod watch;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use etcd_client::{Client, Txn, TxnResponse};
-use tokio::runtime::Handle;
 use tokio_util::sync::CancellationToken;
 
 pub(crate) use self::config::EtcdUrl;
 use self::session::{Session, Sessions};
 use crate::backend::BackendUrl;
+use crate::backend::background::Background;
+use crate::backend::queued::QueuedCounts;
 use crate::backend::{Capabilities, Fencing, LockBackend};
 use crate::lease::{AcquireOutcome, AcquireRequest, Lease, OwnerId, ReleaseOutcome, RenewOutcome};
 use crate::{Error, LockMode, Result};
@@ -163,7 +164,9 @@ pub(super) struct Inner {
     sessions: Sessions,
     keys: Mutex<Keys>,
     shutdown: CancellationToken,
-    runtime: Handle,
+    background: Background,
+    /// How many acquires wait in etcd's queue, by full key.
+    queued: QueuedCounts,
 }
 
 impl std::fmt::Debug for Inner {
@@ -183,8 +186,6 @@ impl std::fmt::Debug for Inner {
 struct Keys {
     /// etcd keys in use (queued, held, or being deleted): never reused meanwhile.
     reserved: HashSet<String>,
-    /// How many acquires wait in etcd's queue, by full key.
-    queued: HashMap<String, usize>,
 }
 
 /// What a [`Lease`] of this backend carries: the etcd key, its create revision, and — until
@@ -298,13 +299,7 @@ impl EtcdBackend {
     /// # drop(locker); Ok(()) }
     /// ```
     pub async fn connect(url: &BackendUrl, timeout: Duration) -> Result<Self> {
-        let runtime = Handle::try_current().map_err(|_| {
-            Error::config(
-                "backend",
-                "etcd://",
-                "EtcdBackend::connect must run inside a tokio runtime",
-            )
-        })?;
+        let background = Background::here("etcd://", "EtcdBackend")?;
         let url = match url.etcd() {
             Some(settings) => settings.clone(),
             None => {
@@ -323,7 +318,8 @@ impl EtcdBackend {
             timeout,
             keys: Mutex::default(),
             shutdown: CancellationToken::new(),
-            runtime,
+            background,
+            queued: QueuedCounts::default(),
         });
         Ok(Self { inner })
     }
@@ -340,7 +336,7 @@ impl EtcdBackend {
     /// ```
     #[must_use]
     pub fn waiters(&self, key: &str) -> usize {
-        self.inner.keys().queued.get(key).copied().unwrap_or(0)
+        self.inner.queued.of(key)
     }
 }
 
@@ -438,15 +434,6 @@ impl Inner {
         self.keys.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Runs `work` in the background, on the current runtime or the one the backend was
-    /// connected on.
-    fn spawn(&self, work: impl Future<Output = ()> + Send + 'static) {
-        match Handle::try_current() {
-            Ok(current) => drop(current.spawn(work)),
-            Err(_) => drop(self.runtime.spawn(work)),
-        }
-    }
-
     /// One transaction, bounded by the operation timeout.
     async fn txn(&self, operation: &'static str, txn: Txn) -> Result<TxnResponse> {
         call(self.timeout, operation, || {
@@ -468,7 +455,7 @@ impl Inner {
         let (session, new) = self.sessions.checkout(ttl).await?;
         if new {
             let weak = Arc::downgrade(self);
-            self.spawn(session::keep_alive(
+            self.background.spawn(session::keep_alive(
                 Arc::clone(&session),
                 self.client.lease_client(),
                 self.timeout,
@@ -490,7 +477,7 @@ impl Inner {
         }
         let linger = session.effective_ttl() * session::IDLE_LINGER;
         let (inner, session) = (Arc::downgrade(self), Arc::clone(session));
-        self.spawn(async move {
+        self.background.spawn(async move {
             tokio::select! {
                 () = tokio::time::sleep(linger) => {}
                 () = session.lost() => {}
@@ -508,7 +495,7 @@ impl Inner {
     fn revoke(&self, id: i64) {
         let client = self.client.clone();
         let timeout = self.timeout;
-        self.spawn(async move {
+        self.background.spawn(async move {
             let outcome = call(timeout, "lease revoke", || {
                 let mut leases = client.lease_client();
                 async move { leases.revoke(id).await }
@@ -540,7 +527,8 @@ impl Inner {
             return;
         }
         let inner = Arc::clone(self);
-        self.spawn(async move { inner.delete_in_background(key, session, delete).await });
+        self.background
+            .spawn(async move { inner.delete_in_background(key, session, delete).await });
     }
 
     /// A session etcd no longer keeps: no new key goes on it, and its lease is revoked in
@@ -554,40 +542,12 @@ impl Inner {
         }
     }
 
-    /// Marks one more acquire of `full_key` as queued in etcd, until the mark is dropped.
-    fn mark_queued(self: &Arc<Self>, full_key: &str) -> QueuedMark {
-        *self.keys().queued.entry(full_key.to_owned()).or_insert(0) += 1;
-        QueuedMark {
-            inner: Arc::clone(self),
-            key: full_key.to_owned(),
-        }
-    }
-
     /// Stops every task and revokes every lease (in the background).
     fn shut_down(&self) {
         self.shutdown.cancel();
         for session in self.sessions.drain() {
             session.mark_lost("the etcd backend was dropped");
             self.revoke(session.id);
-        }
-    }
-}
-
-/// One acquire queued in etcd, counted for [`EtcdBackend::waiters`] while it lives.
-#[derive(Debug)]
-struct QueuedMark {
-    inner: Arc<Inner>,
-    key: String,
-}
-
-impl Drop for QueuedMark {
-    fn drop(&mut self) {
-        let mut keys = self.inner.keys();
-        if let Some(count) = keys.queued.get_mut(&self.key) {
-            *count -= 1;
-            if *count == 0 {
-                keys.queued.remove(&self.key);
-            }
         }
     }
 }

@@ -154,7 +154,7 @@ impl Inner {
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 break None;
             }
-            queued.get_or_insert_with(|| self.mark_queued(&req.key));
+            queued.get_or_insert_with(|| self.queued.mark(&req.key));
             tokio::select! {
                 _ = watcher.changed() => {}
                 () = until(deadline) => break None,
@@ -317,7 +317,7 @@ impl Inner {
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 return Ok(None);
             }
-            queued.get_or_insert_with(|| self.mark_queued(full_key));
+            queued.get_or_insert_with(|| self.queued.mark(full_key));
             let watched = timed_raw(
                 self.timeout,
                 "get data",

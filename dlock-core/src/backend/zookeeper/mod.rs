@@ -13,17 +13,16 @@ mod keys;
 mod release;
 mod session;
 
-use std::collections::HashMap;
-use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use tokio::runtime::Handle;
 use tokio::sync::broadcast;
 
 pub(crate) use self::config::ZkUrl;
 use self::session::{Session, Sessions};
+use crate::backend::background::Background;
+use crate::backend::queued::QueuedCounts;
 use crate::backend::{BackendUrl, Capabilities, Fencing, LockBackend};
 use crate::lease::{
     AcquireOutcome, AcquireRequest, Lease, LostLease, OwnerId, ReleaseOutcome, RenewOutcome,
@@ -121,8 +120,8 @@ pub(super) struct Inner {
     sessions: Sessions,
     timeout: Duration,
     /// How many acquires wait in ZooKeeper's queue, by full key.
-    queued: Mutex<HashMap<String, usize>>,
-    runtime: Handle,
+    queued: QueuedCounts,
+    background: Background,
 }
 
 impl std::fmt::Debug for Inner {
@@ -246,13 +245,7 @@ impl ZooKeeperBackend {
     /// # drop(locker); Ok(()) }
     /// ```
     pub async fn connect(url: &BackendUrl, timeout: Duration) -> Result<Self> {
-        let runtime = Handle::try_current().map_err(|_| {
-            Error::config(
-                "backend",
-                "zk://",
-                "ZooKeeperBackend::connect must run inside a tokio runtime",
-            )
-        })?;
+        let background = Background::here("zk://", "ZooKeeperBackend")?;
         let Some(settings) = url.zookeeper() else {
             return Err(Error::config(
                 "backend",
@@ -265,8 +258,8 @@ impl ZooKeeperBackend {
             inner: Arc::new(Inner {
                 sessions: Sessions::new(settings.clone(), timeout),
                 timeout,
-                queued: Mutex::default(),
-                runtime,
+                queued: QueuedCounts::default(),
+                background,
             }),
         })
     }
@@ -283,7 +276,7 @@ impl ZooKeeperBackend {
     /// ```
     #[must_use]
     pub fn waiters(&self, key: &str) -> usize {
-        self.inner.queued().get(key).copied().unwrap_or(0)
+        self.inner.queued.of(key)
     }
 }
 
@@ -331,19 +324,6 @@ impl LockBackend for ZooKeeperBackend {
 }
 
 impl Inner {
-    fn queued(&self) -> MutexGuard<'_, HashMap<String, usize>> {
-        self.queued.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Runs `work` in the background, on the current runtime or the one the backend was
-    /// connected on.
-    fn spawn(&self, work: impl Future<Output = ()> + Send + 'static) {
-        match Handle::try_current() {
-            Ok(current) => drop(current.spawn(work)),
-            Err(_) => drop(self.runtime.spawn(work)),
-        }
-    }
-
     /// A session for `ttl` with one more user.
     async fn checkout(&self, ttl: Duration) -> Result<Arc<Session>> {
         self.sessions.checkout(ttl).await
@@ -357,7 +337,7 @@ impl Inner {
         }
         let linger = session.effective_ttl() * session::IDLE_LINGER;
         let (inner, session) = (Arc::downgrade(self), Arc::clone(session));
-        self.spawn(async move {
+        self.background.spawn(async move {
             tokio::select! {
                 () = tokio::time::sleep(linger) => {}
                 () = session.lost() => {}
@@ -366,33 +346,5 @@ impl Inner {
                 inner.sessions.close_if_idle(&session);
             }
         });
-    }
-
-    /// Marks one more acquire of `full_key` as queued in ZooKeeper, until the mark is dropped.
-    fn mark_queued(self: &Arc<Self>, full_key: &str) -> QueuedMark {
-        *self.queued().entry(full_key.to_owned()).or_insert(0) += 1;
-        QueuedMark {
-            inner: Arc::clone(self),
-            key: full_key.to_owned(),
-        }
-    }
-}
-
-/// One acquire queued in ZooKeeper, counted for [`ZooKeeperBackend::waiters`] while it lives.
-#[derive(Debug)]
-struct QueuedMark {
-    inner: Arc<Inner>,
-    key: String,
-}
-
-impl Drop for QueuedMark {
-    fn drop(&mut self) {
-        let mut queued = self.inner.queued();
-        if let Some(count) = queued.get_mut(&self.key) {
-            *count -= 1;
-            if *count == 0 {
-                queued.remove(&self.key);
-            }
-        }
     }
 }

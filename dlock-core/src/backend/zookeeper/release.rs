@@ -236,7 +236,7 @@ impl Inner {
             return;
         }
         let inner = Arc::clone(self);
-        self.spawn(async move {
+        self.background.spawn(async move {
             while !session.is_lost() {
                 match inner.delete_nodes(&session, &paths, &by_uuid).await {
                     Ok(()) => break,
