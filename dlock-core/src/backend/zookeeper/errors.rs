@@ -32,15 +32,9 @@ pub(super) async fn timed<T>(
     operation: &'static str,
     request: impl Future<Output = Result<T, ZkError>>,
 ) -> crate::Result<T> {
-    match tokio::time::timeout(timeout, request).await {
-        Ok(Ok(answer)) => Ok(answer),
-        Ok(Err(error)) => Err(from_zk(error)),
-        Err(_) => Err(Error::Timeout {
-            backend: "zookeeper",
-            operation,
-            after: timeout,
-        }),
-    }
+    timed_raw(timeout, operation, request)
+        .await?
+        .map_err(from_zk)
 }
 
 /// Like [`timed`], keeping ZooKeeper's own error (for the callers that act on `NoNode` and

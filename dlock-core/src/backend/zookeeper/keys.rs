@@ -138,6 +138,13 @@ fn contender(child: &str) -> Option<Contender<'_>> {
         })
 }
 
+/// The lock nodes among `children`, in Curator's order: by the text after the last lock name.
+fn contenders(children: &[String]) -> Vec<Contender<'_>> {
+    let mut nodes: Vec<Contender<'_>> = children.iter().filter_map(|c| contender(c)).collect();
+    nodes.sort_by(|a, b| a.sequence.cmp(b.sequence));
+    nodes
+}
+
 /// Where a node stands among the contenders of its path.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Standing {
@@ -165,8 +172,7 @@ pub(super) enum Standing {
 /// them out. The two orders differ only for a child whose name sorts before a sequence number
 /// (a nested lock path starting with a digit or punctuation), which Curator would wait for.
 pub(super) fn standing(children: &[String], ours: &str, reader: bool) -> Standing {
-    let mut nodes: Vec<Contender<'_>> = children.iter().filter_map(|c| contender(c)).collect();
-    nodes.sort_by(|a, b| a.sequence.cmp(b.sequence));
+    let nodes = contenders(children);
     let Some(index) = nodes.iter().position(|node| node.name == ours) else {
         return Standing::Gone;
     };
@@ -183,8 +189,7 @@ pub(super) fn standing(children: &[String], ours: &str, reader: bool) -> Standin
 /// The holders among `children` of a lock path: the first node if it is a mutex or write
 /// node, else every read node before the first mutex or write node.
 pub(super) fn holders(children: &[String]) -> Vec<String> {
-    let mut nodes: Vec<Contender<'_>> = children.iter().filter_map(|c| contender(c)).collect();
-    nodes.sort_by(|a, b| a.sequence.cmp(b.sequence));
+    let nodes = contenders(children);
     match nodes.first() {
         Some(first) if first.exclusive => vec![first.name.to_owned()],
         _ => nodes
