@@ -14,13 +14,15 @@ use tokio::sync::broadcast;
 
 use crate::{LockMode, Result};
 
-#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+#[cfg(any(feature = "etcd", feature = "zookeeper", feature = "postgres"))]
 mod background;
 #[cfg(feature = "etcd")]
 pub(crate) mod etcd;
 #[cfg(feature = "memory")]
 pub(crate) mod memory;
-#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+#[cfg(feature = "postgres")]
+pub(crate) mod postgres;
+#[cfg(any(feature = "etcd", feature = "zookeeper", feature = "postgres"))]
 mod queued;
 #[cfg(feature = "redis")]
 pub(crate) mod redis;
@@ -38,6 +40,8 @@ pub use crate::lease::{
 pub use etcd::EtcdBackend;
 #[cfg(feature = "memory")]
 pub use memory::MemoryBackend;
+#[cfg(feature = "postgres")]
+pub use postgres::PostgresBackend;
 #[cfg(feature = "redis")]
 pub use redis::RedisBackend;
 pub(crate) use url::connect;

@@ -220,6 +220,25 @@ impl Error {
         }
     }
 
+    /// A copy of a backend's error, for each lease of a batch the error failed (the source
+    /// is kept as text): a timeout stays a timeout, a refusal a refusal, anything else is
+    /// unavailable.
+    pub(crate) fn copy_for_batch(&self, backend: &'static str) -> Self {
+        match self {
+            Self::Timeout {
+                backend,
+                operation,
+                after,
+            } => Self::Timeout {
+                backend,
+                operation,
+                after: *after,
+            },
+            Self::Refused { .. } => Self::refused(backend, self.to_string()),
+            other => Self::unavailable(backend, other.to_string()),
+        }
+    }
+
     /// Builds an [`Error::Config`] naming `field` and `value`.
     ///
     /// # Examples

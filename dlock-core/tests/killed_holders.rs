@@ -1,5 +1,5 @@
 //! Fault tests with real processes, in every lock mode, on Redis (single server and Cluster),
-//! etcd (3 members) and ZooKeeper (3 servers): a holder process is killed with SIGKILL —
+//! etcd (3 members), ZooKeeper (3 servers) and PostgreSQL: a holder process is killed with SIGKILL —
 //! nothing released, no goodbye — and what it held frees at its ttl for the one waiting in
 //! this process; and the etcd or ZooKeeper leader is killed while a writer or readers hold and
 //! a writer waits, without a grant lost or given twice.
@@ -12,7 +12,7 @@
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use dlock_core::harness::{EtcdCluster, RedisCluster, RedisServer, ZkEnsemble};
+use dlock_core::harness::{EtcdCluster, PostgresServer, RedisCluster, RedisServer, ZkEnsemble};
 use dlock_core::{DlockConfig, Error, LockMode, Locker};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
@@ -247,6 +247,13 @@ async fn etcd_killed_reader_permit_holder_and_writer() {
 async fn zookeeper_killed_reader_permit_holder_and_writer() {
     let ensemble = ZkEnsemble::start(3).await.expect("zookeeper ensemble");
     killed_holders_of_every_mode(&ensemble.url()).await;
+}
+
+/// PostgreSQL frees a killed process's locks as its connection closes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_killed_reader_permit_holder_and_writer() {
+    let server = PostgresServer::start().await.expect("postgres");
+    killed_holders_of_every_mode(&server.url()).await;
 }
 
 /// A replicated lock service whose leader a test can kill.

@@ -18,7 +18,12 @@ use crate::{Error, Result};
 /// operation timeout; [`Error::Refused`] when it refuses the credentials; [`Error::Config`]
 /// for what the backend finds wrong in its URL.
 #[cfg_attr(
-    not(any(feature = "redis", feature = "etcd", feature = "zookeeper")),
+    not(any(
+        feature = "redis",
+        feature = "etcd",
+        feature = "zookeeper",
+        feature = "postgres"
+    )),
     allow(clippy::unused_async, unused_variables)
 )]
 #[cfg_attr(
@@ -26,7 +31,8 @@ use crate::{Error, Result};
         feature = "memory",
         feature = "redis",
         feature = "etcd",
-        feature = "zookeeper"
+        feature = "zookeeper",
+        feature = "postgres"
     )),
     allow(unreachable_code)
 )]
@@ -48,6 +54,10 @@ pub(crate) async fn connect(
         #[cfg(feature = "zookeeper")]
         BackendKind::ZooKeeper => {
             Arc::new(super::ZooKeeperBackend::connect(url, operation_timeout).await?)
+        }
+        #[cfg(feature = "postgres")]
+        BackendKind::Postgres => {
+            Arc::new(super::PostgresBackend::connect(url, operation_timeout).await?)
         }
         // `BackendUrl::parse` refuses the kinds this build does not include.
         other => {
@@ -112,6 +122,7 @@ impl BackendKind {
             Self::Redis | Self::RedisCluster => cfg!(feature = "redis"),
             Self::Etcd => cfg!(feature = "etcd"),
             Self::ZooKeeper => cfg!(feature = "zookeeper"),
+            Self::Postgres => cfg!(feature = "postgres"),
             // Not written yet: see the README's backend table.
             _ => false,
         }
@@ -217,6 +228,9 @@ enum Settings {
     Etcd(super::etcd::EtcdUrl),
     #[cfg(feature = "zookeeper")]
     ZooKeeper(super::zookeeper::ZkUrl),
+    /// Boxed: tokio-postgres' `Config` is several times larger than the other settings.
+    #[cfg(feature = "postgres")]
+    Postgres(Box<super::postgres::PgUrl>),
     /// A backend this build does not include (refused before this is used).
     Other,
 }
@@ -263,6 +277,10 @@ impl BackendUrl {
             BackendKind::Etcd => Settings::Etcd(super::etcd::EtcdUrl::parse(url)?),
             #[cfg(feature = "zookeeper")]
             BackendKind::ZooKeeper => Settings::ZooKeeper(super::zookeeper::ZkUrl::parse(url)?),
+            #[cfg(feature = "postgres")]
+            BackendKind::Postgres => {
+                Settings::Postgres(Box::new(super::postgres::PgUrl::parse(url)?))
+            }
             _ => Settings::Other,
         };
         Ok(Self {
@@ -318,6 +336,15 @@ impl BackendUrl {
     pub(crate) const fn zookeeper(&self) -> Option<&super::zookeeper::ZkUrl> {
         match &self.settings {
             Settings::ZooKeeper(settings) => Some(settings),
+            _ => None,
+        }
+    }
+
+    /// A `postgres://` URL's settings.
+    #[cfg(feature = "postgres")]
+    pub(crate) fn postgres(&self) -> Option<&super::postgres::PgUrl> {
+        match &self.settings {
+            Settings::Postgres(settings) => Some(settings),
             _ => None,
         }
     }

@@ -246,6 +246,10 @@ pub struct Expectations {
     /// looks for expired leases every 500 ms, then commits the revocation); zero where the
     /// ttl is the key's own expiry (memory, Redis).
     pub expiry_lag: Duration,
+    /// The service frees a crashed client's locks as soon as its connection closes, before
+    /// the ttl (PostgreSQL: a session's locks end with it): the scenarios with a crashed
+    /// holder then expect the lock free at once rather than after the ttl.
+    pub frees_on_disconnect: bool,
     /// The operation timeout the suite's Lockers use.
     pub operation_timeout: Duration,
     /// Key prefix for this run's Lockers.
@@ -265,6 +269,7 @@ impl Expectations {
             ttl: Duration::from_millis(300),
             slack: Duration::from_millis(250),
             expiry_lag: Duration::ZERO,
+            frees_on_disconnect: false,
             operation_timeout: Duration::from_secs(2),
             prefix: format!("conformance:{:08x}:", rand::random::<u32>()),
         }
@@ -289,6 +294,22 @@ impl Expectations {
     pub const fn expiry_lag(mut self, lag: Duration) -> Self {
         self.expiry_lag = lag;
         self
+    }
+
+    /// Sets [`Expectations::frees_on_disconnect`].
+    #[must_use]
+    pub const fn frees_on_disconnect(mut self, frees: bool) -> Self {
+        self.frees_on_disconnect = frees;
+        self
+    }
+
+    /// The soonest a crashed holder's lock of lease `ttl` may be free again.
+    pub(crate) const fn crashed_holder_keeps(&self, ttl: Duration) -> Duration {
+        if self.frees_on_disconnect {
+            Duration::ZERO
+        } else {
+            ttl
+        }
     }
 
     /// Sets [`Expectations::force_release`].

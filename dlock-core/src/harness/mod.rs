@@ -38,7 +38,7 @@ mod zookeeper;
 pub use curator::Curator;
 pub use error::HarnessError;
 pub use etcd::{EtcdCluster, EtcdServer};
-pub use postgres::PostgresServer;
+pub use postgres::{PostgresServer, PsqlSession};
 pub use proxy::{ProxyMode, TcpProxy};
 pub use redis::{RedisNodes, RedisServer};
 pub use redis_cluster::RedisCluster;

@@ -2,9 +2,11 @@
 //! run as the `postgres` system user (they refuse to run as root).
 
 use std::path::{Path, PathBuf};
+use std::process::Stdio;
 use std::time::Duration;
 
 use tempfile::TempDir;
+use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
 
 use super::process::{
     STARTUP_TIMEOUT, ServerProcess, Spec, find_binary, is_executable, probe, process_methods,
@@ -92,6 +94,73 @@ impl PostgresServer {
     #[must_use]
     pub fn bin_dir(&self) -> &Path {
         &self.bin_dir
+    }
+}
+
+impl PostgresServer {
+    /// An interactive `psql` session on the server, as the superuser: a plain SQL client
+    /// for interop tests.
+    ///
+    /// # Errors
+    ///
+    /// [`HarnessError::MissingBinary`] without `psql`; [`HarnessError::Io`] if it cannot be
+    /// started.
+    pub async fn psql(&self) -> Result<PsqlSession> {
+        let psql = self.bin_dir.join("psql");
+        if !is_executable(&psql) {
+            return Err(HarnessError::missing("psql"));
+        }
+        let mut child = tokio::process::Command::new(psql)
+            .args(["-X", "-A", "-t", "-q", "-h", "127.0.0.1", "-U", SUPERUSER])
+            .args(["-p", &self.port().to_string(), SUPERUSER])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()?;
+        let stdin = child.stdin.take().expect("piped stdin");
+        let stdout = BufReader::new(child.stdout.take().expect("piped stdout")).lines();
+        Ok(PsqlSession {
+            _child: child,
+            stdin,
+            stdout,
+        })
+    }
+}
+
+/// A `psql` process reading SQL from a pipe, one session for its whole life.
+#[derive(Debug)]
+pub struct PsqlSession {
+    _child: tokio::process::Child,
+    stdin: tokio::process::ChildStdin,
+    stdout: tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+}
+
+impl PsqlSession {
+    /// Runs `sql` (one or more statements) and returns the rows it printed, one line each,
+    /// columns separated by `|`; statements without rows print nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`HarnessError::Io`] if `psql` exited or its pipes broke.
+    pub async fn run(&mut self, sql: &str) -> Result<Vec<String>> {
+        const DONE: &str = "__dlock_harness_done__";
+        self.stdin
+            .write_all(format!("{sql}\n\\echo {DONE}\n").as_bytes())
+            .await?;
+        self.stdin.flush().await?;
+        let mut rows = Vec::new();
+        loop {
+            let line = self.stdout.next_line().await?.ok_or_else(|| {
+                std::io::Error::other(format!("psql exited while running `{sql}`"))
+            })?;
+            if line == DONE {
+                return Ok(rows);
+            }
+            if !line.is_empty() {
+                rows.push(line);
+            }
+        }
     }
 }
 

@@ -50,7 +50,7 @@ impl Inner {
                 Err(error) => {
                     // This session's leases only: the others' sessions may be fine.
                     for (index, _) in batch {
-                        outcomes[index] = RenewOutcome::Failed(copy_of(&error));
+                        outcomes[index] = RenewOutcome::Failed(error.copy_for_batch("zookeeper"));
                     }
                     continue;
                 }
@@ -274,23 +274,6 @@ impl Inner {
             }
         }
         Ok(())
-    }
-}
-
-/// The same failure again, for each lease of a batch that failed together.
-fn copy_of(error: &crate::Error) -> crate::Error {
-    match error {
-        crate::Error::Timeout {
-            backend,
-            operation,
-            after,
-        } => crate::Error::Timeout {
-            backend,
-            operation,
-            after: *after,
-        },
-        crate::Error::Refused { .. } => crate::Error::refused("zookeeper", error.to_string()),
-        other => crate::Error::unavailable("zookeeper", other.to_string()),
     }
 }
 

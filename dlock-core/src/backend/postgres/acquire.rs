@@ -1,0 +1,468 @@
+//! Acquire: one non-blocking try on a shared connection, then — if the caller waits — a wait
+//! on the server, on a connection of its own, bounded by `lock_timeout`. A semaphore's
+//! permit queues on the semaphore's queue key; the head of the queue takes a free slot.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use tokio_postgres::types::{ToSql, Type};
+
+use super::errors::{from_pg, is_lock_timeout, timed, timed_raw};
+use super::session::{Conn, ConnUse};
+use super::{Inner, PgGrant, PgHold, keys, sql};
+use crate::lease::{AcquireOutcome, AcquireRequest, Lease};
+use crate::{Error, LockMode, Result};
+
+/// What an attempt got: the grant's hold and token, and when its lease starts.
+struct Got {
+    hold: PgHold,
+    token: Option<i64>,
+    valid_from: Instant,
+}
+
+impl Inner {
+    pub(super) async fn acquire(
+        self: &Arc<Self>,
+        req: &AcquireRequest,
+        deadline: Option<Instant>,
+    ) -> Result<AcquireOutcome> {
+        if let Some(outcome) = self.try_once(req).await? {
+            return Ok(outcome);
+        }
+        if deadline.is_some_and(|d| d <= Instant::now()) {
+            return Ok(AcquireOutcome::Busy { retry_after: None });
+        }
+        let mut conn_use = self.conns.for_wait(req.ttl, first_key(req)).await?;
+        let _queued = self.queued.mark(&req.key);
+        let got = match req.mode {
+            LockMode::Permit { limit } => {
+                self.wait_permit(&mut conn_use, req, limit, deadline)
+                    .await?
+            }
+            mode => {
+                self.wait_lock(&conn_use.conn, req, mode == LockMode::Shared, deadline)
+                    .await?
+            }
+        };
+        Ok(match got {
+            Some(got) => self.granted(req, conn_use, got),
+            None => {
+                conn_use.finish();
+                AcquireOutcome::Busy { retry_after: None }
+            }
+        })
+    }
+
+    /// One attempt that does not wait, on a connection shared with other locks. It runs in a
+    /// task of its own: an acquire dropped meanwhile does not interrupt a statement on a
+    /// connection other locks depend on, and a grant nobody receives is released (by its
+    /// lease's drop). `None` when busy.
+    async fn try_once(self: &Arc<Self>, req: &AcquireRequest) -> Result<Option<AcquireOutcome>> {
+        let mut conn_use = self.conns.for_try(req.ttl, first_key(req)).await?;
+        let (inner, req) = (Arc::clone(self), req.clone());
+        let attempt = tokio::spawn(async move {
+            let got = match req.mode {
+                LockMode::Permit { limit } => inner.try_permit(&mut conn_use, &req, limit).await,
+                mode => {
+                    inner
+                        .try_lock(&conn_use.conn, &req, mode == LockMode::Shared)
+                        .await
+                }
+            };
+            // An error (`?`) leaves the connection in doubt: dropping `conn_use` closes it.
+            match got? {
+                Ok(Some(got)) => Ok(Some(inner.granted(&req, conn_use, got))),
+                Ok(None) => {
+                    conn_use.finish();
+                    Ok(None)
+                }
+                Err(refused) => {
+                    conn_use.finish();
+                    Err(refused)
+                }
+            }
+        });
+        attempt
+            .await
+            .map_err(|error| Error::unavailable("postgres", error.to_string()))?
+    }
+
+    /// The lease of a grant: the connection keeps its keys, the grant is recorded on it.
+    fn granted(
+        self: &Arc<Self>,
+        req: &AcquireRequest,
+        conn_use: ConnUse,
+        got: Got,
+    ) -> AcquireOutcome {
+        let conn = conn_use.granted(&req.owner, got.hold.limit_key());
+        let mut lease = Lease::new(req, got.valid_from);
+        if let Some(token) = got.token.and_then(|t| u64::try_from(t).ok()) {
+            lease = lease.with_fencing_token(token);
+        }
+        let grant = PgGrant::new(self, conn, got.hold, req.owner.clone());
+        AcquireOutcome::Acquired(lease.with_extension(Arc::new(grant)))
+    }
+
+    /// Tries an exclusive or shared lock, with its token in the same statement if asked.
+    /// The inner error is a refusal that left the connection as it was.
+    async fn try_lock(
+        &self,
+        conn: &Conn,
+        req: &AcquireRequest,
+        shared: bool,
+    ) -> Result<Result<Option<Got>>> {
+        let key = keys::advisory_key(&req.key);
+        let sent = Instant::now();
+        let answer = if req.fencing {
+            let sql = if shared {
+                &self.sql.try_shared_fenced
+            } else {
+                &self.sql.try_fenced
+            };
+            timed_raw(self.timeout, "acquire", query(conn, sql, &[key]))
+                .await?
+                .map(|rows| rows.first().map(|row| Some(row.get::<_, i64>(0))))
+        } else {
+            let sql = if shared { sql::TRY_SHARED } else { sql::TRY };
+            timed_raw(self.timeout, "acquire", query(conn, sql, &[key]))
+                .await?
+                .map(|rows| {
+                    rows.first()
+                        .and_then(|row| row.get::<_, bool>(0).then_some(None))
+                })
+        };
+        match answer {
+            Ok(Some(token)) => Ok(Ok(Some(Got {
+                hold: PgHold::Lock { key, shared },
+                token,
+                valid_from: sent,
+            }))),
+            Ok(None) => Ok(Ok(None)),
+            Err(error) => {
+                // The lock may have been granted before the statement failed (the token's
+                // row, say): give it back before the key goes back.
+                let unlock = if shared {
+                    sql::UNLOCK_SHARED
+                } else {
+                    sql::UNLOCK
+                };
+                timed(self.timeout, "acquire", query(conn, unlock, &[key])).await?;
+                Ok(Err(from_pg(error)))
+            }
+        }
+    }
+
+    /// Waits on the server for an exclusive or shared lock until `deadline` (PostgreSQL's own
+    /// queue: first come, first served, readers behind a waiting writer). `lock_timeout`
+    /// travels in the same round trip; when it runs out, `pg_locks` says whether the grant
+    /// won the race.
+    async fn wait_lock(
+        &self,
+        conn: &Conn,
+        req: &AcquireRequest,
+        shared: bool,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Got>> {
+        let key = keys::advisory_key(&req.key);
+        let statement = match (req.fencing, shared) {
+            (true, false) => self.sql.lock_fenced.as_str(),
+            (true, true) => self.sql.lock_shared_fenced.as_str(),
+            (false, false) => sql::LOCK,
+            (false, true) => sql::LOCK_SHARED,
+        };
+        let answer = self
+            .bounded_wait(conn, deadline, query(conn, statement, &[key]))
+            .await?;
+        let valid_from = Instant::now();
+        let token = match answer {
+            Ok(rows) if req.fencing => rows.first().map(|row| row.get::<_, i64>(0)),
+            Ok(_) => None,
+            Err(error) if is_lock_timeout(&error) => {
+                if !self.holds(conn, key).await? {
+                    return Ok(None);
+                }
+                // Granted just as the timeout fired: the statement failed, the session lock
+                // stayed (session locks outlive the aborted statement).
+                if req.fencing {
+                    Some(self.bump(conn, key).await?)
+                } else {
+                    None
+                }
+            }
+            Err(error) => return Err(from_pg(error)),
+        };
+        Ok(Some(Got {
+            hold: PgHold::Lock { key, shared },
+            token,
+            valid_from,
+        }))
+    }
+
+    /// Runs `wait` — a statement that blocks on the server — with `lock_timeout` set to what
+    /// is left until `deadline` (none without one), both in one round trip. The client's
+    /// own bound is the deadline plus the operation timeout.
+    async fn bounded_wait<T>(
+        &self,
+        conn: &Conn,
+        deadline: Option<Instant>,
+        wait: impl Future<Output = Result<T, tokio_postgres::Error>>,
+    ) -> Result<Result<T, tokio_postgres::Error>> {
+        let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+        let millis = left.map_or(0, |left| left.as_millis().max(1));
+        let millis = millis.to_string();
+        let params: [(&(dyn ToSql + Sync), Type); 1] = [(&millis, Type::TEXT)];
+        let set = conn.client.query_typed(sql::SET_LOCK_TIMEOUT, &params);
+        let both = async {
+            let (set, waited) = tokio::join!(set, wait);
+            set?;
+            Ok(waited)
+        };
+        let answer = match left {
+            Some(left) => timed_raw(left + self.timeout, "acquire", both).await?,
+            None => both.await,
+        };
+        answer.map_err(from_pg)
+    }
+
+    /// Whether this connection's session holds `key` (after a `lock_timeout`).
+    async fn holds(&self, conn: &Conn, key: i64) -> Result<bool> {
+        let (high, low) = keys::to_halves(key);
+        let rows = timed(
+            self.timeout,
+            "acquire",
+            query(conn, sql::IS_GRANTED, &[high, low]),
+        )
+        .await?;
+        Ok(rows.first().is_some_and(|row| row.get::<_, bool>(0)))
+    }
+
+    /// A new token for `key`, held already.
+    async fn bump(&self, conn: &Conn, key: i64) -> Result<i64> {
+        let rows = timed(self.timeout, "acquire", query(conn, &self.sql.bump, &[key])).await?;
+        rows.first()
+            .map(|row| row.get::<_, i64>(0))
+            .ok_or_else(|| Error::refused("postgres", "the fence table returned no token"))
+    }
+
+    /// One attempt at a permit without waiting: the queue key if free, then a free slot. The
+    /// inner error is a refusal (another limit) that left the connection as it was.
+    async fn try_permit(
+        &self,
+        conn_use: &mut ConnUse,
+        req: &AcquireRequest,
+        limit: u32,
+    ) -> Result<Result<Option<Got>>> {
+        let queue = keys::queue_key(&req.key);
+        let semaphore = keys::advisory_key(&req.key);
+        let conn = Arc::clone(&conn_use.conn);
+        let (head, stored) = tokio::join!(
+            timed(self.timeout, "acquire", query(&conn, sql::TRY, &[queue])),
+            timed(
+                self.timeout,
+                "acquire",
+                query(&conn, &self.sql.stored_limit, &[semaphore])
+            ),
+        );
+        if !head?.first().is_some_and(|row| row.get::<_, bool>(0)) {
+            return Ok(Ok(None));
+        }
+        let stored = stored?.first().and_then(|row| row.get::<_, Option<i32>>(0));
+        match self.take_slot(conn_use, req, limit, stored).await {
+            Ok(Some(got)) => Ok(Ok(Some(got))),
+            Ok(None) => {
+                self.leave_queue(conn_use, queue).await?;
+                Ok(Ok(None))
+            }
+            Err(mismatch @ Error::PermitLimitMismatch { .. }) => {
+                self.leave_queue(conn_use, queue).await?;
+                Ok(Err(mismatch))
+            }
+            Err(error) => Err(error),
+        }
+    }
+
+    /// Waits for a permit until `deadline`: first in the semaphore's queue (PostgreSQL's FIFO
+    /// queue on the queue key, so permits go in arrival order), then, as its head, for a free
+    /// slot — woken by the `NOTIFY` of a release, or after half a ttl (a holder that crashed
+    /// frees its slot without notifying).
+    async fn wait_permit(
+        &self,
+        conn_use: &mut ConnUse,
+        req: &AcquireRequest,
+        limit: u32,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Got>> {
+        let queue = keys::queue_key(&req.key);
+        let semaphore = keys::advisory_key(&req.key);
+        let conn = Arc::clone(&conn_use.conn);
+        let listen = format!("LISTEN {}", keys::channel(&req.key));
+        let (listened, head) = tokio::join!(
+            timed(self.timeout, "acquire", conn.client.batch_execute(&listen)),
+            self.bounded_wait(&conn, deadline, query(&conn, sql::LOCK, &[queue])),
+        );
+        listened?;
+        match head? {
+            Ok(_) => {}
+            Err(error) if is_lock_timeout(&error) => {
+                if !self.holds(&conn, queue).await? {
+                    return Ok(None);
+                }
+            }
+            Err(error) => return Err(from_pg(error)),
+        }
+        let got = loop {
+            let stored = timed(
+                self.timeout,
+                "acquire",
+                query(&conn, &self.sql.stored_limit, &[semaphore]),
+            )
+            .await?
+            .first()
+            .and_then(|row| row.get::<_, Option<i32>>(0));
+            if let Some(got) = self.take_slot(conn_use, req, limit, stored).await? {
+                break Some(got);
+            }
+            let recheck = req.ttl / 2;
+            let wake = match deadline {
+                Some(deadline) if deadline <= Instant::now() => break None,
+                Some(deadline) => recheck.min(deadline - Instant::now()),
+                None => recheck,
+            };
+            tokio::select! {
+                () = conn.notified.notified() => {}
+                () = tokio::time::sleep(wake) => {}
+                () = conn.lost() => return Err(Error::unavailable("postgres", conn.lost_reason())),
+            }
+        };
+        if got.is_none() {
+            self.leave_queue(conn_use, queue).await?;
+        }
+        timed(
+            self.timeout,
+            "acquire",
+            conn.client.batch_execute("UNLISTEN *"),
+        )
+        .await?;
+        Ok(got)
+    }
+
+    /// As the head of the semaphore's queue: checks the stored limit, then takes the first
+    /// free slot not held on this connection already, in one statement that also holds the
+    /// limit key shared, stores the limit, bumps the token and leaves the queue.
+    async fn take_slot(
+        &self,
+        conn_use: &mut ConnUse,
+        req: &AcquireRequest,
+        limit: u32,
+        stored: Option<i32>,
+    ) -> Result<Option<Got>> {
+        let conn = Arc::clone(&conn_use.conn);
+        if let Some(stored) = stored.and_then(|s| u32::try_from(s).ok())
+            && stored != limit
+            && self.has_holders(&conn, &req.key, stored).await?
+        {
+            return Err(Error::PermitLimitMismatch {
+                key: req.key.to_string(),
+                stored,
+                requested: limit,
+            });
+        }
+        let candidates: Vec<i64> = keys::slot_keys(&req.key, limit)
+            .into_iter()
+            .filter(|slot| !conn.has(*slot))
+            .collect();
+        if candidates.is_empty() {
+            return Ok(None);
+        }
+        let semaphore = keys::advisory_key(&req.key);
+        let (queue, limit_key) = (keys::queue_key(&req.key), keys::limit_key(&req.key, limit));
+        let limit_i32 = i32::try_from(limit).unwrap_or(i32::MAX);
+        let sent = Instant::now();
+        let rows = timed(
+            self.timeout,
+            "acquire",
+            conn.client.query_typed(
+                &self.sql.take_slot,
+                &[
+                    (&semaphore as &(dyn ToSql + Sync), Type::INT8),
+                    (&candidates, Type::INT8_ARRAY),
+                    (&limit_i32, Type::INT4),
+                    (&limit_key, Type::INT8),
+                    (&queue, Type::INT8),
+                ],
+            ),
+        )
+        .await?;
+        let Some(row) = rows.first() else {
+            return Ok(None);
+        };
+        let slot: i64 = row.get(1);
+        conn_use.unreserve(queue); // unlocked by the statement
+        conn_use.reserve(slot);
+        Ok(Some(Got {
+            hold: PgHold::Permit {
+                slot,
+                limit_key,
+                channel: keys::channel(&req.key),
+            },
+            token: Some(row.get(0)),
+            valid_from: sent,
+        }))
+    }
+
+    /// Whether any permit of semaphore `key` with limit `stored` is held: each holds its
+    /// limit key shared, so an exclusive try fails while one does.
+    async fn has_holders(&self, conn: &Conn, key: &str, stored: u32) -> Result<bool> {
+        let limit_key = keys::limit_key(key, stored);
+        if conn.has(limit_key) {
+            return Ok(true); // held here, by another permit of this Locker
+        }
+        let rows = timed(self.timeout, "acquire", query(conn, sql::TRY, &[limit_key])).await?;
+        if !rows.first().is_some_and(|row| row.get::<_, bool>(0)) {
+            return Ok(true);
+        }
+        timed(
+            self.timeout,
+            "acquire",
+            query(conn, sql::UNLOCK, &[limit_key]),
+        )
+        .await?;
+        Ok(false)
+    }
+
+    /// Gives the queue key back (the head leaves without a permit).
+    async fn leave_queue(&self, conn_use: &mut ConnUse, queue: i64) -> Result<()> {
+        timed(
+            self.timeout,
+            "acquire",
+            query(&conn_use.conn, sql::UNLOCK, &[queue]),
+        )
+        .await?;
+        conn_use.unreserve(queue);
+        Ok(())
+    }
+}
+
+/// The key an acquire reserves first on its connection: the lock's, or a semaphore's queue.
+fn first_key(req: &AcquireRequest) -> i64 {
+    match req.mode {
+        LockMode::Permit { .. } => keys::queue_key(&req.key),
+        _ => keys::advisory_key(&req.key),
+    }
+}
+
+/// Sends `statement` with `bigint` parameters in one round trip (no separate prepare).
+pub(super) fn query<'a>(
+    conn: &'a Conn,
+    statement: &'a str,
+    keys: &[i64],
+) -> impl Future<Output = Result<Vec<tokio_postgres::Row>, tokio_postgres::Error>> + Send + 'a {
+    let keys = keys.to_vec();
+    async move {
+        let typed: Vec<(&(dyn ToSql + Sync), Type)> = keys
+            .iter()
+            .map(|key| (key as &(dyn ToSql + Sync), Type::INT8))
+            .collect();
+        conn.client.query_typed(statement, &typed).await
+    }
+}

@@ -1,0 +1,307 @@
+//! The `postgres://` URL, the settings of every lock-holding connection, and the checks and
+//! the fence table made once at connect.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use tokio_postgres::config::SslMode;
+use tokio_postgres::{Client, Config, NoTls};
+
+use super::errors::timed;
+use super::keys;
+use crate::{Error, Result};
+
+/// The URL query option naming the fence table (dlock's own; the others are libpq's).
+const FENCE_TABLE_OPTION: &str = "dlock_fence_table";
+/// The fence table unless the URL names another.
+pub(super) const DEFAULT_FENCE_TABLE: &str = "dlock_fence";
+/// The oldest server with `idle_session_timeout` and `client_connection_check_interval`.
+const MIN_SERVER_VERSION: i32 = 14_00_00;
+
+/// A parsed `postgres://user:password@host:port/database[?options]` URL: libpq's URL syntax and
+/// options (as tokio-postgres reads them), plus `dlock_fence_table=[schema.]table`.
+#[derive(Clone)]
+pub(crate) struct PgUrl {
+    config: Config,
+    /// The fence table as written in SQL (quoted).
+    pub(super) fence_table: String,
+}
+
+/// tokio-postgres' `Config` shows the password as `_`; the rest is useful when debugging.
+impl std::fmt::Debug for PgUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgUrl")
+            .field("user", &self.config.get_user())
+            .field("hosts", &self.config.get_hosts())
+            .field("ports", &self.config.get_ports())
+            .field("dbname", &self.config.get_dbname())
+            .field("fence_table", &self.fence_table)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PgUrl {
+    /// Parses `raw` (`postgres://` or `postgresql://`).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] naming the URL (password redacted) and what is wrong.
+    pub(crate) fn parse(raw: &str) -> Result<Self> {
+        let bad =
+            |reason: String| Error::config("backend", crate::backend_spec::redact(raw), reason);
+        let (without_ours, fence_table) = take_option(raw, FENCE_TABLE_OPTION);
+        let fence_table = keys::quoted_table(fence_table.as_deref().unwrap_or(DEFAULT_FENCE_TABLE))
+            .map_err(|reason| bad(format!("`{FENCE_TABLE_OPTION}`: {reason}")))?;
+        let mut config = Config::from_str(&without_ours)
+            .map_err(|error| bad(format!("not a PostgreSQL URL: {error}")))?;
+        // A fencing token is as durable as the commit that bumped it: commit synchronously
+        // even where the server's default is off, unless the URL's own options say otherwise
+        // (they come later, so they win).
+        let options = match config.get_options() {
+            Some(own) => format!("-c synchronous_commit=on {own}"),
+            None => "-c synchronous_commit=on".to_owned(),
+        };
+        config.options(options);
+        if config.get_hosts().is_empty() {
+            return Err(bad(
+                "expected a host: `postgres://user@host:5432/database`".to_owned()
+            ));
+        }
+        if matches!(config.get_ssl_mode(), SslMode::Require) {
+            return Err(bad(
+                "`sslmode=require`: TLS to PostgreSQL is not supported yet (use `sslmode=disable` or `prefer`)"
+                    .to_owned(),
+            ));
+        }
+        Ok(Self {
+            config,
+            fence_table,
+        })
+    }
+
+    /// The settings of a lock connection whose locks have lease `ttl`, every round trip of
+    /// the connect bounded by `timeout`. See [`PostgresBackend`](super::PostgresBackend) for
+    /// why each is set.
+    fn lock_connection(&self, ttl: Duration, timeout: Duration) -> Config {
+        let mut config = self.config.clone();
+        let millis = |d: Duration| d.as_millis().max(1);
+        let probe = (ttl / 3).max(Duration::from_secs(1));
+        let mut options = config.get_options().map(str::to_owned).unwrap_or_default();
+        for setting in [
+            format!("idle_session_timeout={}", millis(ttl)),
+            "idle_in_transaction_session_timeout=0".to_owned(),
+            "statement_timeout=0".to_owned(),
+            format!("lock_timeout={}", millis(timeout / 2)),
+            format!(
+                "client_connection_check_interval={}",
+                millis((ttl / 3).clamp(Duration::from_millis(100), Duration::from_secs(1)))
+            ),
+            format!("tcp_keepalives_idle={}", probe.as_secs()),
+            format!("tcp_keepalives_interval={}", probe.as_secs()),
+            "tcp_keepalives_count=3".to_owned(),
+            format!("tcp_user_timeout={}", millis(ttl)),
+        ] {
+            if !options.is_empty() {
+                options.push(' ');
+            }
+            options.push_str("-c ");
+            options.push_str(&setting);
+        }
+        config
+            .options(options)
+            .application_name("dlock")
+            .connect_timeout(timeout)
+            .keepalives(true)
+            .keepalives_idle(probe)
+            .keepalives_interval(probe)
+            .keepalives_retries(3)
+            .tcp_user_timeout(ttl);
+        config
+    }
+
+    /// Opens a lock connection for locks with lease `ttl`; the connection's driver is the
+    /// caller's to run.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Unavailable`] / [`Error::Timeout`] when the server cannot be reached;
+    /// [`Error::Refused`] when it refuses the credentials or the database.
+    pub(super) async fn open(
+        &self,
+        ttl: Duration,
+        timeout: Duration,
+    ) -> Result<(
+        Client,
+        tokio_postgres::Connection<tokio_postgres::Socket, tokio_postgres::tls::NoTlsStream>,
+    )> {
+        let config = self.lock_connection(ttl, timeout);
+        timed(timeout, "connect", config.connect(NoTls)).await
+    }
+
+    /// Checks that the server answers, is PostgreSQL 14 or later, and that the fence table
+    /// exists (creating it if missing, under an advisory lock so that Lockers starting
+    /// together do not trip over each other).
+    ///
+    /// # Errors
+    ///
+    /// As [`open`](Self::open); [`Error::Refused`] for an older server or a fence table that
+    /// cannot be created.
+    pub(super) async fn prepare(&self, timeout: Duration) -> Result<()> {
+        let (client, connection) = timed(timeout, "connect", self.config.connect(NoTls)).await?;
+        let driver = tokio::spawn(connection);
+        let prepared = async {
+            let version: i32 = timed(
+                timeout,
+                "connect",
+                client.query_one("SELECT current_setting('server_version_num')::int", &[]),
+            )
+            .await?
+            .get(0);
+            if version < MIN_SERVER_VERSION {
+                return Err(Error::refused(
+                    "postgres",
+                    format!(
+                        "PostgreSQL {}.{} is too old: dlock needs 14 or later (idle_session_timeout, client_connection_check_interval)",
+                        version / 10_000,
+                        version % 10_000 / 100,
+                    ),
+                ));
+            }
+            let create = format!(
+                "BEGIN; SELECT pg_advisory_xact_lock({ddl}); \
+                 CREATE TABLE IF NOT EXISTS {table} (lock_key bigint PRIMARY KEY, token bigint NOT NULL, permits integer); \
+                 COMMIT;",
+                ddl = keys::advisory_key("dlock\n#ddl"),
+                table = self.fence_table,
+            );
+            timed(timeout, "create the fence table", client.batch_execute(&create))
+                .await
+                .map_err(|error| match error {
+                    Error::Refused { source, .. } => Error::refused(
+                        "postgres",
+                        format!("creating the fence table {}: {source}", self.fence_table),
+                    ),
+                    other => other,
+                })
+        }
+        .await;
+        drop(client);
+        let _ = driver.await;
+        prepared
+    }
+}
+
+/// `raw` without the query option `name`, and that option's (percent-decoded) value.
+fn take_option(raw: &str, name: &str) -> (String, Option<String>) {
+    let Some((base, query)) = raw.split_once('?') else {
+        return (raw.to_owned(), None);
+    };
+    let mut value = None;
+    let kept: Vec<&str> = query
+        .split('&')
+        .filter(|pair| {
+            let (key, v) = pair.split_once('=').unwrap_or((pair, ""));
+            if key == name {
+                value = Some(
+                    percent_encoding::percent_decode_str(v)
+                        .decode_utf8_lossy()
+                        .into_owned(),
+                );
+                false
+            } else {
+                true
+            }
+        })
+        .collect();
+    if kept.is_empty() {
+        (base.to_owned(), value)
+    } else {
+        (format!("{base}?{}", kept.join("&")), value)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_libpq_urls_and_the_fence_table() {
+        let url = PgUrl::parse("postgres://app:s3cret@db.example:5433/orders").unwrap();
+        assert_eq!(url.config.get_user(), Some("app"));
+        assert_eq!(url.config.get_ports(), [5433]);
+        assert_eq!(url.config.get_dbname(), Some("orders"));
+        assert_eq!(url.fence_table, "\"dlock_fence\"");
+        let shown = format!("{url:?}");
+        assert!(!shown.contains("s3cret"), "{shown}");
+
+        let url =
+            PgUrl::parse("postgresql://app@h/db?dlock_fence_table=ops.fences&connect_timeout=3")
+                .unwrap();
+        assert_eq!(url.fence_table, "\"ops\".\"fences\"");
+        assert_eq!(
+            url.config.get_connect_timeout(),
+            Some(&Duration::from_secs(3))
+        );
+    }
+
+    #[test]
+    fn refuses_what_it_cannot_use_naming_it() {
+        for (raw, says) in [
+            ("postgres://app:pw@h/db?bogus=1", "not a PostgreSQL URL"),
+            (
+                "postgres://app:pw@h/db?dlock_fence_table=a.b.c",
+                "dlock_fence_table",
+            ),
+            ("postgres://app:pw@h/db?sslmode=require", "TLS"),
+        ] {
+            let error = PgUrl::parse(raw).unwrap_err().to_string();
+            assert!(error.contains(says), "{raw}: {error}");
+            assert!(!error.contains(":pw@"), "{raw}: password shown: {error}");
+        }
+    }
+
+    #[test]
+    fn lock_connections_carry_the_session_settings() {
+        let url = PgUrl::parse("postgres://app@h/db?options=-c%20search_path%3Dops").unwrap();
+        let config = url.lock_connection(Duration::from_secs(9), Duration::from_secs(2));
+        let options = config.get_options().unwrap();
+        assert!(
+            options.starts_with("-c synchronous_commit=on "),
+            "{options}"
+        );
+        for setting in [
+            "search_path=ops",
+            "-c idle_session_timeout=9000",
+            "-c idle_in_transaction_session_timeout=0",
+            "-c statement_timeout=0",
+            "-c lock_timeout=1000",
+            "-c client_connection_check_interval=1000",
+            "-c tcp_keepalives_idle=3",
+            "-c tcp_user_timeout=9000",
+        ] {
+            assert!(options.contains(setting), "{setting} missing: {options}");
+        }
+        assert_eq!(config.get_application_name(), Some("dlock"));
+        assert_eq!(config.get_keepalives_idle(), Duration::from_secs(3));
+        assert_eq!(config.get_tcp_user_timeout(), Some(&Duration::from_secs(9)));
+    }
+
+    #[test]
+    fn takes_only_its_own_option() {
+        assert_eq!(
+            take_option(
+                "postgres://h/db?a=1&dlock_fence_table=x%2Ey&b=2",
+                FENCE_TABLE_OPTION
+            ),
+            ("postgres://h/db?a=1&b=2".to_owned(), Some("x.y".to_owned()))
+        );
+        assert_eq!(
+            take_option("postgres://h/db?dlock_fence_table=t", FENCE_TABLE_OPTION),
+            ("postgres://h/db".to_owned(), Some("t".to_owned()))
+        );
+        assert_eq!(
+            take_option("postgres://h/db", FENCE_TABLE_OPTION),
+            ("postgres://h/db".to_owned(), None)
+        );
+    }
+}

@@ -1,0 +1,389 @@
+//! The PostgreSQL backend (`postgres://user:password@host:5432/database`), on session-level
+//! advisory locks that `psql` and any SQL client can take too.
+//!
+//! Modules: [`config`] (URL, connection settings, the fence table), [`keys`] (the documented
+//! 64-bit key of a lock name, a semaphore's derived keys), [`sql`] (every statement),
+//! [`session`] (lock connections: which may take which key, their ends reported),
+//! [`acquire`] (try, wait on the server, semaphore), [`release`] (renew, release). The
+//! user-facing documentation is on [`PostgresBackend`].
+
+mod acquire;
+mod config;
+mod errors;
+mod keys;
+mod release;
+mod session;
+mod sql;
+
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use tokio::sync::broadcast;
+
+pub(crate) use self::config::PgUrl;
+use self::session::{Conn, Conns};
+use self::sql::Statements;
+use crate::backend::background::Background;
+use crate::backend::queued::QueuedCounts;
+use crate::backend::{BackendUrl, Capabilities, Fencing, LockBackend};
+use crate::lease::{
+    AcquireOutcome, AcquireRequest, Lease, LostLease, OwnerId, ReleaseOutcome, RenewOutcome,
+};
+use crate::{Error, Result};
+
+/// Leases renewed in one call (one `pg_locks` read per connection among them).
+const RENEW_BATCH: usize = 1024;
+
+/// Locks in PostgreSQL: session-level advisory locks, fair (PostgreSQL's own FIFO lock
+/// queue), fenced by a per-key counter row bumped in the acquiring statement, held by the
+/// session that took them.
+///
+/// Build it with [`PostgresBackend::connect`], or through
+/// [`Locker::connect`](crate::Locker::connect) with a
+/// `postgres://user:password@host:5432/database` URL (libpq's URL syntax and options; the
+/// password is never shown). `?dlock_fence_table=schema.table` names the fence table
+/// (default `dlock_fence` in the connection's `search_path`); it is created if missing.
+/// PostgreSQL 14 or later.
+///
+/// # How a lock is held
+///
+/// * **Keys.** Lock `K` (the Locker's full key, prefix included) is the advisory lock on the
+///   `bigint` [`PostgresBackend::advisory_key`]`(K)`: the first 8 bytes of `K`'s SHA-256, so
+///   any SQL client takes the same lock:
+///
+///   ```sql
+///   SELECT pg_advisory_lock(('x' || encode(substr(sha256(convert_to('dlock:order:42', 'UTF8')), 1, 8), 'hex'))::bit(64)::bigint);
+///   ```
+///
+///   Advisory locks belong to one database: use the same database as the Lockers.
+/// * **Modes.** A mutex or write lock is `pg_advisory_lock`, a read lock
+///   `pg_advisory_lock_shared` — PostgreSQL queues both in arrival order, so a reader that
+///   comes after a waiting writer waits behind it. A semaphore of `N` permits queues its
+///   waiters on a queue key (`K` + `"\n#queue"`), first come first served; the head of the
+///   queue takes the first free of `N` slot keys (`K` + `"\n#slot\n<i>"`), woken by the
+///   `NOTIFY` a release sends, and every holder holds a limit key (`K` + `"\n#limit\n<N>"`)
+///   shared, so a caller with another limit sees that permits with the stored limit are out.
+/// * **Waiting is on the server**: the acquire's statement blocks in PostgreSQL's lock queue,
+///   bounded by `lock_timeout` sent in the same round trip (`55P03` = busy; a grant that
+///   raced the timeout is found in `pg_locks`). A dropped acquire cancels its statement and
+///   closes its connection: nothing stays queued.
+/// * **Fencing token**: when asked for (`fencing = true`), the statement that takes the lock
+///   also bumps `K`'s row of the fence table and returns it (`INSERT ... SELECT ... FROM
+///   (SELECT pg_advisory_lock(k)) ... ON CONFLICT DO UPDATE SET token = token + 1 RETURNING
+///   token`): one round trip, durable and replicated with the database (`Fencing::Durable`),
+///   increasing across every mode of the key. A lock without a token writes nothing.
+/// * **Connections.** Advisory locks re-enter per session, so a connection never holds or
+///   asks for a key twice. Attempts that do not wait share connections: **locks taken
+///   without waiting (one ttl) share one connection, 100 of them included**. An acquire that
+///   waits uses a connection of its own, which then holds its lock and takes further
+///   attempts. So a Locker opens one connection per ttl in use, plus one per acquire waiting
+///   at once (and per lock granted after waiting, while held). These connections are dlock's
+///   own, apart from any pool of short statements, `application_name = 'dlock'`.
+/// * **Sessions are the lease.** A session holds its locks until it ends. dlock sets, on
+///   each of its connections: `idle_session_timeout` = the ttl (renewals every ttl/3 keep a
+///   live holder's session busy; a frozen holder's session ends one ttl after its last
+///   statement), `idle_in_transaction_session_timeout = 0` and `statement_timeout = 0` (a
+///   server default would end sessions or cancel waits), `client_connection_check_interval`
+///   (a waiter whose client died leaves the queue), and TCP keepalives and
+///   `tcp_user_timeout` following the ttl on both sides (tokio-postgres' default keepalive
+///   idle is two hours).
+/// * **How long a crashed holder keeps its lock**: a killed process closes its socket, and
+///   the server frees its locks at once; a frozen process or a lost network, one ttl after
+///   the last renewal reached the server (its `idle_session_timeout`, or its TCP keepalive
+///   and `tcp_user_timeout`).
+/// * **Renewal** reads `pg_locks` once per connection, for every lock on it, and restarts the
+///   session's idle timer. A connection that ends — the server restarted,
+///   `pg_terminate_backend`, the network — loses every lock on it at once (pushed to the
+///   Locker).
+///
+/// # What PostgreSQL does not guarantee
+///
+/// * **Failover** to a replica loses every session lock (they live in the primary's memory);
+///   the Lockers see their connections end and report the locks lost.
+/// * **Transaction pooling** (PgBouncer's `pool_mode = transaction` or `statement`) hands
+///   one server session to many clients: session locks then leak to strangers or vanish.
+///   Connect dlock to the server directly, or through a session-mode pool.
+/// * Tokens are as durable as the commits that bump them. dlock's sessions commit with
+///   `synchronous_commit = on` unless the URL's `options` say otherwise; with it off, a
+///   crash may lose the last bumps and a token may repeat. On a replicated database, only
+///   synchronous standbys have every bump when they take over.
+///
+/// # Examples
+///
+/// ```no_run
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> dlock_core::Result<()> {
+/// use dlock_core::{DlockConfig, Locker};
+/// let config = DlockConfig::from_toml_str(r#"
+///     backend = "postgres://app:secret@127.0.0.1:5432/orders"
+///     fencing = true
+/// "#)?;
+/// let locker = Locker::connect(&config).await?;
+/// let guard = locker.lock("order:42").await?;
+/// println!("fencing token {:?}", guard.fencing_token());
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct PostgresBackend {
+    inner: Arc<Inner>,
+}
+
+/// The state shared by the backend and its background tasks.
+pub(super) struct Inner {
+    conns: Conns,
+    timeout: Duration,
+    sql: Statements,
+    /// How many acquires wait in PostgreSQL's queue, by full key.
+    queued: QueuedCounts,
+}
+
+impl std::fmt::Debug for Inner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresBackend")
+            .field("timeout", &self.timeout)
+            .field("conns", &self.conns)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a grant holds on its connection.
+#[derive(Debug)]
+pub(super) enum PgHold {
+    /// An exclusive or shared lock on `key`.
+    Lock { key: i64, shared: bool },
+    /// A semaphore's permit: its slot, and the limit key held shared.
+    Permit {
+        slot: i64,
+        limit_key: i64,
+        /// The `LISTEN` channel of the semaphore's head, notified on release.
+        channel: String,
+    },
+}
+
+impl PgHold {
+    /// Every key the grant holds.
+    pub(super) fn keys(&self) -> Vec<i64> {
+        match self {
+            Self::Lock { key, .. } => vec![*key],
+            Self::Permit {
+                slot, limit_key, ..
+            } => vec![*slot, *limit_key],
+        }
+    }
+
+    /// The key held shared by every permit of the same limit.
+    pub(super) const fn limit_key(&self) -> Option<i64> {
+        match self {
+            Self::Lock { .. } => None,
+            Self::Permit { limit_key, .. } => Some(*limit_key),
+        }
+    }
+}
+
+/// What a [`Lease`] of this backend carries: what it holds, and — until the grant is given
+/// up (released, or the last copy of the lease dropped) — the connection holding it.
+pub(super) struct PgGrant {
+    hold: PgHold,
+    claim: Mutex<Option<Claim>>,
+}
+
+/// A grant's hold on its connection, given up once.
+struct Claim {
+    inner: Weak<Inner>,
+    conn: Arc<Conn>,
+    owner: OwnerId,
+}
+
+impl PgGrant {
+    fn new(inner: &Arc<Inner>, conn: Arc<Conn>, hold: PgHold, owner: OwnerId) -> Self {
+        Self {
+            hold,
+            claim: Mutex::new(Some(Claim {
+                inner: Arc::downgrade(inner),
+                conn,
+                owner,
+            })),
+        }
+    }
+
+    fn claim(&self) -> MutexGuard<'_, Option<Claim>> {
+        self.claim.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The connection of this grant if `inner` made it for `owner` and it is not given up.
+    fn live_conn(&self, inner: &Arc<Inner>, owner: &OwnerId) -> Option<Arc<Conn>> {
+        self.claim()
+            .as_ref()
+            .filter(|claim| {
+                std::ptr::eq(claim.inner.as_ptr(), Arc::as_ptr(inner)) && claim.owner == *owner
+            })
+            .map(|claim| Arc::clone(&claim.conn))
+    }
+
+    /// Gives the grant up (once): the caller unlocks it.
+    fn give_up(&self) -> Option<(Arc<Conn>, OwnerId)> {
+        self.claim().take().map(|claim| (claim.conn, claim.owner))
+    }
+}
+
+impl Drop for PgGrant {
+    /// The last copy of a lease that was never released (or a grant nobody received): unlock
+    /// it in the background.
+    fn drop(&mut self) {
+        let claim = self.claim().take();
+        let Some(Claim { inner, conn, owner }) = claim else {
+            return;
+        };
+        let Some(inner) = inner.upgrade() else {
+            return; // the backend is gone, and its connections with it
+        };
+        let hold = std::mem::replace(
+            &mut self.hold,
+            PgHold::Lock {
+                key: 0,
+                shared: false,
+            },
+        );
+        let background = inner.conns.background().clone();
+        background.spawn(async move {
+            let _ = inner.unlock(&conn, &owner, &hold).await;
+        });
+    }
+}
+
+impl std::fmt::Debug for PgGrant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgGrant")
+            .field("hold", &self.hold)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PostgresBackend {
+    /// Connects to the database `url` names, with `timeout` bounding every round trip:
+    /// checks that the server answers and is PostgreSQL 14 or later, and creates the fence
+    /// table if missing. Lock connections are opened at the first acquire.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] for a URL that is not `postgres://...`;
+    /// [`Error::Unavailable`] / [`Error::Timeout`] when the server cannot be reached within
+    /// `timeout`; [`Error::Refused`] when it refuses the credentials or the database, is too
+    /// old, or the fence table cannot be created.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> dlock_core::Result<()> {
+    /// use std::time::Duration;
+    /// use dlock_core::Locker;
+    /// use dlock_core::backend::{BackendUrl, PostgresBackend};
+    /// let url = BackendUrl::parse("postgres://app@127.0.0.1:5432/orders")?;
+    /// let locker = Locker::from_backend(PostgresBackend::connect(&url, Duration::from_secs(2)).await?);
+    /// # drop(locker); Ok(()) }
+    /// ```
+    pub async fn connect(url: &BackendUrl, timeout: Duration) -> Result<Self> {
+        let background = Background::here("postgres://", "PostgresBackend")?;
+        let Some(settings) = url.postgres() else {
+            return Err(Error::config(
+                "backend",
+                crate::backend_spec::redact(url.as_str()),
+                "not a `postgres://` URL",
+            ));
+        };
+        settings.prepare(timeout).await?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                sql: Statements::new(&settings.fence_table),
+                conns: Conns::new(settings.clone(), timeout, background),
+                timeout,
+                queued: QueuedCounts::default(),
+            }),
+        })
+    }
+
+    /// The advisory-lock key of `full_key` (a Locker's full key, its prefix included): the
+    /// first 8 bytes of the key's SHA-256, big-endian, as a signed `bigint`. See the type's
+    /// docs for the SQL that computes the same number.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use dlock_core::backend::PostgresBackend;
+    /// // SELECT ('x' || encode(substr(sha256(convert_to('abc', 'UTF8')), 1, 8), 'hex'))::bit(64)::bigint;
+    /// assert_eq!(PostgresBackend::advisory_key("abc"), -5_010_229_573_455_851_542);
+    /// ```
+    #[must_use]
+    pub fn advisory_key(full_key: &str) -> i64 {
+        keys::advisory_key(full_key)
+    }
+
+    /// How many acquires through this backend wait in PostgreSQL's queue for `key` (a full
+    /// key).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn probe(backend: &dlock_core::backend::PostgresBackend) {
+    /// assert_eq!(backend.waiters("dlock:order:42"), 0);
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn waiters(&self, key: &str) -> usize {
+        self.inner.queued.of(key)
+    }
+
+    /// How many lock connections this backend has open.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn probe(backend: &dlock_core::backend::PostgresBackend) {
+    /// assert!(backend.connections() <= 1, "one connection for locks taken without waiting");
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn connections(&self) -> usize {
+        self.inner.conns.open_count()
+    }
+}
+
+impl Drop for PostgresBackend {
+    fn drop(&mut self) {
+        self.inner.conns.shut_down();
+    }
+}
+
+#[async_trait]
+impl LockBackend for PostgresBackend {
+    async fn acquire(
+        &self,
+        req: &AcquireRequest,
+        deadline: Option<Instant>,
+    ) -> Result<AcquireOutcome> {
+        self.inner.acquire(req, deadline).await
+    }
+
+    async fn renew(&self, leases: &[Lease]) -> Result<Vec<RenewOutcome>> {
+        self.inner.renew(leases).await
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
+        self.inner.release(lease).await
+    }
+
+    fn lost_leases(&self) -> Option<broadcast::Receiver<LostLease>> {
+        Some(self.inner.conns.losses())
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::new("postgres")
+            .fair(true)
+            .read_write(true)
+            .semaphore(true)
+            .fencing(Fencing::Durable)
+            .self_renewing(true)
+            .max_renew_batch(RENEW_BATCH)
+    }
+}

@@ -1,0 +1,145 @@
+//! Renew (one `pg_locks` read per connection: does the session still hold the keys?) and
+//! release (an owner-checked unlock on the grant's connection).
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::acquire::query;
+use super::errors::{from_pg, timed_raw};
+use super::session::Conn;
+use super::{Inner, PgGrant, PgHold, keys, sql};
+use crate::Result;
+use crate::lease::{Lease, OwnerId, ReleaseOutcome, RenewOutcome};
+use tokio_postgres::types::Type;
+
+impl Inner {
+    /// Checks every lease's keys with one read of `pg_locks` per connection (the connections'
+    /// reads run side by side). A lease counts from when its connection's read was sent: the
+    /// read also restarts the session's `idle_session_timeout`.
+    pub(super) async fn renew(self: &Arc<Self>, leases: &[Lease]) -> Result<Vec<RenewOutcome>> {
+        let mut outcomes: Vec<Option<RenewOutcome>> = leases.iter().map(|_| None).collect();
+        let mut by_conn: Vec<(Arc<Conn>, Vec<usize>)> = Vec::new();
+        for (at, lease) in leases.iter().enumerate() {
+            let conn = lease
+                .extension::<PgGrant>()
+                .and_then(|grant| grant.live_conn(self, &lease.owner))
+                .filter(|conn| !conn.is_lost());
+            let Some(conn) = conn else {
+                outcomes[at] = Some(RenewOutcome::NotOwner);
+                continue;
+            };
+            match by_conn.iter_mut().find(|(c, _)| Arc::ptr_eq(c, &conn)) {
+                Some((_, ats)) => ats.push(at),
+                None => by_conn.push((conn, vec![at])),
+            }
+        }
+        let reads = by_conn.iter().map(|(conn, _)| async {
+            let sent = Instant::now();
+            let held = timed_raw(self.timeout, "renew", query(conn, sql::HELD, &[])).await;
+            (sent, held)
+        });
+        let reads = futures_util::future::join_all(reads).await;
+        for ((_, ats), (sent, read)) in by_conn.iter().zip(reads) {
+            let held: Result<HashSet<i64>> = match read {
+                Ok(Ok(rows)) => Ok(rows
+                    .iter()
+                    .map(|row| keys::from_halves(row.get(0), row.get(1)))
+                    .collect()),
+                Ok(Err(error)) => Err(from_pg(error)),
+                // A read changes nothing: its late answer is dropped, the connection stays.
+                Err(timeout) => Err(timeout),
+            };
+            for &at in ats {
+                outcomes[at] = Some(match &held {
+                    Ok(held) => {
+                        let hold = &leases[at]
+                            .extension::<PgGrant>()
+                            .expect("grouped above")
+                            .hold;
+                        if hold.keys().iter().all(|key| held.contains(key)) {
+                            RenewOutcome::Renewed { valid_from: sent }
+                        } else {
+                            RenewOutcome::NotOwner
+                        }
+                    }
+                    Err(error) => RenewOutcome::Failed(error.copy_for_batch("postgres")),
+                });
+            }
+        }
+        Ok(outcomes
+            .into_iter()
+            .map(|outcome| outcome.expect("every lease has an outcome"))
+            .collect())
+    }
+
+    pub(super) async fn release(self: &Arc<Self>, lease: &Lease) -> Result<ReleaseOutcome> {
+        let Some(grant) = lease.extension::<PgGrant>() else {
+            return Ok(ReleaseOutcome::NotHeld);
+        };
+        if grant.live_conn(self, &lease.owner).is_none() {
+            return Ok(ReleaseOutcome::NotHeld);
+        }
+        let Some((conn, owner)) = grant.give_up() else {
+            return Ok(ReleaseOutcome::NotHeld);
+        };
+        self.unlock(&conn, &owner, &grant.hold).await
+    }
+
+    /// Unlocks what `owner` holds on `conn`. An unlock whose answer does not come leaves the
+    /// connection's state in doubt: it is closed (which frees everything on it).
+    pub(super) async fn unlock(
+        &self,
+        conn: &Conn,
+        owner: &OwnerId,
+        hold: &PgHold,
+    ) -> Result<ReleaseOutcome> {
+        let keys = hold.keys();
+        if conn.is_lost() {
+            conn.remove_grant(owner, &keys);
+            return Ok(ReleaseOutcome::NotHeld);
+        }
+        let unlock = async {
+            match hold {
+                PgHold::Lock { key, shared: false } => query(conn, sql::UNLOCK, &[*key]).await,
+                PgHold::Lock { key, shared: true } => {
+                    query(conn, sql::UNLOCK_SHARED, &[*key]).await
+                }
+                PgHold::Permit {
+                    slot,
+                    limit_key,
+                    channel,
+                } => {
+                    conn.client
+                        .query_typed(
+                            sql::UNLOCK_PERMIT,
+                            &[
+                                (slot, Type::INT8),
+                                (limit_key, Type::INT8),
+                                (channel, Type::TEXT),
+                            ],
+                        )
+                        .await
+                }
+            }
+        };
+        let answer = timed_raw(self.timeout, "release", unlock).await;
+        conn.remove_grant(owner, &keys);
+        match answer {
+            Ok(Ok(rows)) => Ok(if rows.first().is_some_and(|row| row.get::<_, bool>(0)) {
+                ReleaseOutcome::Released
+            } else {
+                ReleaseOutcome::NotHeld
+            }),
+            Ok(Err(_)) if conn.is_lost() => Ok(ReleaseOutcome::NotHeld),
+            Ok(Err(error)) => {
+                conn.close("a release failed");
+                Err(from_pg(error))
+            }
+            Err(timeout) => {
+                conn.close("a release did not answer in time");
+                Err(timeout)
+            }
+        }
+    }
+}

@@ -1,0 +1,468 @@
+//! Lock connections: the PostgreSQL sessions that hold advisory locks, grouped by lease ttl,
+//! apart from any pool of short statements.
+//!
+//! Advisory locks re-enter per session, so **a connection holds or requests a key at most
+//! once**: an attempt reserves its keys on a connection before it sends anything, and only a
+//! connection that neither holds nor requests a key may try it. Attempts that do not wait
+//! share connections (100 locks taken without waiting need one connection); an acquire that
+//! waits on the server does so on a connection with nothing else on it, which then holds
+//! what it was granted and takes further attempts.
+//!
+//! A connection whose statement does not answer within the operation timeout, or whose state
+//! is otherwise in doubt, is closed: what the client believes it holds is always exact. A
+//! connection that ends — closed by the server (`pg_terminate_backend`, a restart, the
+//! `idle_session_timeout` of a frozen holder) or by the network — loses every lock on it, and
+//! each is reported lost at once.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
+use std::time::{Duration, Instant};
+
+use tokio::sync::{Notify, broadcast};
+use tokio_postgres::{AsyncMessage, CancelToken, Client, NoTls};
+use tokio_util::sync::CancellationToken;
+
+use super::config::PgUrl;
+use crate::Result;
+use crate::backend::background::Background;
+use crate::error::LostReason;
+use crate::lease::{LostLease, OwnerId};
+
+/// How long, as a fraction of its ttl, a connection with nothing on it is kept for the next
+/// lock. The server ends it at its `idle_session_timeout` (one ttl) anyway; dropping it at
+/// half keeps the client from picking a connection the server is closing.
+const IDLE_KEEP_DIVISOR: u32 = 2;
+
+/// One lock connection.
+pub(super) struct Conn {
+    pub(super) client: Client,
+    /// The ttl of the locks on it (its `idle_session_timeout`).
+    ttl: Duration,
+    state: Mutex<ConnState>,
+    cancel: CancelToken,
+    /// Tells the task polling the connection to drop it (closing the socket).
+    closing: CancellationToken,
+    lost: CancellationToken,
+    reason: OnceLock<String>,
+    /// Signalled by every `NOTIFY` the connection receives (a semaphore head listens).
+    pub(super) notified: Notify,
+}
+
+/// What a connection holds or requests.
+#[derive(Default)]
+struct ConnState {
+    /// Advisory keys held or requested, with the number of grants holding each (above 1 only
+    /// for a semaphore's limit key, held shared by every permit).
+    keys: HashMap<i64, u32>,
+    /// An acquire waits on the server on this connection: nothing else may use it.
+    waiting: bool,
+    /// The owners of the grants on it, to report when it ends.
+    grants: HashSet<OwnerId>,
+    /// When it last had something on it.
+    idle_since: Option<Instant>,
+}
+
+impl std::fmt::Debug for Conn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let state = self.state();
+        f.debug_struct("Conn")
+            .field("ttl", &self.ttl)
+            .field("keys", &state.keys.len())
+            .field("waiting", &state.waiting)
+            .field("lost", &self.is_lost())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Conn {
+    fn state(&self) -> MutexGuard<'_, ConnState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether the connection ended or is closing: nothing may use it any more.
+    pub(super) fn is_lost(&self) -> bool {
+        self.reason.get().is_some() || self.lost.is_cancelled() || self.client.is_closed()
+    }
+
+    /// Resolves when the connection has ended.
+    pub(super) async fn lost(&self) {
+        self.lost.cancelled().await;
+    }
+
+    /// Why the connection ended.
+    pub(super) fn lost_reason(&self) -> String {
+        self.reason
+            .get()
+            .cloned()
+            .unwrap_or_else(|| "the PostgreSQL connection ended".to_owned())
+    }
+
+    /// Records the end of the connection; returns the grants that were on it (once).
+    fn mark_lost(&self, reason: impl Into<String>) -> Vec<OwnerId> {
+        let _ = self.reason.set(reason.into());
+        self.lost.cancel();
+        self.state().grants.drain().collect()
+    }
+
+    /// Whether `key` is held or requested here.
+    pub(super) fn has(&self, key: i64) -> bool {
+        self.state().keys.contains_key(&key)
+    }
+
+    /// Records `owner`'s grant of `keys` (reserved already, or — for a semaphore's limit key —
+    /// counted up), to be reported lost if the connection ends.
+    pub(super) fn add_grant(&self, owner: &OwnerId, limit_key: Option<i64>) {
+        let mut state = self.state();
+        if let Some(key) = limit_key {
+            *state.keys.entry(key).or_insert(0) += 1;
+        }
+        state.grants.insert(owner.clone());
+    }
+
+    /// Forgets `owner`'s grant and its `keys`, unlocked (or never taken).
+    pub(super) fn remove_grant(&self, owner: &OwnerId, keys: &[i64]) {
+        let mut state = self.state();
+        state.grants.remove(owner);
+        unreserve(&mut state, keys);
+    }
+
+    /// Closes the connection because what it holds is in doubt (a statement that did not
+    /// answer in time, an error after a grant may have been made): every grant on it is
+    /// reported lost by the driver, and the server frees its locks as the socket closes.
+    pub(super) fn close(&self, reason: impl Into<String>) {
+        let _ = self.reason.set(reason.into());
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            self.closing.cancel();
+            return;
+        };
+        // Cancel a statement waiting on the server first (a blocked backend reads its socket
+        // only every `client_connection_check_interval`), then drop the socket.
+        let cancel = self.cancel.clone();
+        let closing = self.closing.clone();
+        runtime.spawn(async move {
+            let _ = tokio::time::timeout(Duration::from_secs(1), cancel.cancel_query(NoTls)).await;
+            closing.cancel();
+        });
+    }
+}
+
+fn unreserve(state: &mut ConnState, keys: &[i64]) {
+    for key in keys {
+        if let Some(count) = state.keys.get_mut(key) {
+            *count -= 1;
+            if *count == 0 {
+                state.keys.remove(key);
+            }
+        }
+    }
+    if state.keys.is_empty() && !state.waiting {
+        state.idle_since = Some(Instant::now());
+    }
+}
+
+/// An acquire's use of a connection: the keys it reserved there, given back when it ends
+/// without a grant. A use that [`waits`](Conns::for_wait) has the connection to itself, and
+/// closes it when dropped unfinished (a cancelled wait leaves nothing queued).
+pub(super) struct ConnUse {
+    pub(super) conn: Arc<Conn>,
+    keys: Vec<i64>,
+    dedicated: bool,
+    done: bool,
+}
+
+impl ConnUse {
+    /// Reserves `key` too, unless held or requested here already (then `false`).
+    pub(super) fn reserve(&mut self, key: i64) -> bool {
+        let mut state = self.conn.state();
+        if state.keys.contains_key(&key) {
+            return false;
+        }
+        state.keys.insert(key, 1);
+        self.keys.push(key);
+        true
+    }
+
+    /// Gives back `key`, unlocked (or never granted).
+    pub(super) fn unreserve(&mut self, key: i64) {
+        if let Some(at) = self.keys.iter().position(|k| *k == key) {
+            self.keys.swap_remove(at);
+            unreserve(&mut self.conn.state(), &[key]);
+        }
+    }
+
+    /// The acquire is granted what it still reserves: the grant keeps the keys.
+    pub(super) fn granted(mut self, owner: &OwnerId, limit_key: Option<i64>) -> Arc<Conn> {
+        self.done = true;
+        let conn = Arc::clone(&self.conn);
+        if self.dedicated {
+            conn.state().waiting = false;
+        }
+        conn.add_grant(owner, limit_key);
+        conn
+    }
+
+    /// The acquire ends without a grant, with nothing held: every key goes back.
+    pub(super) fn finish(mut self) {
+        self.done = true;
+        let mut state = self.conn.state();
+        if self.dedicated {
+            state.waiting = false;
+        }
+        unreserve(&mut state, &self.keys);
+    }
+}
+
+impl Drop for ConnUse {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        // Cancelled, failed or timed out while a statement may be under way: what the
+        // connection holds is in doubt.
+        self.conn
+            .close("an acquire on this connection was interrupted");
+    }
+}
+
+/// The lock connections of one backend.
+pub(super) struct Conns {
+    url: PgUrl,
+    timeout: Duration,
+    by_ttl: Mutex<HashMap<Duration, Vec<Arc<Conn>>>>,
+    /// Serialises connects, so concurrent first acquires share one connection.
+    connecting: tokio::sync::Mutex<()>,
+    losses: broadcast::Sender<LostLease>,
+    background: Background,
+}
+
+impl std::fmt::Debug for Conns {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Conns")
+            .field("url", &self.url)
+            .field("open", &self.open_count())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Conns {
+    pub(super) fn new(url: PgUrl, timeout: Duration, background: Background) -> Self {
+        Self {
+            url,
+            timeout,
+            by_ttl: Mutex::default(),
+            connecting: tokio::sync::Mutex::new(()),
+            losses: broadcast::channel(1024).0,
+            background,
+        }
+    }
+
+    pub(super) const fn background(&self) -> &Background {
+        &self.background
+    }
+
+    fn by_ttl(&self) -> MutexGuard<'_, HashMap<Duration, Vec<Arc<Conn>>>> {
+        self.by_ttl.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A receiver of the grants lost with their connection.
+    pub(super) fn losses(&self) -> broadcast::Receiver<LostLease> {
+        self.losses.subscribe()
+    }
+
+    /// How many lock connections are open.
+    pub(super) fn open_count(&self) -> usize {
+        self.by_ttl()
+            .values()
+            .map(|conns| conns.iter().filter(|c| !c.is_lost()).count())
+            .sum()
+    }
+
+    /// A connection of `ttl` where `key` is neither held nor requested, with `key` reserved:
+    /// one that holds other locks first (so locks share connections), else an idle one, else
+    /// a new one.
+    ///
+    /// # Errors
+    ///
+    /// As [`PgUrl::open`] when a new connection is needed and cannot be made.
+    pub(super) async fn for_try(&self, ttl: Duration, key: i64) -> Result<ConnUse> {
+        let pick = |conns: &mut Vec<Arc<Conn>>| {
+            prune(conns, ttl);
+            let usable = |c: &&Arc<Conn>| {
+                let state = c.state();
+                !state.waiting && !state.keys.contains_key(&key)
+            };
+            let conn = conns
+                .iter()
+                .filter(usable)
+                .max_by_key(|c| c.state().keys.len())
+                .cloned()?;
+            Some(reserve(conn, key, false))
+        };
+        self.checkout(ttl, pick).await
+    }
+
+    /// A connection of `ttl` with nothing on it, for an acquire that waits on the server,
+    /// with `key` reserved.
+    ///
+    /// # Errors
+    ///
+    /// As [`for_try`](Self::for_try).
+    pub(super) async fn for_wait(&self, ttl: Duration, key: i64) -> Result<ConnUse> {
+        let pick = |conns: &mut Vec<Arc<Conn>>| {
+            prune(conns, ttl);
+            let conn = conns
+                .iter()
+                .find(|c| {
+                    let state = c.state();
+                    !state.waiting && state.keys.is_empty()
+                })
+                .cloned()?;
+            Some(reserve(conn, key, true))
+        };
+        self.checkout(ttl, pick).await
+    }
+
+    async fn checkout(
+        &self,
+        ttl: Duration,
+        pick: impl Fn(&mut Vec<Arc<Conn>>) -> Option<ConnUse>,
+    ) -> Result<ConnUse> {
+        if let Some(found) = pick(self.by_ttl().entry(ttl).or_default()) {
+            return Ok(found);
+        }
+        let _connecting = tokio::time::timeout(self.timeout, self.connecting.lock())
+            .await
+            .map_err(|_| crate::Error::Timeout {
+                backend: "postgres",
+                operation: "connect",
+                after: self.timeout,
+            })?;
+        if let Some(found) = pick(self.by_ttl().entry(ttl).or_default()) {
+            return Ok(found);
+        }
+        let conn = self.open(ttl).await?;
+        let mut by_ttl = self.by_ttl();
+        let conns = by_ttl.entry(ttl).or_default();
+        conns.push(conn);
+        Ok(pick(conns).expect("a new connection has nothing on it"))
+    }
+
+    async fn open(&self, ttl: Duration) -> Result<Arc<Conn>> {
+        let (client, connection) = self.url.open(ttl, self.timeout).await?;
+        let conn = Arc::new(Conn {
+            cancel: client.cancel_token(),
+            client,
+            ttl,
+            state: Mutex::new(ConnState {
+                idle_since: Some(Instant::now()),
+                ..ConnState::default()
+            }),
+            closing: CancellationToken::new(),
+            lost: CancellationToken::new(),
+            reason: OnceLock::new(),
+            notified: Notify::new(),
+        });
+        tokio::spawn(drive(
+            connection,
+            Arc::downgrade(&conn),
+            conn.closing.clone(),
+            self.losses.clone(),
+        ));
+        tracing::debug!(?ttl, "dlock: PostgreSQL lock connection opened");
+        Ok(conn)
+    }
+
+    /// Closes every connection (the backend is dropped): the server frees their locks.
+    pub(super) fn shut_down(&self) {
+        for (_, conns) in self.by_ttl().drain() {
+            for conn in conns {
+                let _ = conn.mark_lost("the PostgreSQL backend was dropped");
+                conn.closing.cancel();
+            }
+        }
+    }
+}
+
+/// Drops lost connections, and idle ones kept long enough.
+fn prune(conns: &mut Vec<Arc<Conn>>, ttl: Duration) {
+    let keep_idle = ttl / IDLE_KEEP_DIVISOR;
+    conns.retain(|conn| {
+        if conn.is_lost() {
+            return false;
+        }
+        let state = conn.state();
+        state.waiting
+            || !state.keys.is_empty()
+            || state
+                .idle_since
+                .is_none_or(|since| since.elapsed() < keep_idle)
+    });
+}
+
+fn reserve(conn: Arc<Conn>, key: i64, dedicated: bool) -> ConnUse {
+    {
+        let mut state = conn.state();
+        state.keys.insert(key, 1);
+        state.idle_since = None;
+        state.waiting |= dedicated;
+    }
+    ConnUse {
+        conn,
+        keys: vec![key],
+        dedicated,
+        done: false,
+    }
+}
+
+/// Polls `connection` until it ends, passing notifications on; then reports every grant on it
+/// lost.
+async fn drive(
+    mut connection: tokio_postgres::Connection<
+        tokio_postgres::Socket,
+        tokio_postgres::tls::NoTlsStream,
+    >,
+    conn: Weak<Conn>,
+    closing: CancellationToken,
+    losses: broadcast::Sender<LostLease>,
+) {
+    let ended = loop {
+        let message = tokio::select! {
+            message = std::future::poll_fn(|cx| connection.poll_message(cx)) => message,
+            () = closing.cancelled() => break "closed by dlock".to_owned(),
+        };
+        match message {
+            Some(Ok(AsyncMessage::Notification(_))) => {
+                if let Some(conn) = conn.upgrade() {
+                    conn.notified.notify_one();
+                }
+            }
+            Some(Ok(_)) => {} // a notice
+            Some(Err(error)) => break super::errors::describe(&error),
+            None => break "the PostgreSQL connection closed".to_owned(),
+        }
+    };
+    drop(connection); // closes the socket: the server frees the session's locks
+    if let Some(conn) = conn.upgrade() {
+        report_lost(&conn, &ended, &losses);
+    }
+}
+
+/// The connection ended: every grant on it is lost.
+fn report_lost(conn: &Conn, ended: &str, losses: &broadcast::Sender<LostLease>) {
+    let reason = conn
+        .reason
+        .get()
+        .map_or_else(|| ended.to_owned(), |why| format!("{why}: {ended}"));
+    let owners = conn.mark_lost(reason.clone());
+    if owners.is_empty() {
+        tracing::debug!(%reason, "dlock: PostgreSQL lock connection ended");
+        return;
+    }
+    tracing::warn!(%reason, locks = owners.len(), "dlock: PostgreSQL lock connection ended; its locks are lost");
+    for owner in owners {
+        let _ = losses.send(LostLease {
+            owner,
+            reason: LostReason::SessionLost(reason.clone()),
+        });
+    }
+}

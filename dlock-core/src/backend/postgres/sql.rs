@@ -1,0 +1,88 @@
+//! The statements dlock sends, written once. `{t}` is the fence table's quoted name.
+
+use std::fmt::Write as _;
+
+/// The statements of one backend, with its fence table filled in.
+#[derive(Debug)]
+pub(super) struct Statements {
+    /// `$1` key → one row (`token`) once the exclusive lock is granted.
+    pub(super) lock_fenced: String,
+    /// As `lock_fenced`, shared.
+    pub(super) lock_shared_fenced: String,
+    /// `$1` key → one row (`token`) if the exclusive lock was free, none otherwise.
+    pub(super) try_fenced: String,
+    /// As `try_fenced`, shared.
+    pub(super) try_shared_fenced: String,
+    /// `$1` key → a new token for a lock granted already.
+    pub(super) bump: String,
+    /// `$1` semaphore key → its stored limit, if any.
+    pub(super) stored_limit: String,
+    /// `$1` semaphore key, `$2` candidate slot keys, `$3` limit, `$4` limit key, `$5` queue
+    /// key → one row (`token`, `slot`) if a slot was free: the slot held, the limit key held
+    /// shared, the queue key unlocked and the limit stored; none otherwise.
+    pub(super) take_slot: String,
+}
+
+/// Takes the exclusive lock `$1`, waiting.
+pub(super) const LOCK: &str = "SELECT pg_advisory_lock($1)";
+/// Takes the shared lock `$1`, waiting.
+pub(super) const LOCK_SHARED: &str = "SELECT pg_advisory_lock_shared($1)";
+/// Tries the exclusive lock `$1`: `true` if granted.
+pub(super) const TRY: &str = "SELECT pg_try_advisory_lock($1)";
+/// Tries the shared lock `$1`: `true` if granted.
+pub(super) const TRY_SHARED: &str = "SELECT pg_try_advisory_lock_shared($1)";
+/// Unlocks the exclusive lock `$1`: `false` if this session did not hold it.
+pub(super) const UNLOCK: &str = "SELECT pg_advisory_unlock($1)";
+/// Unlocks the shared lock `$1`.
+pub(super) const UNLOCK_SHARED: &str = "SELECT pg_advisory_unlock_shared($1)";
+/// Gives a permit back: its slot `$1`, its limit key `$2` (shared), and wakes the head of the
+/// semaphore's queue listening on channel `$3`.
+pub(super) const UNLOCK_PERMIT: &str =
+    "SELECT pg_advisory_unlock($1), pg_advisory_unlock_shared($2), pg_notify($3, '')";
+/// Bounds the next waits of this session: `$1` milliseconds as text (`0` = no bound).
+pub(super) const SET_LOCK_TIMEOUT: &str = "SELECT set_config('lock_timeout', $1, false)";
+/// Whether this session holds the advisory lock with halves `$1` (`classid`), `$2` (`objid`).
+pub(super) const IS_GRANTED: &str = "SELECT EXISTS (SELECT 1 FROM pg_locks \
+     WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND granted \
+     AND classid::int8 = $1 AND objid::int8 = $2 AND objsubid = 1)";
+/// Every advisory lock this session holds on a `bigint` key, as its halves.
+pub(super) const HELD: &str = "SELECT classid::int8, objid::int8 FROM pg_locks \
+     WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND granted AND objsubid = 1";
+
+impl Statements {
+    pub(super) fn new(table: &str) -> Self {
+        let upsert = |from: &str| {
+            let mut sql = String::new();
+            let _ = write!(
+                sql,
+                "INSERT INTO {table} AS f (lock_key, token) SELECT $1, 1 {from} \
+                 ON CONFLICT (lock_key) DO UPDATE SET token = f.token + 1 RETURNING f.token"
+            );
+            sql
+        };
+        Self {
+            lock_fenced: upsert("FROM (SELECT pg_advisory_lock($1)) AS l"),
+            lock_shared_fenced: upsert("FROM (SELECT pg_advisory_lock_shared($1)) AS l"),
+            try_fenced: upsert("WHERE pg_try_advisory_lock($1)"),
+            try_shared_fenced: upsert("WHERE pg_try_advisory_lock_shared($1)"),
+            bump: upsert(""),
+            stored_limit: format!("SELECT permits FROM {table} WHERE lock_key = $1"),
+            // The recursive CTE tries the candidate slots one by one and stops at the first it
+            // gets (a plain `LIMIT` may evaluate the lock function on more rows than it
+            // returns). The `RETURNING` list runs once per inserted row: only with a slot.
+            take_slot: format!(
+                "WITH RECURSIVE s(i, got) AS ( \
+                   SELECT 1, pg_try_advisory_lock(($2::int8[])[1]) \
+                   UNION ALL \
+                   SELECT i + 1, pg_try_advisory_lock(($2::int8[])[i + 1]) FROM s \
+                   WHERE NOT got AND i < cardinality($2::int8[]) \
+                 ) \
+                 INSERT INTO {table} AS f (lock_key, token, permits) \
+                 SELECT $1, 1, $3 FROM s WHERE got \
+                 ON CONFLICT (lock_key) DO UPDATE SET token = f.token + 1, permits = EXCLUDED.permits \
+                 RETURNING f.token, (SELECT ($2::int8[])[i] FROM s WHERE got), \
+                   pg_advisory_lock_shared($4), pg_advisory_unlock($5)"
+            ),
+        }
+    }
+}

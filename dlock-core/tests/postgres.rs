@@ -1,0 +1,300 @@
+//! The PostgreSQL backend against a real server (started by the harness for each test): a
+//! holder's session terminated by an admin, the server restarted under held locks, `psql`
+//! taking the documented key, the documented hash computed by SQL, and how many connections
+//! a Locker opens. Waiting for a condition polls it with a limit; no assertion depends on a
+//! sleep being long enough.
+
+use std::time::{Duration, Instant};
+
+use dlock_core::backend::PostgresBackend;
+use dlock_core::harness::PostgresServer;
+use dlock_core::{DlockConfig, Error, LockGuard, Locker};
+use tokio_postgres::{Client, NoTls};
+
+const TTL: Duration = Duration::from_secs(2);
+
+async fn locker(server: &PostgresServer) -> Locker {
+    let config = DlockConfig::from_toml_str(&format!(
+        "backend = \"{}\"\nttl = \"2s\"\noperation_timeout = \"2s\"\nfencing = true",
+        server.url()
+    ))
+    .expect("config");
+    Locker::connect(&config).await.expect("connect")
+}
+
+async fn admin(server: &PostgresServer) -> Client {
+    let (client, connection) = tokio_postgres::connect(&server.url(), NoTls)
+        .await
+        .expect("admin connection");
+    tokio::spawn(connection);
+    client
+}
+
+/// The documented SQL for the advisory key of `full_key`.
+fn sql_key(full_key: &str) -> String {
+    format!(
+        "('x' || encode(substr(sha256(convert_to('{}', 'UTF8')), 1, 8), 'hex'))::bit(64)::bigint",
+        full_key.replace('\'', "''")
+    )
+}
+
+/// The pid of the session holding `full_key`'s advisory lock.
+async fn holder_pid(admin: &Client, full_key: &str) -> i32 {
+    admin
+        .query_one(
+            "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1 \
+             AND (classid::int8 << 32 | objid::int8) = $1",
+            &[&PostgresBackend::advisory_key(full_key)],
+        )
+        .await
+        .expect("one holder in pg_locks")
+        .get(0)
+}
+
+/// Polls `condition` every 10 ms until it holds, failing after `limit`.
+async fn until(what: &str, limit: Duration, mut condition: impl AsyncFnMut() -> bool) {
+    let give_up = Instant::now() + limit;
+    while !condition().await {
+        assert!(Instant::now() < give_up, "{what}: not within {limit:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// An admin ends the holder's session (`pg_terminate_backend`): the guard reports the loss
+/// within a second — pushed by the connection's end, not found at a renewal — and the waiter
+/// gets the lock with a higher token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn terminated_holder_is_lost_at_once_and_the_waiter_gets_in() {
+    let server = PostgresServer::start().await.expect("postgres");
+    let admin = admin(&server).await;
+    let (holder, waiter) = (locker(&server).await, locker(&server).await);
+    let guard = holder.lock("invoice:7").await.expect("acquire");
+    let waiting = tokio::spawn({
+        let waiter = waiter.clone();
+        async move { waiter.lock("invoice:7").wait(Duration::from_secs(10)).await }
+    });
+    let pid = holder_pid(&admin, &holder.backend_key("invoice:7").unwrap()).await;
+    let terminated = Instant::now();
+    let ended: bool = admin
+        .query_one("SELECT pg_terminate_backend($1)", &[&pid])
+        .await
+        .expect("terminate")
+        .get(0);
+    assert!(ended);
+    tokio::time::timeout(Duration::from_secs(1), guard.lost())
+        .await
+        .expect("the loss is reported within a second");
+    println!(
+        "loss reported {:?} after the termination",
+        terminated.elapsed()
+    );
+    assert!(!guard.is_held());
+    let next = waiting
+        .await
+        .expect("waiter")
+        .expect("the waiter gets the lock");
+    assert!(next.fencing_token() > guard.fencing_token());
+    next.release().await.expect("release");
+}
+
+/// The server restarts while exclusive, shared and permit locks are held: every guard is
+/// lost, and once the server is back the same Locker takes locks again, with tokens above the
+/// old ones (the fence table survived).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restart_loses_every_guard_and_the_locker_works_again() {
+    let server = PostgresServer::start().await.expect("postgres");
+    let locker = locker(&server).await;
+    let guards: Vec<LockGuard> = vec![
+        locker.lock("a").await.expect("exclusive"),
+        locker.read_lock("b").await.expect("shared"),
+        locker.semaphore("c", 2).await.expect("permit"),
+        locker
+            .lock("d")
+            .wait(Duration::ZERO)
+            .await
+            .expect("exclusive"),
+    ];
+    let old_token = guards[0].fencing_token().expect("a token");
+    server.restart().await.expect("restart");
+    for guard in &guards {
+        let reason = tokio::time::timeout(TTL * 2, guard.lost())
+            .await
+            .expect("every guard is lost with the server");
+        println!("{}: {reason}", guard.key());
+    }
+    drop(guards); // a lost guard still held would make the next lock of its key re-enter it
+    let again = locker
+        .lock("a")
+        .wait(Duration::from_secs(10))
+        .await
+        .expect("the Locker works after the restart");
+    assert!(again.fencing_token().expect("a token") > old_token);
+    let permit = locker
+        .semaphore("c", 2)
+        .await
+        .expect("permit after restart");
+    permit.release().await.expect("release");
+    again.release().await.expect("release");
+}
+
+/// A `psql` session holding `pg_advisory_lock(<documented hash>)` blocks dlock; dlock gets
+/// the lock promptly when psql unlocks; and while dlock holds, psql's try fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn psql_and_dlock_exclude_each_other_on_the_documented_key() {
+    let server = PostgresServer::start().await.expect("postgres");
+    let locker = locker(&server).await;
+    let full_key = locker.backend_key("report:daily").unwrap();
+    let mut psql = server.psql().await.expect("psql");
+    psql.run(&format!("SELECT pg_advisory_lock({});", sql_key(&full_key)))
+        .await
+        .expect("psql locks");
+
+    let refused = locker.lock("report:daily").wait(Duration::ZERO).await;
+    assert!(
+        matches!(refused, Err(Error::Busy { .. })),
+        "granted while psql holds: {refused:?}"
+    );
+    let waiting = tokio::spawn({
+        let locker = locker.clone();
+        async move {
+            let guard = locker
+                .lock("report:daily")
+                .wait(Duration::from_secs(10))
+                .await;
+            (guard, Instant::now())
+        }
+    });
+    let admin = admin(&server).await;
+    until(
+        "dlock queues behind psql",
+        Duration::from_secs(5),
+        async || {
+            let waiting: i64 = admin
+                .query_one(
+                    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted",
+                    &[],
+                )
+                .await
+                .expect("pg_locks")
+                .get(0);
+            waiting == 1
+        },
+    )
+    .await;
+    let unlocked = Instant::now();
+    let rows = psql
+        .run(&format!(
+            "SELECT pg_advisory_unlock({});",
+            sql_key(&full_key)
+        ))
+        .await
+        .expect("psql unlocks");
+    assert_eq!(rows, ["t"]);
+    let (guard, acquired) = waiting.await.expect("waiter");
+    let guard = guard.expect("dlock gets the lock psql released");
+    println!(
+        "dlock acquired {:?} after psql's unlock",
+        acquired - unlocked
+    );
+    assert!(acquired - unlocked < Duration::from_secs(1));
+
+    let tried = psql
+        .run(&format!(
+            "SELECT pg_try_advisory_lock({});",
+            sql_key(&full_key)
+        ))
+        .await
+        .expect("psql tries");
+    assert_eq!(tried, ["f"], "psql got the lock dlock holds");
+    guard.release().await.expect("release");
+    let tried = psql
+        .run(&format!(
+            "SELECT pg_try_advisory_lock({});",
+            sql_key(&full_key)
+        ))
+        .await
+        .expect("psql tries");
+    assert_eq!(tried, ["t"], "psql cannot get the lock dlock released");
+}
+
+/// The documented SQL computes [`PostgresBackend::advisory_key`], for ASCII, non-ASCII, quoted
+/// and long keys, including ones whose key is negative.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_documented_sql_computes_the_advisory_key() {
+    let server = PostgresServer::start().await.expect("postgres");
+    let mut psql = server.psql().await.expect("psql");
+    let long = "k".repeat(512);
+    let keys = [
+        "abc",
+        "dlock:order:42",
+        "dlock:bestellung:größe",
+        "it's",
+        "a/b{c}",
+        &long,
+    ];
+    let mut negatives = 0;
+    for key in keys {
+        let rows = psql
+            .run(&format!("SELECT {};", sql_key(key)))
+            .await
+            .expect("psql");
+        let from_sql: i64 = rows[0].parse().expect("a bigint");
+        assert_eq!(from_sql, PostgresBackend::advisory_key(key), "key {key:?}");
+        negatives += usize::from(from_sql < 0);
+    }
+    assert!(negatives > 0, "no negative key among the samples");
+}
+
+/// 100 locks taken without waiting share one connection; locks that wait on the server take
+/// one connection each while they wait (and hold).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hundred_locks_share_one_connection() {
+    let server = PostgresServer::start().await.expect("postgres");
+    let admin = admin(&server).await;
+    let connections = async || -> i64 {
+        admin
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'dlock'",
+                &[],
+            )
+            .await
+            .expect("pg_stat_activity")
+            .get(0)
+    };
+    let many = locker(&server).await;
+    let mut guards = Vec::new();
+    for n in 0..100 {
+        guards.push(many.lock(&format!("row:{n}")).await.expect("acquire"));
+    }
+    assert_eq!(connections().await, 1, "100 held locks, one connection");
+
+    // Another Locker holds 3 keys; this one waits for them: one more connection per wait.
+    let other = locker(&server).await;
+    let mut held = Vec::new();
+    for n in 0..3 {
+        held.push(other.lock(&format!("busy:{n}")).await.expect("acquire"));
+    }
+    let waits: Vec<_> = (0..3)
+        .map(|n| {
+            let many = many.clone();
+            tokio::spawn(async move {
+                many.lock(&format!("busy:{n}"))
+                    .wait(Duration::from_secs(10))
+                    .await
+            })
+        })
+        .collect();
+    until("the waits are queued", Duration::from_secs(5), async || {
+        connections().await == 1 + 1 + 3
+    })
+    .await;
+    drop(held);
+    for wait in waits {
+        guards.push(wait.await.expect("waiter").expect("granted after release"));
+    }
+    println!("{} locks held", guards.len());
+    assert!(connections().await <= 1 + 1 + 3);
+    for guard in guards {
+        guard.release().await.expect("release");
+    }
+}
