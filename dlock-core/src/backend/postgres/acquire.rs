@@ -53,38 +53,63 @@ impl Inner {
         })
     }
 
-    /// One attempt that does not wait, on a connection shared with other locks. It runs in a
-    /// task of its own: an acquire dropped meanwhile does not interrupt a statement on a
-    /// connection other locks depend on, and a grant nobody receives is released (by its
-    /// lease's drop). `None` when busy.
+    /// One attempt that does not wait, on a connection shared with other locks. An attempt
+    /// dropped mid-statement must not leave a grant nobody receives, nor close a connection
+    /// other locks depend on: a lock's attempt, dropped, unlocks its key in the background
+    /// (after the try, on the same connection); a permit's attempt (several statements) runs
+    /// in a task of its own, whose grant, if nobody receives it, is released by its lease's
+    /// drop. `None` when busy.
     async fn try_once(self: &Arc<Self>, req: &AcquireRequest) -> Result<Option<AcquireOutcome>> {
         let mut conn_use = self.conns.for_try(req.ttl, first_key(req)).await?;
-        let (inner, req) = (Arc::clone(self), req.clone());
-        let attempt = tokio::spawn(async move {
-            let got = match req.mode {
-                LockMode::Permit { limit } => inner.try_permit(&mut conn_use, &req, limit).await,
-                mode => {
-                    inner
-                        .try_lock(&conn_use.conn, &req, mode == LockMode::Shared)
-                        .await
+        if let LockMode::Permit { limit } = req.mode {
+            let (inner, req) = (Arc::clone(self), req.clone());
+            let attempt = tokio::spawn(async move {
+                let got = inner.try_permit(&mut conn_use, &req, limit).await;
+                inner.attempted(&req, conn_use, got)
+            });
+            return attempt
+                .await
+                .map_err(|error| Error::unavailable("postgres", error.to_string()))?;
+        }
+        let shared = req.mode == LockMode::Shared;
+        let (key, timeout) = (keys::advisory_key(&req.key), self.timeout);
+        conn_use.undo_on_drop(Box::new(move |conn, reserved| {
+            Box::pin(async move {
+                let unlock = if shared {
+                    sql::UNLOCK_SHARED
+                } else {
+                    sql::UNLOCK
+                };
+                match tokio::time::timeout(timeout, query(&conn, unlock, &[key])).await {
+                    Ok(Ok(_)) => ConnUse::give_back(&conn, &reserved),
+                    _ => conn.close("an interrupted attempt could not be undone"),
                 }
-            };
-            // An error (`?`) leaves the connection in doubt: dropping `conn_use` closes it.
-            match got? {
-                Ok(Some(got)) => Ok(Some(inner.granted(&req, conn_use, got))),
-                Ok(None) => {
-                    conn_use.finish();
-                    Ok(None)
-                }
-                Err(refused) => {
-                    conn_use.finish();
-                    Err(refused)
-                }
+            })
+        }));
+        let got = self.try_lock(&conn_use.conn, req, shared).await;
+        self.attempted(req, conn_use, got)
+    }
+
+    /// The end of an attempt: granted, busy, or refused with the connection as it was; an
+    /// error (`?`) leaves the connection in doubt, and dropping `conn_use` closes it or undoes
+    /// the attempt.
+    fn attempted(
+        self: &Arc<Self>,
+        req: &AcquireRequest,
+        conn_use: ConnUse,
+        got: Result<Result<Option<Got>>>,
+    ) -> Result<Option<AcquireOutcome>> {
+        match got? {
+            Ok(Some(got)) => Ok(Some(self.granted(req, conn_use, got))),
+            Ok(None) => {
+                conn_use.finish();
+                Ok(None)
             }
-        });
-        attempt
-            .await
-            .map_err(|error| Error::unavailable("postgres", error.to_string()))?
+            Err(refused) => {
+                conn_use.finish();
+                Err(refused)
+            }
+        }
     }
 
     /// The lease of a grant: the connection keeps its keys, the grant is recorded on it.
@@ -451,7 +476,8 @@ fn first_key(req: &AcquireRequest) -> i64 {
     }
 }
 
-/// Sends `statement` with `bigint` parameters in one round trip (no separate prepare).
+/// Sends `statement` with `bigint` parameters: one round trip, as a statement the connection
+/// prepared at its first use (the first use pays one more).
 pub(super) fn query<'a>(
     conn: &'a Conn,
     statement: &'a str,
@@ -459,10 +485,9 @@ pub(super) fn query<'a>(
 ) -> impl Future<Output = Result<Vec<tokio_postgres::Row>, tokio_postgres::Error>> + Send + 'a {
     let keys = keys.to_vec();
     async move {
-        let typed: Vec<(&(dyn ToSql + Sync), Type)> = keys
-            .iter()
-            .map(|key| (key as &(dyn ToSql + Sync), Type::INT8))
-            .collect();
-        conn.client.query_typed(statement, &typed).await
+        let prepared = conn.prepared(statement).await?;
+        let params: Vec<&(dyn ToSql + Sync)> =
+            keys.iter().map(|key| key as &(dyn ToSql + Sync)).collect();
+        conn.client.query(&prepared, &params).await
     }
 }

@@ -15,11 +15,12 @@
 //! each is reported lost at once.
 
 use std::collections::{HashMap, HashSet};
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
 use tokio::sync::{Notify, broadcast};
-use tokio_postgres::{AsyncMessage, CancelToken, Client, NoTls};
+use tokio_postgres::{AsyncMessage, CancelToken, Client, NoTls, Statement};
 use tokio_util::sync::CancellationToken;
 
 use super::config::PgUrl;
@@ -46,6 +47,8 @@ pub(super) struct Conn {
     reason: OnceLock<String>,
     /// Signalled by every `NOTIFY` the connection receives (a semaphore head listens).
     pub(super) notified: Notify,
+    /// The statements prepared on this connection, by their text (a dozen at most).
+    prepared: Mutex<HashMap<String, Statement>>,
 }
 
 /// What a connection holds or requests.
@@ -77,6 +80,26 @@ impl std::fmt::Debug for Conn {
 impl Conn {
     fn state(&self) -> MutexGuard<'_, ConnState> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// `sql` as a statement prepared on this connection: prepared at its first use (one round
+    /// trip), then taken from the connection's cache.
+    pub(super) async fn prepared(&self, sql: &str) -> Result<Statement, tokio_postgres::Error> {
+        let cached = self
+            .prepared
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(sql)
+            .cloned();
+        if let Some(statement) = cached {
+            return Ok(statement);
+        }
+        let statement = self.client.prepare(sql).await?;
+        self.prepared
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(sql.to_owned(), statement.clone());
+        Ok(statement)
     }
 
     /// Whether the connection ended or is closing: nothing may use it any more.
@@ -168,9 +191,27 @@ pub(super) struct ConnUse {
     keys: Vec<i64>,
     dedicated: bool,
     done: bool,
+    /// What to do instead of closing the connection when dropped unfinished.
+    undo: Option<Undo>,
 }
 
+/// Puts a shared connection back in order after an attempt dropped mid-statement: given the
+/// connection and the keys the attempt reserved, it runs in a task of its own.
+pub(super) type Undo =
+    Box<dyn FnOnce(Arc<Conn>, Vec<i64>) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send>;
+
 impl ConnUse {
+    /// If this use is dropped unfinished, `undo` runs (on the current runtime) instead of the
+    /// connection being closed.
+    pub(super) fn undo_on_drop(&mut self, undo: Undo) {
+        self.undo = Some(undo);
+    }
+
+    /// Gives `keys` back, unlocked (or never granted), as the end of an undo.
+    pub(super) fn give_back(conn: &Conn, keys: &[i64]) {
+        unreserve(&mut conn.state(), keys);
+    }
+
     /// Reserves `key` too, unless held or requested here already (then `false`).
     pub(super) fn reserve(&mut self, key: i64) -> bool {
         let mut state = self.conn.state();
@@ -215,6 +256,13 @@ impl ConnUse {
 impl Drop for ConnUse {
     fn drop(&mut self) {
         if self.done {
+            return;
+        }
+        if let Some(undo) = self.undo.take()
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            let (conn, keys) = (Arc::clone(&self.conn), std::mem::take(&mut self.keys));
+            runtime.spawn(undo(conn, keys));
             return;
         }
         // Cancelled, failed or timed out while a statement may be under way: what the
@@ -361,6 +409,7 @@ impl Conns {
             lost: CancellationToken::new(),
             reason: OnceLock::new(),
             notified: Notify::new(),
+            prepared: Mutex::default(),
         });
         tokio::spawn(drive(
             connection,
@@ -411,6 +460,7 @@ fn reserve(conn: Arc<Conn>, key: i64, dedicated: bool) -> ConnUse {
         keys: vec![key],
         dedicated,
         done: false,
+        undo: None,
     }
 }
 

@@ -109,7 +109,7 @@ usage: dlock-bench [--url URL]... [--servers auto] [--scenario NAME|all] [--json
 Runs each scenario (uncontended, many-keys, contended, read-mostly, semaphore, reentrant,
 macro, watchdog) against each backend next to its raw-client floor, in the same run, and
 prints ops/s, p50/p99/max and the ratio to the floor. Without --url or --servers: memory only. --servers auto starts a
-redis-server, an etcd and a ZooKeeper (scripts/install-test-deps.sh installs them).
+redis-server, an etcd, a ZooKeeper and a PostgreSQL (scripts/install-test-deps.sh installs them).
 
 uncontended and many-keys run dlock and the floor in pairs of alternating order, adding pairs
 until 5 s were measured (at most 25), and report the median paired ratio; the others report
@@ -177,6 +177,7 @@ async fn main() -> ExitCode {
         targets.push(Target::redis_started().await);
         targets.push(Target::etcd_started().await);
         targets.push(Target::zookeeper_started().await);
+        targets.push(Target::postgres_started().await);
     }
     for url in &args.urls {
         targets.push(Target::from_url(url).await);

@@ -209,10 +209,10 @@ const fn key_of(task: usize, cycle: usize, tasks: usize, keys: usize) -> usize {
 
 impl Paired {
     fn row(&self, backend: &str, scenario: &'static str, note: String) -> Row {
-        let label = if backend == "zookeeper" {
-            "zookeeper-client's own lock (the peer)"
-        } else {
-            "dlock's protocol sent raw (fencing INCR, release script)"
+        let label = match backend {
+            "zookeeper" => "zookeeper-client's own lock (the peer)",
+            "postgres" => "dlock's protocol sent raw (fenced grant statement, unlock)",
+            _ => "dlock's protocol sent raw (fencing INCR, release script)",
         };
         let note = with_protocol_cost(note, label, self.protocol_ops, &self.floor);
         Row::new(

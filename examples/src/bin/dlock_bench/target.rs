@@ -3,10 +3,11 @@
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
+use dlock_core::backend::PostgresBackend;
 use dlock_core::backend::{
     AcquireOutcome, AcquireRequest, BackendKind, BackendUrl, LockBackend, MemoryBackend, OwnerId,
 };
-use dlock_core::harness::{EtcdServer, RedisServer, ZkServer};
+use dlock_core::harness::{EtcdServer, PostgresServer, RedisServer, ZkServer};
 use dlock_core::{DlockConfig, Locker};
 use redis::aio::ConnectionManager;
 
@@ -28,6 +29,23 @@ pub(crate) enum Target {
         raw: zookeeper_client::Client,
         _server: Option<Arc<ZkServer>>,
     },
+    Postgres {
+        url: String,
+        raw: PgRaw,
+        _server: Option<Arc<PostgresServer>>,
+    },
+}
+
+/// The PostgreSQL floor's client: one connection (tasks of the floor never meet on a key, so
+/// advisory locks' re-entry within a session never shows), its statements prepared once.
+#[derive(Clone)]
+pub(crate) struct PgRaw {
+    client: Arc<tokio_postgres::Client>,
+    lock: tokio_postgres::Statement,
+    unlock: tokio_postgres::Statement,
+    ping: tokio_postgres::Statement,
+    /// dlock's fenced grant, raw: the lock and the token bump in one statement.
+    lock_fenced: tokio_postgres::Statement,
 }
 
 /// The session timeout of the raw ZooKeeper client (the server caps it at its maximum).
@@ -44,6 +62,7 @@ impl Target {
             BackendKind::Redis => Self::redis(url.to_owned(), None).await,
             BackendKind::Etcd => Self::etcd(url.to_owned(), None).await,
             BackendKind::ZooKeeper => Self::zookeeper(url.to_owned(), None).await,
+            BackendKind::Postgres => Self::postgres(url.to_owned(), None).await,
             other => Err(format!(
                 "dlock-bench does not know a floor for the {other} backend yet"
             )),
@@ -66,6 +85,41 @@ impl Target {
         let server = ZkServer::start().await.map_err(|e| e.to_string())?;
         let url = server.url();
         Self::zookeeper(url, Some(Arc::new(server))).await
+    }
+
+    pub(crate) async fn postgres_started() -> Result<Self, String> {
+        let server = PostgresServer::start().await.map_err(|e| e.to_string())?;
+        let url = server.url();
+        Self::postgres(url, Some(Arc::new(server))).await
+    }
+
+    async fn postgres(url: String, server: Option<Arc<PostgresServer>>) -> Result<Self, String> {
+        let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+            .await
+            .map_err(|e| e.to_string())?;
+        tokio::spawn(connection);
+        // The fenced floor bumps dlock's own fence table (created by a Locker's connect).
+        let config = DlockConfig::from_toml_str(&format!("backend = \"{url}\""))
+            .map_err(|e| e.to_string())?;
+        drop(Locker::connect(&config).await.map_err(|e| e.to_string())?);
+        let prepare = async |sql: &str| client.prepare(sql).await.map_err(|e| e.to_string());
+        let raw = PgRaw {
+            lock: prepare("SELECT pg_advisory_lock($1)").await?,
+            unlock: prepare("SELECT pg_advisory_unlock($1)").await?,
+            ping: prepare("SELECT 1").await?,
+            lock_fenced: prepare(
+                "INSERT INTO dlock_fence AS f (lock_key, token) SELECT $1, 1 \
+                 FROM (SELECT pg_advisory_lock($1)) AS l \
+                 ON CONFLICT (lock_key) DO UPDATE SET token = f.token + 1 RETURNING f.token",
+            )
+            .await?,
+            client: Arc::new(client),
+        };
+        Ok(Self::Postgres {
+            url,
+            raw,
+            _server: server,
+        })
     }
 
     async fn zookeeper(url: String, server: Option<Arc<ZkServer>>) -> Result<Self, String> {
@@ -121,6 +175,7 @@ impl Target {
             Self::Redis { .. } => "redis",
             Self::Etcd { .. } => "etcd",
             Self::ZooKeeper { .. } => "zookeeper",
+            Self::Postgres { .. } => "postgres",
         }
     }
 
@@ -142,9 +197,10 @@ impl Target {
                 };
                 return Locker::with_config(Arc::new(table.clone()), &config).expect("config");
             }
-            Self::Redis { url, .. } | Self::Etcd { url, .. } | Self::ZooKeeper { url, .. } => {
-                url.clone()
-            }
+            Self::Redis { url, .. }
+            | Self::Etcd { url, .. }
+            | Self::ZooKeeper { url, .. }
+            | Self::Postgres { url, .. } => url.clone(),
         };
         let config = DlockConfig::from_toml_str(&format!(
             "backend = \"{backend_url}\"\nttl = \"{}\"\nfencing = {fencing}",
@@ -155,10 +211,10 @@ impl Target {
     }
 
     /// Whether fencing tokens cost this backend extra work, so a lock asking for one is
-    /// measured in rows of its own (Redis: an `INCR` per grant). Memory and etcd issue
-    /// them with every grant anyway.
+    /// measured in rows of its own (Redis: an `INCR` per grant; PostgreSQL: a row update and
+    /// its commit). Memory, etcd and ZooKeeper issue them with every grant anyway.
     pub(crate) const fn tokens_cost_extra(&self) -> bool {
-        matches!(self, Self::Redis { .. })
+        matches!(self, Self::Redis { .. } | Self::Postgres { .. })
     }
 
     /// A handle for the raw floor: the minimal commands for one acquire and one release.
@@ -174,6 +230,7 @@ impl Target {
                 client: raw.clone(),
                 held: None,
             },
+            Self::Postgres { raw, .. } => Raw::Postgres(raw.clone()),
         }
     }
 
@@ -200,6 +257,9 @@ impl Target {
                     raw.check_stat("/dlock-bench-rtt")
                         .await
                         .expect("zookeeper exists");
+                }
+                Self::Postgres { raw, .. } => {
+                    raw.client.query(&raw.ping, &[]).await.expect("SELECT 1");
                 }
             }
             best = best.min(started.elapsed());
@@ -263,6 +323,9 @@ pub(crate) enum Raw {
         /// The node this client holds.
         held: Option<String>,
     },
+    /// PostgreSQL's floor: `pg_advisory_lock` and `pg_advisory_unlock` (prepared), on the
+    /// key dlock would use.
+    Postgres(PgRaw),
 }
 
 impl Raw {
@@ -323,6 +386,14 @@ impl Raw {
                     false
                 }
             }
+            Self::Postgres(raw) => {
+                let key = PostgresBackend::advisory_key(key);
+                raw.client
+                    .query(&raw.lock, &[&key])
+                    .await
+                    .expect("pg_advisory_lock");
+                true
+            }
         }
     }
 
@@ -350,6 +421,13 @@ impl Raw {
                     client.delete(&path, None).await.expect("zookeeper delete");
                 }
             }
+            Self::Postgres(raw) => {
+                let key = PostgresBackend::advisory_key(key);
+                raw.client
+                    .query(&raw.unlock, &[&key])
+                    .await
+                    .expect("pg_advisory_unlock");
+            }
         }
     }
 
@@ -376,16 +454,30 @@ impl Raw {
         Some(())
     }
 
-    /// The same work as dlock's uncontended Redis acquire + release, raw: `SET NX PX` and
-    /// `INCR` of the fencing counter in one pipeline, and dlock's release script (an
-    /// owner-checked delete that publishes when a waiter marked the lock). Tells how much of the gap to the floor is the protocol (the fencing token, the
-    /// release notification) rather than dlock's code. `None` for backends without one.
+    /// The same work as dlock's uncontended fenced acquire + release, raw. Redis: `SET NX PX`
+    /// and `INCR` of the fencing counter in one pipeline, and dlock's release script (an
+    /// owner-checked delete that publishes when a waiter marked the lock). PostgreSQL: the
+    /// statement that takes the lock and bumps the fence row, then the unlock. Tells how much
+    /// of the gap to the floor is the protocol (the fencing token, the release notification)
+    /// rather than dlock's code. `None` for backends without one.
     pub(crate) async fn cycle_with_fencing_and_notify(
         &mut self,
         key: &str,
         owner: &str,
         ttl: Duration,
     ) -> Option<()> {
+        if let Self::Postgres(raw) = self {
+            let key = PostgresBackend::advisory_key(key);
+            raw.client
+                .query(&raw.lock_fenced, &[&key])
+                .await
+                .expect("fenced grant");
+            raw.client
+                .query(&raw.unlock, &[&key])
+                .await
+                .expect("pg_advisory_unlock");
+            return Some(());
+        }
         let Self::Redis(conn, _) = self else {
             return None;
         };
