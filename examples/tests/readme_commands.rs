@@ -1,5 +1,5 @@
 //! The README's commands, run the way the README shows them: the example binaries on memory
-//! and on real Redis, etcd and ZooKeeper servers, the bench's smoke run, and a check that every
+//! and on real Redis, etcd, ZooKeeper and PostgreSQL servers, the bench's smoke run, and a check that every
 //! `cargo run` line of the README names a binary and features this crate has.
 //!
 //! (`orders_http` and the README's `curl` lines are covered by `tests/orders_http.rs`; that
@@ -9,7 +9,7 @@
 use std::process::Output;
 use std::time::Duration;
 
-use dlock_core::harness::{EtcdServer, RedisServer, ZkServer};
+use dlock_core::harness::{EtcdServer, PostgresServer, RedisServer, ZkServer};
 use tokio::process::Command;
 
 /// Runs an example binary with `DLOCK_URL` set (or removed, for `None`) and its arguments;
@@ -70,6 +70,13 @@ async fn the_quickstart_passes_on_zookeeper() {
     assert!(out.contains("all five demonstrations passed"), "{out}");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_quickstart_passes_on_postgres() {
+    let server = PostgresServer::start().await.unwrap();
+    let out = run(QUICKSTART, Some(&server.url()), &[]).await;
+    assert!(out.contains("all five demonstrations passed"), "{out}");
+}
+
 #[tokio::test]
 async fn orders_macro_passes_on_memory() {
     let out = run(env!("CARGO_BIN_EXE_orders_macro"), None, &[]).await;
@@ -101,6 +108,13 @@ async fn rwlock_passes_on_zookeeper() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rwlock_passes_on_postgres() {
+    let server = PostgresServer::start().await.unwrap();
+    let out = run(env!("CARGO_BIN_EXE_rwlock"), Some(&server.url()), &[]).await;
+    assert!(out.contains("all checks passed"), "{out}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rwlock_passes_on_redis() {
     let server = RedisServer::start().await.unwrap();
     let out = run(env!("CARGO_BIN_EXE_rwlock"), Some(&server.url()), &[]).await;
@@ -121,7 +135,7 @@ async fn config_from_toml_loads_the_example_file() {
 async fn the_bench_smoke_run_starts_its_servers_and_prints_every_backend() {
     let bench = env!("CARGO_BIN_EXE_dlock-bench");
     let out = run(bench, None, &["--servers", "auto", "--quick"]).await;
-    for backend in ["memory", "redis", "etcd", "zookeeper"] {
+    for backend in ["memory", "redis", "etcd", "zookeeper", "postgres"] {
         for scenario in ["uncontended", "many-keys", "contended"] {
             assert!(
                 out.lines()
