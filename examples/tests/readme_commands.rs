@@ -201,9 +201,7 @@ fn the_readme_commands_name_existing_binaries_and_features() {
             }
         }
         let needs_features = bin == "dlock-bench"
-            || line.contains("DLOCK_URL=redis")
-            || line.contains("DLOCK_URL=etcd")
-            || line.contains("DLOCK_URL=zk");
+            || (line.contains("DLOCK_URL=") && !line.contains("DLOCK_URL=memory"));
         assert_eq!(
             after("--features").is_some(),
             needs_features,
