@@ -355,13 +355,29 @@ pub(crate) async fn contended(target: &Target, s: &Settings) -> Row {
     // the hold as measured, so the ratio shows what the lock costs, not the timer.
     let mean_hold = held_total / held_count.max(1);
     let floor = 1.0 / (mean_hold + rtt * 2).as_secs_f64();
-    let note = format!(
-        "wait percentiles; {TASKS} tasks / 2 Lockers, hold {:?} (measured {:.2} ms); handoff p50 {:.0} µs p99 {:.0} µs; floor 1/(measured hold + 2 RTT)",
+    let mut note = format!(
+        "wait percentiles; {TASKS} tasks / 2 Lockers, hold {:?} (measured {:.2} ms); handoff p50 {:.0} µs p99 {:.0} µs",
         s.hold,
         mean_hold.as_secs_f64() * 1e3,
         all_handoffs.percentile(50.0).as_secs_f64() * 1e6,
         all_handoffs.percentile(99.0).as_secs_f64() * 1e6,
     );
+    if let Some(raw) = target
+        .raw_contended_handoffs(TASKS, s.contended_rounds, s.hold)
+        .await
+    {
+        let raw = Samples {
+            latencies: raw,
+            elapsed: Duration::from_secs(1),
+        };
+        note.push_str(&format!(
+            " (raw, {TASKS} sessions: p50 {:.0} µs p99 {:.0} µs; RTT {:.0} µs)",
+            raw.percentile(50.0).as_secs_f64() * 1e6,
+            raw.percentile(99.0).as_secs_f64() * 1e6,
+            rtt.as_secs_f64() * 1e6,
+        ));
+    }
+    note.push_str("; floor 1/(measured hold + 2 RTT)");
     Row::new(target.name(), "contended", &run, floor, note)
 }
 

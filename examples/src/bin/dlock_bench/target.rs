@@ -48,6 +48,29 @@ pub(crate) struct PgRaw {
     lock_fenced: tokio_postgres::Statement,
 }
 
+impl PgRaw {
+    /// A new session with the floor's statements prepared (dlock's fence table must exist).
+    async fn connect(url: &str) -> Result<Self, String> {
+        let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+            .await
+            .map_err(|e| e.to_string())?;
+        tokio::spawn(connection);
+        let prepare = async |sql: &str| client.prepare(sql).await.map_err(|e| e.to_string());
+        Ok(Self {
+            lock: prepare("SELECT pg_advisory_lock($1)").await?,
+            unlock: prepare("SELECT pg_advisory_unlock($1)").await?,
+            ping: prepare("SELECT 1").await?,
+            lock_fenced: prepare(
+                "INSERT INTO dlock_fence AS f (lock_key, token) SELECT $1, 1 \
+                 FROM (SELECT pg_advisory_lock($1)) AS l \
+                 ON CONFLICT (lock_key) DO UPDATE SET token = f.token + 1 RETURNING f.token",
+            )
+            .await?,
+            client: Arc::new(client),
+        })
+    }
+}
+
 /// The session timeout of the raw ZooKeeper client (the server caps it at its maximum).
 const TTL_FOR_RAW: Duration = Duration::from_secs(30);
 
@@ -94,27 +117,11 @@ impl Target {
     }
 
     async fn postgres(url: String, server: Option<Arc<PostgresServer>>) -> Result<Self, String> {
-        let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
-            .await
-            .map_err(|e| e.to_string())?;
-        tokio::spawn(connection);
         // The fenced floor bumps dlock's own fence table (created by a Locker's connect).
         let config = DlockConfig::from_toml_str(&format!("backend = \"{url}\""))
             .map_err(|e| e.to_string())?;
         drop(Locker::connect(&config).await.map_err(|e| e.to_string())?);
-        let prepare = async |sql: &str| client.prepare(sql).await.map_err(|e| e.to_string());
-        let raw = PgRaw {
-            lock: prepare("SELECT pg_advisory_lock($1)").await?,
-            unlock: prepare("SELECT pg_advisory_unlock($1)").await?,
-            ping: prepare("SELECT 1").await?,
-            lock_fenced: prepare(
-                "INSERT INTO dlock_fence AS f (lock_key, token) SELECT $1, 1 \
-                 FROM (SELECT pg_advisory_lock($1)) AS l \
-                 ON CONFLICT (lock_key) DO UPDATE SET token = f.token + 1 RETURNING f.token",
-            )
-            .await?,
-            client: Arc::new(client),
-        };
+        let raw = PgRaw::connect(&url).await?;
         Ok(Self::Postgres {
             url,
             raw,
@@ -284,6 +291,58 @@ impl Target {
         }
         cycles.sort();
         cycles[cycles.len() / 2]
+    }
+
+    /// The contended scenario done raw, where the server queues waiters itself (PostgreSQL):
+    /// `tasks` raw sessions, each `rounds` times blocking in `pg_advisory_lock` on one key,
+    /// holding it `hold`, then unlocking. Returns each hand-off (the unlock's send to the next
+    /// grant), measured as dlock's contended row measures its own. `None` for other backends.
+    pub(crate) async fn raw_contended_handoffs(
+        &self,
+        tasks: usize,
+        rounds: usize,
+        hold: Duration,
+    ) -> Option<Vec<Duration>> {
+        let Self::Postgres { url, .. } = self else {
+            return None;
+        };
+        let key = PostgresBackend::advisory_key("dlock:bench:handoff");
+        let released = Arc::new(std::sync::Mutex::new((None::<Instant>, Vec::new())));
+        let mut running = Vec::with_capacity(tasks);
+        for _ in 0..tasks {
+            let (session, released) = (
+                PgRaw::connect(url).await.expect("connect"),
+                released.clone(),
+            );
+            running.push(tokio::spawn(async move {
+                for _ in 0..rounds {
+                    session
+                        .client
+                        .query(&session.lock, &[&key])
+                        .await
+                        .expect("pg_advisory_lock");
+                    let granted = Instant::now();
+                    {
+                        let mut r = released.lock().unwrap();
+                        if let Some(at) = r.0.take() {
+                            r.1.push(granted.saturating_duration_since(at));
+                        }
+                    }
+                    tokio::time::sleep(hold).await;
+                    released.lock().unwrap().0 = Some(Instant::now());
+                    session
+                        .client
+                        .query(&session.unlock, &[&key])
+                        .await
+                        .expect("pg_advisory_unlock");
+                }
+            }));
+        }
+        for task in running {
+            task.await.expect("raw task");
+        }
+        let handoffs = std::mem::take(&mut released.lock().unwrap().1);
+        Some(handoffs)
     }
 
     /// Scripts Redis ran so far (`EVALSHA` + `EVAL`), to count renewal round trips.
