@@ -18,6 +18,8 @@ use crate::{LockMode, Result};
 mod background;
 #[cfg(feature = "etcd")]
 pub(crate) mod etcd;
+#[cfg(any(feature = "zookeeper", feature = "postgres"))]
+mod grant_claim;
 #[cfg(feature = "memory")]
 pub(crate) mod memory;
 #[cfg(feature = "postgres")]
@@ -26,6 +28,8 @@ pub(crate) mod postgres;
 mod queued;
 #[cfg(feature = "redis")]
 pub(crate) mod redis;
+#[cfg(any(feature = "etcd", feature = "zookeeper", feature = "postgres"))]
+mod session_end;
 mod url;
 #[cfg(any(feature = "memory", feature = "redis"))]
 mod waiters;

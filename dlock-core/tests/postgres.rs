@@ -7,7 +7,7 @@
 use std::time::{Duration, Instant};
 
 use dlock_core::backend::PostgresBackend;
-use dlock_core::harness::PostgresServer;
+use dlock_core::harness::{PostgresServer, PsqlSession};
 use dlock_core::{DlockConfig, Error, LockGuard, Locker};
 use tokio_postgres::{Client, NoTls};
 
@@ -198,23 +198,21 @@ async fn psql_and_dlock_exclude_each_other_on_the_documented_key() {
     );
     assert!(acquired - unlocked < Duration::from_secs(1));
 
-    let tried = psql
-        .run(&format!(
-            "SELECT pg_try_advisory_lock({});",
-            sql_key(&full_key)
-        ))
-        .await
-        .expect("psql tries");
-    assert_eq!(tried, ["f"], "psql got the lock dlock holds");
+    let psql_tries = async |psql: &mut PsqlSession| {
+        let sql = format!("SELECT pg_try_advisory_lock({});", sql_key(&full_key));
+        psql.run(&sql).await.expect("psql tries")
+    };
+    assert_eq!(
+        psql_tries(&mut psql).await,
+        ["f"],
+        "psql got the lock dlock holds"
+    );
     guard.release().await.expect("release");
-    let tried = psql
-        .run(&format!(
-            "SELECT pg_try_advisory_lock({});",
-            sql_key(&full_key)
-        ))
-        .await
-        .expect("psql tries");
-    assert_eq!(tried, ["t"], "psql cannot get the lock dlock released");
+    assert_eq!(
+        psql_tries(&mut psql).await,
+        ["t"],
+        "psql cannot get the lock dlock released"
+    );
 }
 
 /// The documented SQL computes [`PostgresBackend::advisory_key`], for ASCII, non-ASCII, quoted

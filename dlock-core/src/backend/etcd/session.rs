@@ -11,7 +11,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use etcd_client::{Client, LeaseClient, LeaseKeepAliveStream, LeaseKeeper};
@@ -19,6 +19,7 @@ use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 
 use super::call;
+use crate::backend::session_end::SessionEnd;
 use crate::{Error, Result};
 
 /// How long, in ttls of its own, a lease no lock uses stays granted and kept alive, ready for
@@ -47,8 +48,8 @@ pub(super) struct Session {
     /// Send time of the latest keepalive (or the grant) etcd answered: the lease lives at least
     /// until then + ttl.
     alive: watch::Sender<Instant>,
-    lost: CancellationToken,
-    reason: OnceLock<String>,
+    /// Whether it is lost, and why.
+    end: SessionEnd,
     kick: Notify,
     /// Stops the keepalive task.
     stop: CancellationToken,
@@ -62,8 +63,7 @@ impl Session {
             server_ttl,
             users: AtomicUsize::new(1),
             alive: watch::Sender::new(granted_at),
-            lost: CancellationToken::new(),
-            reason: OnceLock::new(),
+            end: SessionEnd::new(),
             kick: Notify::new(),
             stop: CancellationToken::new(),
         }
@@ -80,25 +80,23 @@ impl Session {
     }
 
     pub(super) fn is_lost(&self) -> bool {
-        self.lost.is_cancelled()
+        self.end.is_ended()
     }
 
     /// Resolves when the session is lost.
     pub(super) async fn lost(&self) {
-        self.lost.cancelled().await;
+        self.end.ended().await;
     }
 
     /// Why the session was lost.
     pub(super) fn lost_reason(&self) -> String {
-        self.reason
-            .get()
-            .cloned()
-            .unwrap_or_else(|| "the etcd lease ended".to_owned())
+        self.end.reason_or(|| "the etcd lease ended".to_owned())
     }
 
+    /// Records the loss (the Locker learns it from the lease's renewal) and stops the
+    /// keepalives.
     pub(super) fn mark_lost(&self, reason: impl Into<String>) {
-        let _ = self.reason.set(reason.into());
-        self.lost.cancel();
+        let _ = self.end.end(reason);
         self.stop.cancel();
     }
 
@@ -124,7 +122,7 @@ impl Session {
         self.kick.notify_one();
         tokio::select! {
             _ = tokio::time::timeout(max_age, answered.wait_for(|last| *last >= asked)) => {}
-            () = self.lost.cancelled() => {}
+            () = self.end.ended() => {}
         }
         self.last_ok()
     }

@@ -15,7 +15,7 @@ mod release;
 mod session;
 mod sql;
 
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -25,6 +25,7 @@ pub(crate) use self::config::PgUrl;
 use self::session::{Conn, Conns};
 use self::sql::Statements;
 use crate::backend::background::Background;
+use crate::backend::grant_claim::{Claim, GrantClaim};
 use crate::backend::queued::QueuedCounts;
 use crate::backend::{BackendUrl, Capabilities, Fencing, LockBackend};
 use crate::lease::{
@@ -185,45 +186,27 @@ impl PgHold {
 /// up (released, or the last copy of the lease dropped) — the connection holding it.
 pub(super) struct PgGrant {
     hold: PgHold,
-    claim: Mutex<Option<Claim>>,
-}
-
-/// A grant's hold on its connection, given up once.
-struct Claim {
-    inner: Weak<Inner>,
-    conn: Arc<Conn>,
-    owner: OwnerId,
+    claim: GrantClaim<Inner, Conn>,
 }
 
 impl PgGrant {
     fn new(inner: &Arc<Inner>, conn: Arc<Conn>, hold: PgHold, owner: OwnerId) -> Self {
         Self {
             hold,
-            claim: Mutex::new(Some(Claim {
-                inner: Arc::downgrade(inner),
-                conn,
-                owner,
-            })),
+            claim: GrantClaim::new(inner, conn, owner),
         }
-    }
-
-    fn claim(&self) -> MutexGuard<'_, Option<Claim>> {
-        self.claim.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The connection of this grant if `inner` made it for `owner` and it is not given up.
     fn live_conn(&self, inner: &Arc<Inner>, owner: &OwnerId) -> Option<Arc<Conn>> {
-        self.claim()
-            .as_ref()
-            .filter(|claim| {
-                std::ptr::eq(claim.inner.as_ptr(), Arc::as_ptr(inner)) && claim.owner == *owner
-            })
-            .map(|claim| Arc::clone(&claim.conn))
+        self.claim.live(inner, owner)
     }
 
     /// Gives the grant up (once): the caller unlocks it.
     fn give_up(&self) -> Option<(Arc<Conn>, OwnerId)> {
-        self.claim().take().map(|claim| (claim.conn, claim.owner))
+        self.claim
+            .give_up()
+            .map(|claim| (claim.session, claim.owner))
     }
 }
 
@@ -231,11 +214,15 @@ impl Drop for PgGrant {
     /// The last copy of a lease that was never released (or a grant nobody received): unlock
     /// it in the background.
     fn drop(&mut self) {
-        let claim = self.claim().take();
-        let Some(Claim { inner, conn, owner }) = claim else {
+        let Some(Claim {
+            backend,
+            session: conn,
+            owner,
+        }) = self.claim.give_up()
+        else {
             return;
         };
-        let Some(inner) = inner.upgrade() else {
+        let Some(inner) = backend.upgrade() else {
             return; // the backend is gone, and its connections with it
         };
         let hold = std::mem::replace(

@@ -14,9 +14,9 @@
 //! `idle_session_timeout` of a frozen holder) or by the network — loses every lock on it, and
 //! each is reported lost at once.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
 use tokio::sync::{Notify, broadcast};
@@ -26,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 use super::config::PgUrl;
 use crate::Result;
 use crate::backend::background::Background;
-use crate::error::LostReason;
+use crate::backend::session_end::SessionEnd;
 use crate::lease::{LostLease, OwnerId};
 
 /// How long, as a fraction of its ttl, a connection with nothing on it is kept for the next
@@ -43,8 +43,8 @@ pub(super) struct Conn {
     cancel: CancelToken,
     /// Tells the task polling the connection to drop it (closing the socket).
     closing: CancellationToken,
-    lost: CancellationToken,
-    reason: OnceLock<String>,
+    /// Whether it ended, and the grants on it to report then.
+    end: SessionEnd,
     /// Signalled by every `NOTIFY` the connection receives (a semaphore head listens).
     pub(super) notified: Notify,
     /// The statements prepared on this connection, by their text (a dozen at most).
@@ -59,8 +59,6 @@ struct ConnState {
     keys: HashMap<i64, u32>,
     /// An acquire waits on the server on this connection: nothing else may use it.
     waiting: bool,
-    /// The owners of the grants on it, to report when it ends.
-    grants: HashSet<OwnerId>,
     /// When it last had something on it.
     idle_since: Option<Instant>,
 }
@@ -104,27 +102,18 @@ impl Conn {
 
     /// Whether the connection ended or is closing: nothing may use it any more.
     pub(super) fn is_lost(&self) -> bool {
-        self.reason.get().is_some() || self.lost.is_cancelled() || self.client.is_closed()
+        self.end.has_reason() || self.end.is_ended() || self.client.is_closed()
     }
 
     /// Resolves when the connection has ended.
     pub(super) async fn lost(&self) {
-        self.lost.cancelled().await;
+        self.end.ended().await;
     }
 
     /// Why the connection ended.
     pub(super) fn lost_reason(&self) -> String {
-        self.reason
-            .get()
-            .cloned()
-            .unwrap_or_else(|| "the PostgreSQL connection ended".to_owned())
-    }
-
-    /// Records the end of the connection; returns the grants that were on it (once).
-    fn mark_lost(&self, reason: impl Into<String>) -> Vec<OwnerId> {
-        let _ = self.reason.set(reason.into());
-        self.lost.cancel();
-        self.state().grants.drain().collect()
+        self.end
+            .reason_or(|| "the PostgreSQL connection ended".to_owned())
     }
 
     /// Whether `key` is held or requested here.
@@ -135,25 +124,24 @@ impl Conn {
     /// Records `owner`'s grant of `keys` (reserved already, or — for a semaphore's limit key —
     /// counted up), to be reported lost if the connection ends.
     pub(super) fn add_grant(&self, owner: &OwnerId, limit_key: Option<i64>) {
-        let mut state = self.state();
         if let Some(key) = limit_key {
-            *state.keys.entry(key).or_insert(0) += 1;
+            *self.state().keys.entry(key).or_insert(0) += 1;
         }
-        state.grants.insert(owner.clone());
+        // An ended connection's grant is found out by its renewal.
+        let _ = self.end.add_grant(owner);
     }
 
     /// Forgets `owner`'s grant and its `keys`, unlocked (or never taken).
     pub(super) fn remove_grant(&self, owner: &OwnerId, keys: &[i64]) {
-        let mut state = self.state();
-        state.grants.remove(owner);
-        unreserve(&mut state, keys);
+        self.end.remove_grant(owner);
+        unreserve(&mut self.state(), keys);
     }
 
     /// Closes the connection because what it holds is in doubt (a statement that did not
     /// answer in time, an error after a grant may have been made): every grant on it is
     /// reported lost by the driver, and the server frees its locks as the socket closes.
     pub(super) fn close(&self, reason: impl Into<String>) {
-        let _ = self.reason.set(reason.into());
+        self.end.give_reason(reason);
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             self.closing.cancel();
             return;
@@ -406,8 +394,7 @@ impl Conns {
                 ..ConnState::default()
             }),
             closing: CancellationToken::new(),
-            lost: CancellationToken::new(),
-            reason: OnceLock::new(),
+            end: SessionEnd::new(),
             notified: Notify::new(),
             prepared: Mutex::default(),
         });
@@ -425,7 +412,7 @@ impl Conns {
     pub(super) fn shut_down(&self) {
         for (_, conns) in self.by_ttl().drain() {
             for conn in conns {
-                let _ = conn.mark_lost("the PostgreSQL backend was dropped");
+                let _ = conn.end.end("the PostgreSQL backend was dropped");
                 conn.closing.cancel();
             }
         }
@@ -499,20 +486,14 @@ async fn drive(
 
 /// The connection ended: every grant on it is lost.
 fn report_lost(conn: &Conn, ended: &str, losses: &broadcast::Sender<LostLease>) {
-    let reason = conn
-        .reason
-        .get()
-        .map_or_else(|| ended.to_owned(), |why| format!("{why}: {ended}"));
-    let owners = conn.mark_lost(reason.clone());
-    if owners.is_empty() {
+    let reason = match conn.end.reason_or(String::new) {
+        why if why.is_empty() => ended.to_owned(),
+        why => format!("{why}: {ended}"),
+    };
+    let lost = conn.end.end_and_report(reason.clone(), losses);
+    if lost == 0 {
         tracing::debug!(%reason, "dlock: PostgreSQL lock connection ended");
-        return;
-    }
-    tracing::warn!(%reason, locks = owners.len(), "dlock: PostgreSQL lock connection ended; its locks are lost");
-    for owner in owners {
-        let _ = losses.send(LostLease {
-            owner,
-            reason: LostReason::SessionLost(reason.clone()),
-        });
+    } else {
+        tracing::warn!(%reason, locks = lost, "dlock: PostgreSQL lock connection ended; its locks are lost");
     }
 }

@@ -13,7 +13,7 @@ mod keys;
 mod release;
 mod session;
 
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -22,6 +22,7 @@ use tokio::sync::broadcast;
 pub(crate) use self::config::ZkUrl;
 use self::session::{Session, Sessions};
 use crate::backend::background::Background;
+use crate::backend::grant_claim::{Claim, GrantClaim};
 use crate::backend::queued::QueuedCounts;
 use crate::backend::{BackendUrl, Capabilities, Fencing, LockBackend};
 use crate::lease::{
@@ -139,14 +140,7 @@ impl std::fmt::Debug for Inner {
 pub(super) struct ZkGrant {
     path: String,
     czxid: i64,
-    claim: Mutex<Option<Claim>>,
-}
-
-/// A grant's use of its session, given up once.
-struct Claim {
-    inner: Weak<Inner>,
-    session: Arc<Session>,
-    owner: OwnerId,
+    claim: GrantClaim<Inner, Session>,
 }
 
 impl ZkGrant {
@@ -160,31 +154,18 @@ impl ZkGrant {
         Self {
             path,
             czxid,
-            claim: Mutex::new(Some(Claim {
-                inner: Arc::downgrade(inner),
-                session,
-                owner,
-            })),
+            claim: GrantClaim::new(inner, session, owner),
         }
-    }
-
-    fn claim(&self) -> MutexGuard<'_, Option<Claim>> {
-        self.claim.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The session of this grant if `inner` made it for `owner` and it is not given up yet.
     fn live_session(&self, inner: &Arc<Inner>, owner: &OwnerId) -> Option<Arc<Session>> {
-        self.claim()
-            .as_ref()
-            .filter(|claim| {
-                std::ptr::eq(claim.inner.as_ptr(), Arc::as_ptr(inner)) && claim.owner == *owner
-            })
-            .map(|claim| Arc::clone(&claim.session))
+        self.claim.live(inner, owner)
     }
 
     /// Gives the grant up (once): the caller deletes the node as it knows best.
     fn give_up(&self) -> Option<Arc<Session>> {
-        self.claim().take().map(|claim| {
+        self.claim.give_up().map(|claim| {
             claim.session.remove_grant(&claim.owner);
             claim.session
         })
@@ -194,13 +175,12 @@ impl ZkGrant {
 impl Drop for ZkGrant {
     /// The last copy of a lease that was never released: delete its node in the background.
     fn drop(&mut self) {
-        let claim = self.claim().take();
         if let Some(Claim {
-            inner,
+            backend,
             session,
             owner,
-        }) = claim
-            && let Some(inner) = inner.upgrade()
+        }) = self.claim.give_up()
+            && let Some(inner) = backend.upgrade()
         {
             session.remove_grant(&owner);
             inner.finish_nodes(

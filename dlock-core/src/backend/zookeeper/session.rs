@@ -10,9 +10,9 @@
 //! Locker's local deadline keeps running until a renewal gets through again); `Expired`,
 //! `Closed` and `AuthFailed` end it, and every grant on it is reported lost at once.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
 use tokio::sync::broadcast;
@@ -21,7 +21,7 @@ use zookeeper_client::{Client, SessionState, StateWatcher};
 
 use super::config::ZkUrl;
 use crate::Result;
-use crate::error::LostReason;
+use crate::backend::session_end::SessionEnd;
 use crate::lease::{LostLease, OwnerId};
 
 /// How long, in ttls of its own, a session no lock uses stays open for the next lock.
@@ -40,10 +40,8 @@ pub(super) struct Session {
     /// Lock nodes (held, queued, or being deleted) on the session. Changed only under
     /// [`Sessions`]' map lock.
     users: AtomicUsize,
-    /// The owners of the grants on it, to report when the session ends.
-    grants: Mutex<HashSet<OwnerId>>,
-    lost: CancellationToken,
-    reason: OnceLock<String>,
+    /// Whether it ended, and the grants on it to report then.
+    end: SessionEnd,
 }
 
 impl Session {
@@ -53,43 +51,34 @@ impl Session {
     }
 
     pub(super) fn is_lost(&self) -> bool {
-        self.lost.is_cancelled()
+        self.end.is_ended()
     }
 
     /// Resolves when the session has ended.
     pub(super) async fn lost(&self) {
-        self.lost.cancelled().await;
+        self.end.ended().await;
     }
 
     /// Why the session ended.
     pub(super) fn lost_reason(&self) -> String {
-        self.reason
-            .get()
-            .cloned()
-            .unwrap_or_else(|| format!("ZooKeeper session {:#x} ended", self.id))
+        self.end
+            .reason_or(|| format!("ZooKeeper session {:#x} ended", self.id))
     }
 
-    /// Records the end of the session; returns the grants that were on it (once).
-    pub(super) fn mark_lost(&self, reason: impl Into<String>) -> Vec<OwnerId> {
-        let _ = self.reason.set(reason.into());
-        self.lost.cancel();
-        self.grants().drain().collect()
+    /// Records the end of the session, without reporting its grants.
+    pub(super) fn mark_lost(&self, reason: impl Into<String>) {
+        let _ = self.end.end(reason);
     }
 
-    fn grants(&self) -> MutexGuard<'_, HashSet<OwnerId>> {
-        self.grants.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Records a grant on the session, to be reported lost if the session ends.
+    /// Records a grant on the session, to be reported lost if the session ends (an ended
+    /// session's grant is found out by its renewal).
     pub(super) fn add_grant(&self, owner: &OwnerId) {
-        if !self.is_lost() {
-            self.grants().insert(owner.clone());
-        }
+        let _ = self.end.add_grant(owner);
     }
 
     /// Forgets a grant given up.
     pub(super) fn remove_grant(&self, owner: &OwnerId) {
-        self.grants().remove(owner);
+        self.end.remove_grant(owner);
     }
 }
 
@@ -170,9 +159,7 @@ impl Sessions {
             negotiated: client.session_timeout(),
             ttl,
             users: AtomicUsize::new(1),
-            grants: Mutex::default(),
-            lost: CancellationToken::new(),
-            reason: OnceLock::new(),
+            end: SessionEnd::new(),
             client,
         });
         tracing::debug!(session = %format!("{:#x}", session.id), ?ttl, negotiated = ?session.negotiated, "dlock: ZooKeeper session opened");
@@ -215,7 +202,7 @@ impl Sessions {
     pub(super) fn shut_down(&self) {
         self.shutdown.cancel();
         for (_, session) in self.live().drain() {
-            let _ = session.mark_lost("the ZooKeeper backend was dropped");
+            session.mark_lost("the ZooKeeper backend was dropped");
         }
     }
 }
@@ -255,11 +242,5 @@ async fn watch_state(
     let (session, state) = ended;
     let reason = format!("ZooKeeper session {:#x} {state:?}", session.id);
     tracing::warn!(session = %format!("{:#x}", session.id), ?state, "dlock: ZooKeeper session ended; its locks are lost");
-    let owners = session.mark_lost(reason.clone());
-    for owner in owners {
-        let _ = losses.send(LostLease {
-            owner,
-            reason: LostReason::SessionLost(reason.clone()),
-        });
-    }
+    session.end.end_and_report(reason, &losses);
 }
