@@ -127,7 +127,8 @@ return {-1 - wait, 1}
 ///
 /// Grants a share (a reader, or one of the semaphore's permits) when the lock is free or held
 /// by shares of the same kind (and, for a permit, fewer than the limit), and no writer that
-/// asked before this caller waits for it. A share is a member of the sorted set at the lock's
+/// asked before this caller — or in the same server millisecond: a writer marked in the
+/// caller's first millisecond was there before the caller's first script ran — waits for it. A share is a member of the sorted set at the lock's
 /// name, scored by its expiry in server milliseconds: expired ones are dropped here, so a
 /// vanished holder's share frees at its ttl; the set expires with its last member. A
 /// semaphore's limit is stored beside it and expires with it.
@@ -184,7 +185,7 @@ end
 local stale = redis.call('zrangebyscore', KEYS[5], '-inf', now)
 for _, writer in ipairs(stale) do redis.call('zrem', KEYS[4], writer) end
 if #stale > 0 then redis.call('zremrangebyscore', KEYS[5], '-inf', now) end
-if redis.call('zcount', KEYS[4], '-inf', '(' .. arrival) > 0 then
+if redis.call('zcount', KEYS[4], '-inf', arrival) > 0 then
   local first = redis.call('zrange', KEYS[5], 0, 0, 'WITHSCORES')
   return held(tonumber(first[2]) - now)
 end
