@@ -92,6 +92,7 @@
 mod conn;
 mod errors;
 mod keys;
+mod node;
 mod notify;
 mod scripts;
 mod shares;
@@ -102,13 +103,12 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use redis::aio::ConnectionLike;
-use redis::{Cmd, ErrorKind, FromRedisValue, ServerErrorKind, Value};
 
 use self::conn::Conn;
 pub(crate) use self::conn::RedisUrl;
 use self::keys::RedisName;
+pub(crate) use self::node::{Attempt, HandOver, Node};
 use self::notify::{Waiters, channel_of};
-use self::scripts::Lua;
 use self::shares::WriterMark;
 use crate::backend::BackendUrl;
 use crate::backend::{Capabilities, Fencing, LockBackend};
@@ -146,24 +146,10 @@ const HANDOVER_SLACK: Duration = Duration::from_secs(1);
 /// ```
 #[derive(Debug)]
 pub struct RedisBackend {
-    conn: Conn,
+    node: Node,
     waiters: Arc<Waiters>,
     /// Published as the message of this backend's releases, so it can tell its own from others'.
     id: OwnerId,
-    timeout: Duration,
-}
-
-/// What one acquire attempt found.
-enum Attempt {
-    /// Granted, with the fencing token when the request asked for one.
-    Granted(Option<u64>),
-    /// Held, with the holder's remaining ttl if it has one.
-    Held(Option<Duration>),
-    /// Held; the fast path does not ask for how long.
-    Taken,
-    /// Held by readers or permits, and this queued writer is marked waiting for them: try
-    /// again by then at the latest.
-    WriterWaits(Option<Duration>),
 }
 
 impl RedisBackend {
@@ -181,10 +167,9 @@ impl RedisBackend {
         let conn = conn::open(url, timeout, None).await?;
         let subscriber = conn::open(url, timeout, Some(pushes_tx)).await?;
         let backend = Self {
-            conn,
+            node: Node::new(conn, timeout),
             waiters: Waiters::start(id.as_str().to_owned(), subscriber, pushes_rx, timeout),
             id,
-            timeout,
         };
         backend.warn_about_eviction().await;
         Ok(backend)
@@ -205,11 +190,14 @@ impl RedisBackend {
     /// # }
     /// ```
     pub async fn eviction_risk(&self) -> Option<String> {
-        let mut conn = self.conn.clone();
+        let mut conn = self.node.conn.clone();
         let mut command = redis::cmd("CONFIG");
         command.arg("GET").arg("maxmemory-policy");
         let query = command.query_async::<HashMap<String, String>>(&mut conn);
-        let reply = tokio::time::timeout(self.timeout, query).await.ok()?.ok()?;
+        let reply = tokio::time::timeout(self.node.timeout, query)
+            .await
+            .ok()?
+            .ok()?;
         reply
             .get("maxmemory-policy")
             .filter(|policy| policy.starts_with("allkeys"))
@@ -223,211 +211,6 @@ impl RedisBackend {
                 "dlock: this Redis may evict lock keys under memory pressure (maxmemory-policy); use noeviction on a lock server"
             );
         }
-    }
-
-    /// Bounds `round_trip` by the operation timeout, leaving its Redis error to the caller.
-    ///
-    /// A single server's connection bounds every request itself (its response timeout, and
-    /// one reconnect attempt bounded by the connect timeout — both the operation timeout), so
-    /// only Cluster connections, which retry on their own, get a timer here: one timer less
-    /// per lock operation on the common path.
-    async fn within_timeout<T>(
-        &self,
-        operation: &'static str,
-        round_trip: impl std::future::Future<Output = T>,
-    ) -> Result<T> {
-        if !self.conn.is_cluster() {
-            return Ok(round_trip.await);
-        }
-        // Boxed: the timer would make every call's future larger, single server too.
-        Box::pin(tokio::time::timeout(self.timeout, round_trip))
-            .await
-            .map_err(|_| self.timed_out(operation))
-    }
-
-    fn timed_out(&self, operation: &'static str) -> Error {
-        Error::Timeout {
-            backend: "redis",
-            operation,
-            after: self.timeout,
-        }
-    }
-
-    /// A Redis error as dlock's: the client's own timeouts become [`Error::Timeout`].
-    fn failed(&self, operation: &'static str, error: redis::RedisError) -> Error {
-        if error.is_timeout() {
-            self.timed_out(operation)
-        } else {
-            errors::from_redis(error)
-        }
-    }
-
-    /// Runs `lua` with the keys and arguments `fill` appends (the first `numkeys` of them
-    /// keys): `EVALSHA`, then `EVAL` if the server does not know the script (a restarted or
-    /// new server). Each round trip is bounded by the operation timeout.
-    async fn run<T: FromRedisValue>(
-        &self,
-        operation: &'static str,
-        lua: &Lua,
-        numkeys: usize,
-        fill: impl Fn(&mut Cmd),
-    ) -> Result<T> {
-        let mut conn = self.conn.clone();
-        let mut cmd = lua.evalsha(numkeys);
-        fill(&mut cmd);
-        let reply = match self
-            .within_timeout(operation, cmd.query_async(&mut conn))
-            .await?
-        {
-            Err(error) if error.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                // Boxed: once per script and server, and it would make every call's
-                // future larger.
-                let mut cmd = lua.eval(numkeys);
-                fill(&mut cmd);
-                Box::pin(self.within_timeout(operation, cmd.query_async(&mut conn))).await?
-            }
-            reply => reply,
-        };
-        reply.map_err(|e| self.failed(operation, e))
-    }
-
-    /// One acquire attempt: `SET NX PX`, and when the request asks for a fencing token,
-    /// `INCR` of the fence pipelined with it in the same round trip — native commands, less
-    /// than half the server time of the same work in Lua. When the lock is taken it does not
-    /// ask for how long: a waiter's next attempt is the script, which does.
-    ///
-    /// Not a transaction, and it need not be: the two run back to back on one connection,
-    /// and a grant can only go to someone else between our `SET` and our `INCR` if our lock
-    /// expired in between — then our reply comes more than a ttl after we sent the request,
-    /// past the local deadline, and the core drops the grant without using its token. A failed
-    /// attempt burns a token, which keeps tokens strictly increasing per grant. Anything
-    /// unusual (a fence that is not a counter) is settled by the script.
-    async fn attempt(&self, req: &AcquireRequest) -> Result<Attempt> {
-        let key = &*req.key;
-        let owner = req.owner.as_str();
-        let mut set = conn::command("SET");
-        set.arg(RedisName::lock(key))
-            .arg(owner)
-            .arg("NX")
-            .arg("PX")
-            .arg(millis(req.ttl));
-        let mut conn = self.conn.clone();
-        let granted = if req.fencing {
-            let mut incr = conn::command("INCR");
-            incr.arg(RedisName::fence(key));
-            let mut pipeline = redis::Pipeline::new();
-            pipeline.add_command(set).add_command(incr);
-            // The replies as they come (`Pipeline::query_async` would first copy them into
-            // a vector of its own to look for errors, then convert them).
-            let reply = self
-                .within_timeout("acquire", conn.req_packed_commands(&pipeline, 0, 2))
-                .await?;
-            let replies = match reply {
-                Ok(replies) => replies,
-                Err(error) if error.is_io_error() || error.is_timeout() => {
-                    return Err(self.failed("acquire", error));
-                }
-                Err(_) => Vec::new(),
-            };
-            match replies.as_slice() {
-                [Value::Okay, Value::Int(token)] if *token >= 1 => Some(Some(token.unsigned_abs())),
-                [Value::Nil, Value::Int(_)] => return Ok(Attempt::Taken),
-                _ => None,
-            }
-        } else {
-            let reply = self
-                .within_timeout("acquire", conn.req_packed_command(&set))
-                .await?;
-            match reply {
-                Ok(Value::Okay) => Some(None),
-                Ok(Value::Nil) => return Ok(Attempt::Taken),
-                Err(error) if error.is_io_error() || error.is_timeout() => {
-                    return Err(self.failed("acquire", error));
-                }
-                _ => None,
-            }
-        };
-        match granted {
-            Some(token) => Ok(Attempt::Granted(token)),
-            None => {
-                // Granted with a fence that is not a positive counter, or a server error
-                // (e.g. the fence key holds another type): undo our SET if it happened, and
-                // let the script explain.
-                // Boxed, like the script: this rare branch would double the size of
-                // every acquire's future otherwise.
-                Box::pin(self.release_owned(owner, key, false)).await?;
-                self.attempt_scripted(req, false).await
-            }
-        }
-    }
-
-    /// One acquire attempt as one script (`SET NX PX`, plus `INCR` of the fence when the
-    /// request asks for a token, or the holder's `PTTL`), which also tells what is wrong with keys of another type. A queued waiter
-    /// (subscribed to the release channel) that finds the lock held marks it waited for, so
-    /// its release is published. Boxed: only waiters and odd cases come here.
-    fn attempt_scripted<'a>(
-        &'a self,
-        req: &'a AcquireRequest,
-        queued: bool,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Attempt>> + Send + 'a>> {
-        Box::pin(self.attempt_scripted_inline(req, queued))
-    }
-
-    async fn attempt_scripted_inline(&self, req: &AcquireRequest, queued: bool) -> Result<Attempt> {
-        let key = &*req.key;
-        let flag = |on: bool| if on { "1" } else { "0" };
-        let reply: Value = self
-            .run("acquire", &scripts::ACQUIRE, 7, |cmd| {
-                keys::acquire_keys(cmd, key);
-                cmd.arg(RedisName::handover(key))
-                    .arg(req.owner.as_str())
-                    .arg(millis(req.ttl))
-                    .arg(flag(queued))
-                    .arg(flag(req.fencing));
-            })
-            .await?;
-        let held_for = |negative: i64| Some(Duration::from_millis((negative + 1).unsigned_abs()));
-        match reply {
-            Value::Int(token) if token >= 1 => Ok(Attempt::Granted(
-                req.fencing.then_some(token.unsigned_abs()),
-            )),
-            Value::Int(0) => Ok(Attempt::Held(None)),
-            Value::Int(negative) => Ok(Attempt::Held(held_for(negative))),
-            Value::Array(items) => match items.as_slice() {
-                [Value::Int(negative), Value::Int(1)] if *negative < 0 => {
-                    Ok(Attempt::WriterWaits(held_for(*negative)))
-                }
-                _ => Err(Error::refused(
-                    "redis",
-                    "the acquire script returned an unexpected reply",
-                )),
-            },
-            other => Err(errors::foreign_key(key, other)),
-        }
-    }
-
-    /// Owner-checked delete, and the release notification if a waiter marked the lock (or,
-    /// `own_waiters`, always, leaving the hand-over mark for this Locker's waiters, which it
-    /// bars for a moment); how many subscribers heard it, or -1 if `owner` did not hold the
-    /// lock. Without waiters of our own the script gets what the raw compare-and-delete
-    /// gets: the key and the owner (a published message is then the owner, not our id).
-    async fn release_owned(&self, owner: &str, key: &str, own_waiters: bool) -> Result<i64> {
-        if !own_waiters {
-            return self
-                .run("release", &scripts::RELEASE, 1, |cmd| {
-                    cmd.arg(RedisName::lock(key)).arg(owner);
-                })
-                .await;
-        }
-        let keep = millis(RELEASER_BAR + HANDOVER_SLACK);
-        self.run("release", &scripts::RELEASE, 2, |cmd| {
-            cmd.arg(RedisName::lock(key))
-                .arg(RedisName::handover(key))
-                .arg(owner)
-                .arg(self.id.as_str())
-                .arg(keep);
-        })
-        .await
     }
 
     fn lease(req: &AcquireRequest, sent: Instant, token: Option<u64>) -> AcquireOutcome {
@@ -455,14 +238,14 @@ impl LockBackend for RedisBackend {
         // other Lockers, so try at once.
         if self.waiters.may_try_at_once(&req.key) {
             let sent = Instant::now();
-            match self.attempt(req).await? {
+            match self.node.attempt(req).await? {
                 Attempt::Granted(token) => return Ok(Self::lease(req, sent, token)),
                 Attempt::Held(pttl) => retry_after = pttl,
                 Attempt::Taken if deadline.is_some_and(|d| d <= Instant::now()) => {
                     // Out of time: the script asks once more and says for how long the
                     // lock is held (a `try_lock` that finds it taken costs two round trips).
                     let sent = Instant::now();
-                    return Ok(match self.attempt_scripted(req, false).await? {
+                    return Ok(match self.node.attempt_scripted(req, false).await? {
                         Attempt::Granted(token) => Self::lease(req, sent, token),
                         Attempt::Held(pttl) | Attempt::WriterWaits(pttl) => {
                             AcquireOutcome::Busy { retry_after: pttl }
@@ -487,20 +270,20 @@ impl LockBackend for RedisBackend {
         let (writers, shares): (Vec<&Lease>, Vec<&Lease>) = leases
             .iter()
             .partition(|lease| lease.mode == LockMode::Exclusive);
-        let batch = if self.conn.is_cluster() {
+        let batch = if self.node.conn.is_cluster() {
             1 // every lock lives in its own slot
         } else {
             RENEW_BATCH
         };
         let calls = writers
             .chunks(batch)
-            .map(|writers| futures_util::future::Either::Left(self.renew_batch(writers)))
+            .map(|writers| futures_util::future::Either::Left(self.node.renew_batch(writers)))
             .chain(
                 shares
                     .chunks(batch)
                     .map(|shares| futures_util::future::Either::Right(self.renew_shares(shares))),
             );
-        let replies: Vec<Result<Vec<i64>>> = if self.conn.is_cluster() {
+        let replies: Vec<Result<Vec<i64>>> = if self.node.conn.is_cluster() {
             futures_util::future::join_all(calls).await
         } else {
             let mut replies = Vec::new();
@@ -556,8 +339,13 @@ impl LockBackend for RedisBackend {
         if let (Some(channel), Some(until)) = (&channel, bar_until) {
             self.waiters.bar(channel, until);
         }
+        let handover = own_waiters.then(|| HandOver {
+            locker: self.id.as_str(),
+            keep: RELEASER_BAR + HANDOVER_SLACK,
+        });
         let listeners = self
-            .release_owned(lease.owner.as_str(), &lease.key, own_waiters)
+            .node
+            .release_owned(lease.owner.as_str(), &lease.key, handover)
             .await;
         let others_listened = matches!(listeners, Ok(n) if n > i64::from(own_waiters));
         if others_listened || own_waiters {
@@ -578,6 +366,7 @@ impl LockBackend for RedisBackend {
 
     async fn force_release(&self, key: &str) -> Result<bool> {
         let removed: i64 = self
+            .node
             .run("force_release", &scripts::FORCE_RELEASE, 2, |cmd| {
                 cmd.arg(RedisName::lock(key)).arg(RedisName::limit(key));
             })
@@ -671,23 +460,6 @@ impl RedisBackend {
             };
             ticket.wait(until).await;
         }
-    }
-
-    /// One renewal script over the writers' locks `leases` (in one slot on Cluster: called
-    /// with one); 1 or 0 per lease.
-    async fn renew_batch(&self, leases: &[&Lease]) -> Result<Vec<i64>> {
-        self.run("renew", &scripts::RENEW, leases.len(), |cmd| {
-            for lease in leases {
-                cmd.arg(RedisName::lock(&lease.key));
-            }
-            for lease in leases {
-                cmd.arg(lease.owner.as_str());
-            }
-            for lease in leases {
-                cmd.arg(millis(lease.ttl));
-            }
-        })
-        .await
     }
 }
 

@@ -51,6 +51,7 @@ impl RedisBackend {
         };
         let flag = |on: bool| if on { "1" } else { "0" };
         let reply: Value = self
+            .node
             .run("acquire", &scripts::ACQUIRE_SHARED, 6, |cmd| {
                 keys::acquire_keys(cmd, key);
                 cmd.arg(req.owner.as_str())
@@ -93,37 +94,40 @@ impl RedisBackend {
     /// subscribers heard it, or -1 if the share was not held (any more).
     pub(super) async fn release_share(&self, lease: &Lease) -> Result<i64> {
         let key = &*lease.key;
-        self.run("release", &scripts::RELEASE_SHARED, 3, |cmd| {
-            cmd.arg(RedisName::lock(key))
-                .arg(RedisName::limit(key))
-                .arg(RedisName::waited_for(key))
-                .arg(lease.owner.as_str());
-        })
-        .await
+        self.node
+            .run("release", &scripts::RELEASE_SHARED, 3, |cmd| {
+                cmd.arg(RedisName::lock(key))
+                    .arg(RedisName::limit(key))
+                    .arg(RedisName::waited_for(key))
+                    .arg(lease.owner.as_str());
+            })
+            .await
     }
 
     /// One renewal script over the shares `leases` (in one slot on Cluster: called with one).
     pub(super) async fn renew_shares(&self, leases: &[&Lease]) -> Result<Vec<i64>> {
-        self.run("renew", &scripts::RENEW_SHARED, leases.len() * 2, |cmd| {
-            for lease in leases {
-                cmd.arg(RedisName::lock(&lease.key));
-            }
-            for lease in leases {
-                cmd.arg(RedisName::limit(&lease.key));
-            }
-            for lease in leases {
-                cmd.arg(lease.owner.as_str());
-            }
-            for lease in leases {
-                cmd.arg(millis(lease.ttl));
-            }
-        })
-        .await
+        self.node
+            .run("renew", &scripts::RENEW_SHARED, leases.len() * 2, |cmd| {
+                for lease in leases {
+                    cmd.arg(RedisName::lock(&lease.key));
+                }
+                for lease in leases {
+                    cmd.arg(RedisName::limit(&lease.key));
+                }
+                for lease in leases {
+                    cmd.arg(lease.owner.as_str());
+                }
+                for lease in leases {
+                    cmd.arg(millis(lease.ttl));
+                }
+            })
+            .await
     }
 
     /// Takes the writer `owner` out of the writers waiting for the shares of `key`.
     pub(super) async fn withdraw_writer(&self, key: &str, owner: &str) -> Result<()> {
         let _listeners: i64 = self
+            .node
             .run("withdraw", &scripts::WITHDRAW_WRITER, 4, |cmd| {
                 fill_withdraw(cmd, key, owner);
             })
@@ -164,7 +168,7 @@ impl<'a> WriterMark<'a> {
     pub(super) async fn attempt(&mut self) -> Result<Attempt> {
         let marked_before = self.marked;
         self.marked = true;
-        let attempt = self.backend.attempt_scripted(self.req, true).await?;
+        let attempt = self.backend.node.attempt_scripted(self.req, true).await?;
         self.marked = match attempt {
             Attempt::Granted(_) => false, // the grant removed the mark
             Attempt::WriterWaits(_) => true,
@@ -198,8 +202,8 @@ impl Drop for WriterMark<'_> {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let mut conn = self.backend.conn.clone();
-        let timeout = self.backend.timeout;
+        let mut conn = self.backend.node.conn.clone();
+        let timeout = self.backend.node.timeout;
         let key = self.req.key.clone();
         let owner = self.req.owner.as_str().to_owned();
         runtime.spawn(async move {

@@ -1,0 +1,284 @@
+//! One Redis server or Cluster as the lock protocol sees it: a command connection, the
+//! operation timeout, and the exclusive lock's round trips (the attempt, the owner-checked
+//! release, the batched renewal). The Redis backend is one node and its waiters; RedLock is
+//! several nodes and one queue of waiters.
+
+use std::time::Duration;
+
+use redis::aio::ConnectionLike;
+use redis::{Cmd, ErrorKind, FromRedisValue, ServerErrorKind, Value};
+
+use super::conn::{self, Conn};
+use super::errors;
+use super::keys::{self, RedisName};
+use super::millis;
+use super::scripts::{self, Lua};
+use crate::lease::{AcquireRequest, Lease};
+use crate::{Error, Result};
+
+/// What one acquire attempt found.
+pub(crate) enum Attempt {
+    /// Granted, with the fencing token when the request asked for one.
+    Granted(Option<u64>),
+    /// Held, with the holder's remaining ttl if it has one.
+    Held(Option<Duration>),
+    /// Held; the fast path does not ask for how long.
+    Taken,
+    /// Held by readers or permits, and this queued writer is marked waiting for them: try
+    /// again by then at the latest.
+    WriterWaits(Option<Duration>),
+}
+
+/// A release that leaves the hand-over mark: the releasing Locker has waiters of its own,
+/// which it bars for a moment so other Lockers' waiters go first.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct HandOver<'a> {
+    /// The releasing Locker's id: the published message, so it knows its own releases.
+    pub(crate) locker: &'a str,
+    /// How long the mark lives.
+    pub(crate) keep: Duration,
+}
+
+/// A command connection and the operation timeout bounding each of its round trips.
+#[derive(Debug, Clone)]
+pub(crate) struct Node {
+    pub(super) conn: Conn,
+    pub(super) timeout: Duration,
+}
+
+impl Node {
+    pub(super) const fn new(conn: Conn, timeout: Duration) -> Self {
+        Self { conn, timeout }
+    }
+
+    /// Bounds `round_trip` by the operation timeout, leaving its Redis error to the caller.
+    ///
+    /// A single server's connection bounds every request itself (its response timeout, and
+    /// one reconnect attempt bounded by the connect timeout — both the operation timeout), so
+    /// only Cluster connections, which retry on their own, get a timer here: one timer less
+    /// per lock operation on the common path.
+    pub(crate) async fn within_timeout<T>(
+        &self,
+        operation: &'static str,
+        round_trip: impl std::future::Future<Output = T>,
+    ) -> Result<T> {
+        if !self.conn.is_cluster() {
+            return Ok(round_trip.await);
+        }
+        // Boxed: the timer would make every call's future larger, single server too.
+        Box::pin(tokio::time::timeout(self.timeout, round_trip))
+            .await
+            .map_err(|_| self.timed_out(operation))
+    }
+
+    pub(crate) fn timed_out(&self, operation: &'static str) -> Error {
+        Error::Timeout {
+            backend: "redis",
+            operation,
+            after: self.timeout,
+        }
+    }
+
+    /// A Redis error as dlock's: the client's own timeouts become [`Error::Timeout`].
+    pub(crate) fn failed(&self, operation: &'static str, error: redis::RedisError) -> Error {
+        if error.is_timeout() {
+            self.timed_out(operation)
+        } else {
+            errors::from_redis(error)
+        }
+    }
+
+    /// Runs `lua` with the keys and arguments `fill` appends (the first `numkeys` of them
+    /// keys): `EVALSHA`, then `EVAL` if the server does not know the script (a restarted or
+    /// new server). Each round trip is bounded by the operation timeout.
+    pub(super) async fn run<T: FromRedisValue>(
+        &self,
+        operation: &'static str,
+        lua: &Lua,
+        numkeys: usize,
+        fill: impl Fn(&mut Cmd),
+    ) -> Result<T> {
+        let mut conn = self.conn.clone();
+        let mut cmd = lua.evalsha(numkeys);
+        fill(&mut cmd);
+        let reply = match self
+            .within_timeout(operation, cmd.query_async(&mut conn))
+            .await?
+        {
+            Err(error) if error.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                // Boxed: once per script and server, and it would make every call's
+                // future larger.
+                let mut cmd = lua.eval(numkeys);
+                fill(&mut cmd);
+                Box::pin(self.within_timeout(operation, cmd.query_async(&mut conn))).await?
+            }
+            reply => reply,
+        };
+        reply.map_err(|e| self.failed(operation, e))
+    }
+
+    /// One acquire attempt: `SET NX PX`, and when the request asks for a fencing token,
+    /// `INCR` of the fence pipelined with it in the same round trip — native commands, less
+    /// than half the server time of the same work in Lua. When the lock is taken it does not
+    /// ask for how long: a waiter's next attempt is the script, which does.
+    ///
+    /// Not a transaction, and it need not be: the two run back to back on one connection,
+    /// and a grant can only go to someone else between our `SET` and our `INCR` if our lock
+    /// expired in between — then our reply comes more than a ttl after we sent the request,
+    /// past the local deadline, and the core drops the grant without using its token. A failed
+    /// attempt burns a token, which keeps tokens strictly increasing per grant. Anything
+    /// unusual (a fence that is not a counter) is settled by the script.
+    pub(crate) async fn attempt(&self, req: &AcquireRequest) -> Result<Attempt> {
+        let key = &*req.key;
+        let owner = req.owner.as_str();
+        let mut set = conn::command("SET");
+        set.arg(RedisName::lock(key))
+            .arg(owner)
+            .arg("NX")
+            .arg("PX")
+            .arg(millis(req.ttl));
+        let mut conn = self.conn.clone();
+        let granted = if req.fencing {
+            let mut incr = conn::command("INCR");
+            incr.arg(RedisName::fence(key));
+            let mut pipeline = redis::Pipeline::new();
+            pipeline.add_command(set).add_command(incr);
+            // The replies as they come (`Pipeline::query_async` would first copy them into
+            // a vector of its own to look for errors, then convert them).
+            let reply = self
+                .within_timeout("acquire", conn.req_packed_commands(&pipeline, 0, 2))
+                .await?;
+            let replies = match reply {
+                Ok(replies) => replies,
+                Err(error) if error.is_io_error() || error.is_timeout() => {
+                    return Err(self.failed("acquire", error));
+                }
+                Err(_) => Vec::new(),
+            };
+            match replies.as_slice() {
+                [Value::Okay, Value::Int(token)] if *token >= 1 => Some(Some(token.unsigned_abs())),
+                [Value::Nil, Value::Int(_)] => return Ok(Attempt::Taken),
+                _ => None,
+            }
+        } else {
+            let reply = self
+                .within_timeout("acquire", conn.req_packed_command(&set))
+                .await?;
+            match reply {
+                Ok(Value::Okay) => Some(None),
+                Ok(Value::Nil) => return Ok(Attempt::Taken),
+                Err(error) if error.is_io_error() || error.is_timeout() => {
+                    return Err(self.failed("acquire", error));
+                }
+                _ => None,
+            }
+        };
+        match granted {
+            Some(token) => Ok(Attempt::Granted(token)),
+            None => {
+                // Granted with a fence that is not a positive counter, or a server error
+                // (e.g. the fence key holds another type): undo our SET if it happened, and
+                // let the script explain.
+                // Boxed, like the script: this rare branch would double the size of
+                // every acquire's future otherwise.
+                Box::pin(self.release_owned(owner, key, None)).await?;
+                self.attempt_scripted(req, false).await
+            }
+        }
+    }
+
+    /// One acquire attempt as one script (`SET NX PX`, plus `INCR` of the fence when the
+    /// request asks for a token, or the holder's `PTTL`), which also tells what is wrong with keys of another type. A queued waiter
+    /// (subscribed to the release channel) that finds the lock held marks it waited for, so
+    /// its release is published. Boxed: only waiters and odd cases come here.
+    pub(crate) fn attempt_scripted<'a>(
+        &'a self,
+        req: &'a AcquireRequest,
+        queued: bool,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Attempt>> + Send + 'a>> {
+        Box::pin(self.attempt_scripted_inline(req, queued))
+    }
+
+    pub(crate) async fn attempt_scripted_inline(
+        &self,
+        req: &AcquireRequest,
+        queued: bool,
+    ) -> Result<Attempt> {
+        let key = &*req.key;
+        let flag = |on: bool| if on { "1" } else { "0" };
+        let reply: Value = self
+            .run("acquire", &scripts::ACQUIRE, 7, |cmd| {
+                keys::acquire_keys(cmd, key);
+                cmd.arg(RedisName::handover(key))
+                    .arg(req.owner.as_str())
+                    .arg(millis(req.ttl))
+                    .arg(flag(queued))
+                    .arg(flag(req.fencing));
+            })
+            .await?;
+        let held_for = |negative: i64| Some(Duration::from_millis((negative + 1).unsigned_abs()));
+        match reply {
+            Value::Int(token) if token >= 1 => Ok(Attempt::Granted(
+                req.fencing.then_some(token.unsigned_abs()),
+            )),
+            Value::Int(0) => Ok(Attempt::Held(None)),
+            Value::Int(negative) => Ok(Attempt::Held(held_for(negative))),
+            Value::Array(items) => match items.as_slice() {
+                [Value::Int(negative), Value::Int(1)] if *negative < 0 => {
+                    Ok(Attempt::WriterWaits(held_for(*negative)))
+                }
+                _ => Err(Error::refused(
+                    "redis",
+                    "the acquire script returned an unexpected reply",
+                )),
+            },
+            other => Err(errors::foreign_key(key, other)),
+        }
+    }
+
+    /// Owner-checked delete, and the release notification if a waiter marked the lock (or,
+    /// with a `handover`, always, leaving the hand-over mark for the releasing Locker's
+    /// waiters, which it bars for a moment); how many subscribers heard it, or -1 if `owner`
+    /// did not hold the lock. Without a hand-over the script gets what the raw
+    /// compare-and-delete gets: the key and the owner (a published message is then the
+    /// owner, not the Locker's id).
+    pub(crate) async fn release_owned(
+        &self,
+        owner: &str,
+        key: &str,
+        handover: Option<HandOver<'_>>,
+    ) -> Result<i64> {
+        let Some(handover) = handover else {
+            return self
+                .run("release", &scripts::RELEASE, 1, |cmd| {
+                    cmd.arg(RedisName::lock(key)).arg(owner);
+                })
+                .await;
+        };
+        self.run("release", &scripts::RELEASE, 2, |cmd| {
+            cmd.arg(RedisName::lock(key))
+                .arg(RedisName::handover(key))
+                .arg(owner)
+                .arg(handover.locker)
+                .arg(millis(handover.keep));
+        })
+        .await
+    }
+
+    /// One renewal script over the writers' locks `leases` (in one slot on Cluster: called
+    /// with one); 1 or 0 per lease.
+    pub(crate) async fn renew_batch(&self, leases: &[&Lease]) -> Result<Vec<i64>> {
+        self.run("renew", &scripts::RENEW, leases.len(), |cmd| {
+            for lease in leases {
+                cmd.arg(RedisName::lock(&lease.key));
+            }
+            for lease in leases {
+                cmd.arg(lease.owner.as_str());
+            }
+            for lease in leases {
+                cmd.arg(millis(lease.ttl));
+            }
+        })
+        .await
+    }
+}
