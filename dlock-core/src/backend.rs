@@ -28,6 +28,8 @@ pub(crate) mod postgres;
 mod queued;
 #[cfg(feature = "redis")]
 pub(crate) mod redis;
+#[cfg(feature = "redlock")]
+pub(crate) mod redlock;
 #[cfg(any(feature = "etcd", feature = "zookeeper", feature = "postgres"))]
 mod session_end;
 mod url;
@@ -48,6 +50,8 @@ pub use memory::MemoryBackend;
 pub use postgres::PostgresBackend;
 #[cfg(feature = "redis")]
 pub use redis::RedisBackend;
+#[cfg(feature = "redlock")]
+pub use redlock::RedLockBackend;
 pub(crate) use url::connect;
 pub use url::{BackendKind, BackendUrl};
 #[cfg(feature = "zookeeper")]

@@ -149,12 +149,22 @@ pub(crate) fn redact(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_owned();
     };
-    let Some((userinfo, hosts)) = rest.rsplit_once('@') else {
-        return url.to_owned();
+    if scheme.eq_ignore_ascii_case("redlock") {
+        // Each master has credentials of its own.
+        let entries: Vec<String> = rest.split(',').map(redact_userinfo).collect();
+        return format!("{scheme}://{}", entries.join(","));
+    }
+    format!("{scheme}://{}", redact_userinfo(rest))
+}
+
+/// `user:<redacted>@rest` for `user:password@rest`; anything else as it is.
+pub(crate) fn redact_userinfo(authority: &str) -> String {
+    let Some((userinfo, hosts)) = authority.rsplit_once('@') else {
+        return authority.to_owned();
     };
     match userinfo.split_once(':') {
-        Some((user, _password)) => format!("{scheme}://{user}:<redacted>@{hosts}"),
-        None => url.to_owned(),
+        Some((user, _password)) => format!("{user}:<redacted>@{hosts}"),
+        None => authority.to_owned(),
     }
 }
 
@@ -185,6 +195,10 @@ mod tests {
         );
         assert_eq!(redact("redis://h:6379/0"), "redis://h:6379/0");
         assert_eq!(redact("postgres://app@h/db"), "postgres://app@h/db");
+        assert_eq!(
+            redact("redlock://:a@h1:1,h2:2,u:b@h3:3/0"),
+            "redlock://:<redacted>@h1:1,h2:2,u:<redacted>@h3:3/0"
+        );
     }
 
     #[test]

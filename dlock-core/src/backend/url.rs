@@ -49,6 +49,10 @@ pub(crate) async fn connect(
         BackendKind::Redis | BackendKind::RedisCluster => {
             Arc::new(super::RedisBackend::connect(url, operation_timeout).await?)
         }
+        #[cfg(feature = "redlock")]
+        BackendKind::RedLock => {
+            Arc::new(super::RedLockBackend::connect(url, operation_timeout).await?)
+        }
         #[cfg(feature = "etcd")]
         BackendKind::Etcd => Arc::new(super::EtcdBackend::connect(url, operation_timeout).await?),
         #[cfg(feature = "zookeeper")]
@@ -59,7 +63,9 @@ pub(crate) async fn connect(
         BackendKind::Postgres => {
             Arc::new(super::PostgresBackend::connect(url, operation_timeout).await?)
         }
-        // `BackendUrl::parse` refuses the kinds this build does not include.
+        // `BackendUrl::parse` refuses the kinds this build does not include (with every
+        // feature on, there are none).
+        #[allow(unreachable_patterns)]
         other => {
             return Err(Error::config(
                 "backend",
@@ -123,8 +129,7 @@ impl BackendKind {
             Self::Etcd => cfg!(feature = "etcd"),
             Self::ZooKeeper => cfg!(feature = "zookeeper"),
             Self::Postgres => cfg!(feature = "postgres"),
-            // Not written yet: see the README's backend table.
-            _ => false,
+            Self::RedLock => cfg!(feature = "redlock"),
         }
     }
 
@@ -224,6 +229,8 @@ enum Settings {
     Memory { table: String },
     #[cfg(feature = "redis")]
     Redis(super::redis::RedisUrl),
+    #[cfg(feature = "redlock")]
+    RedLock(super::redlock::RedLockUrl),
     #[cfg(feature = "etcd")]
     Etcd(super::etcd::EtcdUrl),
     #[cfg(feature = "zookeeper")]
@@ -261,7 +268,10 @@ impl BackendUrl {
         }
         // Hosts and options are checked by each backend when it connects; here only that the
         // URL is well-formed. Several hosts (`h1:p1,h2:p2`) are checked one by one.
-        check_hosts(url).map_err(bad)?;
+        if kind != BackendKind::RedLock {
+            // A RedLock URL has credentials per master: its parser checks each one.
+            check_hosts(url).map_err(bad)?;
+        }
         let settings = match kind {
             BackendKind::Memory => Settings::Memory {
                 table: url
@@ -273,6 +283,8 @@ impl BackendUrl {
             BackendKind::Redis | BackendKind::RedisCluster => {
                 Settings::Redis(super::redis::RedisUrl::parse(url, kind)?)
             }
+            #[cfg(feature = "redlock")]
+            BackendKind::RedLock => Settings::RedLock(super::redlock::RedLockUrl::parse(url)?),
             #[cfg(feature = "etcd")]
             BackendKind::Etcd => Settings::Etcd(super::etcd::EtcdUrl::parse(url)?),
             #[cfg(feature = "zookeeper")]
@@ -281,6 +293,8 @@ impl BackendUrl {
             BackendKind::Postgres => {
                 Settings::Postgres(Box::new(super::postgres::PgUrl::parse(url)?))
             }
+            // A backend this build does not include (none with every feature on).
+            #[allow(unreachable_patterns)]
             _ => Settings::Other,
         };
         Ok(Self {
@@ -316,6 +330,15 @@ impl BackendUrl {
     pub(crate) const fn redis(&self) -> Option<&super::redis::RedisUrl> {
         match &self.settings {
             Settings::Redis(settings) => Some(settings),
+            _ => None,
+        }
+    }
+
+    /// A `redlock://` URL's settings.
+    #[cfg(feature = "redlock")]
+    pub(crate) const fn redlock(&self) -> Option<&super::redlock::RedLockUrl> {
+        match &self.settings {
+            Settings::RedLock(settings) => Some(settings),
             _ => None,
         }
     }

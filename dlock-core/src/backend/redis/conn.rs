@@ -66,7 +66,7 @@ pub(super) fn command(name: &str) -> Cmd {
 
 /// A command connection (or the subscription connection) to Redis.
 #[derive(Clone)]
-pub(super) enum Conn {
+pub(crate) enum Conn {
     Single(ConnectionManager),
     Cluster(ClusterConnection),
 }
@@ -176,7 +176,35 @@ async fn open_single(
     pushes: Option<UnboundedSender<PushInfo>>,
 ) -> redis::RedisResult<Conn> {
     let client = redis::Client::open(info.clone())?;
-    let mut config = ConnectionManagerConfig::new()
+    let manager =
+        ConnectionManager::new_with_config(client, manager_config(timeout, pushes)).await?;
+    Ok(Conn::Single(manager))
+}
+
+/// A connection to one server that connects at its first request (and reconnects, like every
+/// connection here): a RedLock master may be down when the Locker starts.
+///
+/// # Errors
+///
+/// [`Error::Config`] if the client refuses `info`.
+#[cfg(feature = "redlock")]
+pub(crate) fn open_lazy(
+    info: &ConnectionInfo,
+    timeout: Duration,
+    pushes: Option<UnboundedSender<PushInfo>>,
+) -> Result<Conn> {
+    let lazy = redis::Client::open(info.clone()).and_then(|client| {
+        ConnectionManager::new_lazy_with_config(client, manager_config(timeout, pushes))
+    });
+    lazy.map(Conn::Single)
+        .map_err(|error| Error::config("backend", info.addr().to_string(), error.to_string()))
+}
+
+fn manager_config(
+    timeout: Duration,
+    pushes: Option<UnboundedSender<PushInfo>>,
+) -> ConnectionManagerConfig {
+    let config = ConnectionManagerConfig::new()
         .set_connection_timeout(Some(timeout))
         .set_response_timeout(Some(timeout))
         // One reconnect attempt per failure (the next request starts another): a request
@@ -184,13 +212,12 @@ async fn open_single(
         // needs no timer of its own around each request.
         .set_number_of_retries(0)
         .set_max_delay(timeout);
-    if let Some(pushes) = pushes {
-        config = config
+    match pushes {
+        Some(pushes) => config
             .set_push_sender(pushes)
-            .set_automatic_resubscription();
+            .set_automatic_resubscription(),
+        None => config,
     }
-    let manager = ConnectionManager::new_with_config(client, config).await?;
-    Ok(Conn::Single(manager))
 }
 
 /// `redis+cluster://[user:pass@]h1:p1,h2:p2/` → one `redis://` URL per seed node.

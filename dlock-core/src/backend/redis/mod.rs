@@ -104,11 +104,11 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use redis::aio::ConnectionLike;
 
-use self::conn::Conn;
-pub(crate) use self::conn::RedisUrl;
-use self::keys::RedisName;
+#[cfg(feature = "redlock")]
+pub(crate) use self::conn::open_lazy;
+pub(crate) use self::conn::{Conn, RedisUrl};
 pub(crate) use self::node::{Attempt, HandOver, Node};
-use self::notify::{Waiters, channel_of};
+pub(crate) use self::notify::{Waiters, channel_of};
 use self::shares::WriterMark;
 use crate::backend::BackendUrl;
 use crate::backend::{Capabilities, Fencing, LockBackend};
@@ -168,7 +168,7 @@ impl RedisBackend {
         let subscriber = conn::open(url, timeout, Some(pushes_tx)).await?;
         let backend = Self {
             node: Node::new(conn, timeout),
-            waiters: Waiters::start(id.as_str().to_owned(), subscriber, pushes_rx, timeout),
+            waiters: Waiters::start(id.as_str().to_owned(), vec![subscriber], pushes_rx, timeout),
             id,
         };
         backend.warn_about_eviction().await;
@@ -365,13 +365,7 @@ impl LockBackend for RedisBackend {
     }
 
     async fn force_release(&self, key: &str) -> Result<bool> {
-        let removed: i64 = self
-            .node
-            .run("force_release", &scripts::FORCE_RELEASE, 2, |cmd| {
-                cmd.arg(RedisName::lock(key)).arg(RedisName::limit(key));
-            })
-            .await?;
-        Ok(removed > 0)
+        self.node.force_release(key).await
     }
 
     fn capabilities(&self) -> Capabilities {

@@ -47,7 +47,7 @@ pub(crate) struct Node {
 }
 
 impl Node {
-    pub(super) const fn new(conn: Conn, timeout: Duration) -> Self {
+    pub(crate) const fn new(conn: Conn, timeout: Duration) -> Self {
         Self { conn, timeout }
     }
 
@@ -280,5 +280,26 @@ impl Node {
             }
         })
         .await
+    }
+
+    /// Deletes the lock of `key` (and a semaphore's limit) whoever holds it; whether it
+    /// existed.
+    pub(crate) async fn force_release(&self, key: &str) -> Result<bool> {
+        let removed: i64 = self
+            .run("force_release", &scripts::FORCE_RELEASE, 2, |cmd| {
+                cmd.arg(RedisName::lock(key)).arg(RedisName::limit(key));
+            })
+            .await?;
+        Ok(removed > 0)
+    }
+
+    /// `PING`: whether the server answers.
+    #[cfg(feature = "redlock")]
+    pub(crate) async fn ping(&self) -> Result<()> {
+        let mut conn = self.conn.clone();
+        let reply = self
+            .within_timeout("ping", conn.req_packed_command(&conn::command("PING")))
+            .await?;
+        reply.map(drop).map_err(|error| self.failed("ping", error))
     }
 }

@@ -1,7 +1,8 @@
 //! Waiting without polling: local FIFO queues per lock, woken by release notifications.
 //!
-//! One subscription connection per backend (per Locker) carries the release channels of every
-//! key it waits on. Local waiters of one key queue in arrival order, in the core's shared
+//! One subscription connection per backend (per Locker) and server — RedLock has one per
+//! master, and a release heard from any of them wakes the waiter — carries the release
+//! channels of every key it waits on. Local waiters of one key queue in arrival order, in the core's shared
 //! [`WaitQueues`]; only the head of the queue talks to Redis. A release message wakes just that head; when the head leaves
 //! (acquired, gave up, cancelled) the next one becomes head and is woken. The head also wakes
 //! when the holder's remaining ttl runs out, so a lost message costs at most one ttl.
@@ -20,13 +21,13 @@ use crate::backend::waiters::{Ticket, WaitQueues};
 use crate::{Error, Result};
 
 /// The release channel of the lock with full key `key`.
-pub(super) fn channel_of(key: &str) -> String {
+pub(crate) fn channel_of(key: &str) -> String {
     RedisName::channel(key).to_string()
 }
 
 /// The local waiters of one backend, and its subscription connection.
 #[derive(Debug)]
-pub(super) struct Waiters {
+pub(crate) struct Waiters {
     /// The payload of this backend's own release messages.
     own_id: String,
     /// Local waiters, by release channel (the core's shared FIFO queues).
@@ -36,18 +37,19 @@ pub(super) struct Waiters {
     bars: Mutex<HashMap<String, Instant>>,
     /// No bar is set: the uncontended fast path reads this instead of taking the lock.
     no_bars: AtomicBool,
-    /// The channels subscribed to; changed only while holding `subscriber`.
+    /// The channels subscribed to; changed only while holding `subscribers`.
     subscribed: Mutex<HashSet<String>>,
-    /// Serialises SUBSCRIBE / UNSUBSCRIBE so they reach Redis in the order decided.
-    subscriber: tokio::sync::Mutex<Conn>,
+    /// One subscription connection per server; the lock serialises SUBSCRIBE / UNSUBSCRIBE so
+    /// they reach the servers in the order decided.
+    subscribers: tokio::sync::Mutex<Vec<Conn>>,
     timeout: Duration,
 }
 
 impl Waiters {
-    /// Starts dispatching the pushes of `subscriber` (whose push sender feeds `pushes`).
-    pub(super) fn start(
+    /// Starts dispatching the pushes of `subscribers` (whose push senders feed `pushes`).
+    pub(crate) fn start(
         own_id: String,
-        subscriber: Conn,
+        subscribers: Vec<Conn>,
         mut pushes: UnboundedReceiver<PushInfo>,
         timeout: Duration,
     ) -> Arc<Self> {
@@ -69,7 +71,7 @@ impl Waiters {
                 bars: Mutex::default(),
                 no_bars: AtomicBool::new(true),
                 subscribed: Mutex::default(),
-                subscriber: tokio::sync::Mutex::new(subscriber),
+                subscribers: tokio::sync::Mutex::new(subscribers),
                 timeout,
             }
         });
@@ -135,7 +137,7 @@ impl Waiters {
 
     /// Bars this Locker from taking the lock of `channel` until `until` (or until another
     /// Locker releases it).
-    pub(super) fn bar(&self, channel: &str, until: Instant) {
+    pub(crate) fn bar(&self, channel: &str, until: Instant) {
         let mut bars = self.bars();
         if bars.len() > 1024 {
             let now = Instant::now();
@@ -145,12 +147,12 @@ impl Waiters {
     }
 
     /// Lifts a bar set in anticipation of a release that turned out not to need it.
-    pub(super) fn lift_bar(&self, channel: &str) {
+    pub(crate) fn lift_bar(&self, channel: &str) {
         self.on_release(channel, false);
     }
 
     /// Until when this Locker should not ask Redis for the lock of `channel`.
-    pub(super) fn barred_until(&self, channel: &str) -> Option<Instant> {
+    pub(crate) fn barred_until(&self, channel: &str) -> Option<Instant> {
         let mut bars = self.bars();
         let until = *bars.get(channel)?;
         if Instant::now() < until {
@@ -165,7 +167,7 @@ impl Waiters {
     /// of this backend queues on its channel and this backend did not just yield it to other
     /// Lockers. Two atomic loads, and no channel name built, while nobody waits at all and no
     /// bar is set: this is the uncontended fast path.
-    pub(super) fn may_try_at_once(&self, key: &str) -> bool {
+    pub(crate) fn may_try_at_once(&self, key: &str) -> bool {
         if self.queues.is_idle() && self.no_bars.load(Ordering::Acquire) {
             return true;
         }
@@ -174,7 +176,7 @@ impl Waiters {
     }
 
     /// Whether anyone of this backend waits on the lock with full key `key`.
-    pub(super) fn has_waiters(&self, key: &str) -> bool {
+    pub(crate) fn has_waiters(&self, key: &str) -> bool {
         !self.queues.is_idle() && self.queues.len(&channel_of(key)) > 0
     }
 
@@ -184,37 +186,64 @@ impl Waiters {
     /// # Errors
     ///
     /// The subscription failed or timed out.
-    pub(super) async fn enqueue(&self, channel: &str) -> Result<Ticket<()>> {
+    pub(crate) async fn enqueue(&self, channel: &str) -> Result<Ticket<()>> {
         let ticket = self.queues.enqueue(channel, ());
         self.ensure_subscribed(channel).await?;
         Ok(ticket)
     }
 
+    /// Subscribes to `channel` on every server at once. Enough if one server confirms (a
+    /// RedLock master may be down; a missed release costs a waiter at most the holder's ttl,
+    /// when it re-checks anyway); an error only if none does.
     async fn ensure_subscribed(&self, channel: &str) -> Result<()> {
-        let mut subscriber = self.subscriber.lock().await;
+        let mut subscribers = self.subscribers.lock().await;
         if self.subscribed().contains(channel) {
             return Ok(());
         }
-        tokio::time::timeout(self.timeout, subscriber.subscribe(channel))
-            .await
-            .map_err(|_| Error::Timeout {
-                backend: "redis",
-                operation: "subscribe",
-                after: self.timeout,
-            })?
-            .map_err(super::errors::from_redis)?;
-        self.subscribed().insert(channel.to_owned());
-        Ok(())
+        let timeout = self.timeout;
+        let replies =
+            futures_util::future::join_all(subscribers.iter_mut().map(|subscriber| async move {
+                tokio::time::timeout(timeout, subscriber.subscribe(channel))
+                    .await
+                    .map_err(|_| Error::Timeout {
+                        backend: "redis",
+                        operation: "subscribe",
+                        after: timeout,
+                    })?
+                    .map_err(super::errors::from_redis)
+            }))
+            .await;
+        let mut first_error = None;
+        let mut confirmed = false;
+        for reply in replies {
+            match reply {
+                Ok(()) => confirmed = true,
+                Err(error) => {
+                    first_error.get_or_insert(error);
+                }
+            }
+        }
+        match first_error {
+            Some(error) if !confirmed => Err(error),
+            _ => {
+                self.subscribed().insert(channel.to_owned());
+                Ok(())
+            }
+        }
     }
 
     /// Unsubscribes from `channel` if nobody waits on it (any more).
     async fn unsubscribe_if_idle(&self, channel: String) {
-        let mut subscriber = self.subscriber.lock().await;
+        let mut subscribers = self.subscribers.lock().await;
         let idle = self.queues.len(&channel) == 0 && self.subscribed().remove(&channel);
         if idle {
-            let outcome =
-                tokio::time::timeout(self.timeout, subscriber.unsubscribe(&channel)).await;
-            tracing::trace!(%channel, ?outcome, "dlock: redis unsubscribed");
+            let timeout = self.timeout;
+            let channel = channel.as_str();
+            futures_util::future::join_all(subscribers.iter_mut().map(|subscriber| async move {
+                let outcome = tokio::time::timeout(timeout, subscriber.unsubscribe(channel)).await;
+                tracing::trace!(%channel, ?outcome, "dlock: redis unsubscribed");
+            }))
+            .await;
         }
     }
 }

@@ -1,0 +1,383 @@
+//! The RedLock backend: one lock over N independent Redis masters, taken on a majority.
+
+mod config;
+mod quorum;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use futures_util::future::join_all;
+use rand::Rng;
+
+pub(crate) use self::config::RedLockUrl;
+use self::quorum::{Answer, Verdict, decide};
+use crate::backend::redis::{Attempt, Node, Waiters, channel_of, open_lazy};
+use crate::backend::{BackendUrl, Capabilities, LockBackend};
+use crate::lease::{AcquireOutcome, AcquireRequest, Lease, OwnerId, ReleaseOutcome, RenewOutcome};
+use crate::lease_watch::drift_margin;
+use crate::{Error, LockMode, Result};
+
+/// Leases renewed in one script per master.
+const RENEW_BATCH: usize = 100;
+
+/// Locks on N independent Redis masters with the RedLock algorithm: a lock is held when a
+/// majority of the masters hold it, within its validity.
+///
+/// Build it with [`RedLockBackend::connect`], or through
+/// [`Locker::connect`](crate::Locker::connect) with a URL naming every master:
+/// `redlock://[user:password@]h1:6379,[user:password@]h2:6379,h3:6379[/db][?node_timeout=5%]`.
+/// Credentials belong to the master they precede (passwords are never shown); `/db` applies
+/// to every master. At least three masters; five is the usual choice (two may fail).
+///
+/// # How a lock is held
+///
+/// * **Acquire**: `SET key owner NX PX ttl` on every master at once, each bounded by its own
+///   `node_timeout` (default 5 % of the lock's ttl, at most the operation timeout; `50ms`
+///   for a fixed bound), so one slow or frozen master cannot stall the acquire. Granted when
+///   a majority said yes and the round ended within the validity: the lease runs from when
+///   the round was **sent**, and the Locker's local deadline is `ttl − (ttl/100 + 2 ms)`
+///   after that — exactly RedLock's validity `ttl − elapsed − drift`. A round without a
+///   majority gives back what it took, on every master at once.
+/// * **Waiting** never polls: a Locker's waiters queue in arrival order, subscribed to the
+///   lock's release channel on every master; the head's attempt marks the holder's keys
+///   waited for, so their release publishes, and any master's message wakes it. It also
+///   re-checks when enough holders' keys expire for a majority (a lost message costs that
+///   much), with a little random delay when two clients split the vote.
+/// * **Renewal**: `PEXPIRE` (owner-checked) on every master, up to 100 locks per script;
+///   renewed only when a majority extended it. A lock a majority no longer holds is lost. A
+///   failed extension never deletes the lock: the Locker's local deadline decides.
+/// * **Release**: the owner-checked delete on every master at once.
+///
+/// # What RedLock does and does not guarantee
+///
+/// * **No fencing tokens.** Each master counts on its own, so no number grows across grants
+///   of the lock; a lock that asks for one is [`Error::Unsupported`](crate::Error). Without a
+///   token, a holder that pauses past its validity (a GC pause, a frozen VM) and then writes
+///   cannot be refused by the resource. Martin Kleppmann's critique ("How to do distributed
+///   locking", 2016) rests on this and on timing; antirez' reply ("Is Redlock safe?") argues
+///   the timing assumptions are reasonable with monotonic clocks, which dlock uses.
+/// * **Timing assumptions.** Safety needs the masters' clocks to advance at about the same
+///   rate (the drift margin covers 1 %), and a master that restarts without persistence to
+///   stay down for at least one ttl (or run with `appendfsync always`): otherwise it comes
+///   back empty, and with a minority that still holds the lock a second client can get a
+///   majority.
+/// * Redisson deprecated its RedLock in favour of a single lock with `WAIT` and fenced locks.
+///   Where correctness matters more than the latency of one Redis round trip, use the etcd,
+///   ZooKeeper or PostgreSQL backends: they have a consensus (or a database) behind each
+///   grant and a fencing token the resource can check.
+///
+/// # Examples
+///
+/// ```no_run
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> dlock_core::Result<()> {
+/// use dlock_core::{DlockConfig, Locker};
+/// let config = DlockConfig::from_toml_str(r#"
+///     backend = "redlock://10.0.0.1:6379,10.0.0.2:6379,10.0.0.3:6379,10.0.0.4:6379,10.0.0.5:6379"
+/// "#)?;
+/// let locker = Locker::connect(&config).await?;
+/// let guard = locker.lock("nightly-report").await?;
+/// assert_eq!(guard.fencing_token(), None); // RedLock has none
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct RedLockBackend {
+    nodes: Vec<Node>,
+    waiters: Arc<Waiters>,
+    quorum: usize,
+    node_timeout: config::NodeTimeout,
+    timeout: Duration,
+}
+
+impl RedLockBackend {
+    /// Connects to every master `url` names, with `timeout` bounding every request (and each
+    /// connection). Masters that are down are connected to later, at their first request.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] for a URL that is not a valid `redlock://` URL;
+    /// [`Error::Unavailable`] when fewer than a majority of the masters answer a `PING`
+    /// within `timeout`.
+    pub async fn connect(url: &BackendUrl, timeout: Duration) -> Result<Self> {
+        let settings = url.redlock().ok_or_else(|| {
+            Error::config(
+                "backend",
+                crate::backend_spec::redact(url.as_str()),
+                "not a `redlock://` URL",
+            )
+        })?;
+        let (pushes_tx, pushes_rx) = tokio::sync::mpsc::unbounded_channel();
+        let mut nodes = Vec::with_capacity(settings.nodes.len());
+        let mut subscribers = Vec::with_capacity(settings.nodes.len());
+        for info in &settings.nodes {
+            nodes.push(Node::new(open_lazy(info, timeout, None)?, timeout));
+            subscribers.push(open_lazy(info, timeout, Some(pushes_tx.clone()))?);
+        }
+        let id = OwnerId::random("redlock-locker");
+        let backend = Self {
+            nodes,
+            waiters: Waiters::start(id.as_str().to_owned(), subscribers, pushes_rx, timeout),
+            quorum: settings.quorum(),
+            node_timeout: settings.node_timeout,
+            timeout,
+        };
+        backend.check_majority_answers().await?;
+        Ok(backend)
+    }
+
+    /// `PING` on every master; an error unless a majority answers.
+    async fn check_majority_answers(&self) -> Result<()> {
+        let pings = Self::bounded_all(self.timeout, self.nodes.iter().map(Node::ping));
+        let answers = pings
+            .await
+            .into_iter()
+            .map(|reply| match reply {
+                Ok(()) => Answer::Granted,
+                Err(error) => Answer::Failed(error),
+            })
+            .collect();
+        match decide(answers, self.quorum, true) {
+            Verdict::Unreachable(error) => Err(error),
+            _ => Ok(()),
+        }
+    }
+
+    /// The requests (one per master, in order) at once, each bounded by `bound`.
+    async fn bounded_all<T>(
+        bound: Duration,
+        requests: impl Iterator<Item = impl Future<Output = Result<T>>>,
+    ) -> Vec<Result<T>> {
+        join_all(requests.map(|request| async move {
+            tokio::time::timeout(bound, request)
+                .await
+                .unwrap_or_else(|_| {
+                    Err(Error::Timeout {
+                        backend: "redlock",
+                        operation: "a master's request",
+                        after: bound,
+                    })
+                })
+        }))
+        .await
+    }
+
+    /// One round: the attempt on every master at once, counted. A lost round gives back
+    /// what it may have taken before it returns. `queued`: the head of this Locker's
+    /// waiters, whose attempt marks the holders' keys waited for and learns their expiry.
+    async fn round(&self, req: &AcquireRequest, queued: bool) -> Result<(Verdict, Instant)> {
+        let bound = self.node_timeout.for_ttl(req.ttl, self.timeout);
+        let sent = Instant::now();
+        let attempts = self.nodes.iter().map(|node| async move {
+            if queued {
+                node.attempt_scripted(req, true).await
+            } else {
+                node.attempt(req).await
+            }
+        });
+        let replies = Self::bounded_all(bound, attempts).await;
+        let in_time = sent.elapsed() + drift_margin(req.ttl) < req.ttl;
+        let mut took_maybe = Vec::new();
+        let answers = replies
+            .into_iter()
+            .zip(&self.nodes)
+            .map(|(reply, node)| match reply {
+                Ok(Attempt::Granted(_)) => {
+                    took_maybe.push(node);
+                    Answer::Granted
+                }
+                Ok(Attempt::Held(left) | Attempt::WriterWaits(left)) => Answer::Held(left),
+                Ok(Attempt::Taken) => Answer::Held(None),
+                Err(error) => {
+                    took_maybe.push(node);
+                    Answer::Failed(error)
+                }
+            })
+            .collect();
+        let verdict = decide(answers, self.quorum, in_time);
+        if !matches!(verdict, Verdict::Won) {
+            let owner = req.owner.as_str();
+            join_all(took_maybe.into_iter().map(|node| async move {
+                let given_back =
+                    tokio::time::timeout(bound, node.release_owned(owner, &req.key, None)).await;
+                if !matches!(given_back, Ok(Ok(_))) {
+                    tracing::debug!(key = %req.key, ?given_back, "dlock: redlock could not give back a lost round's key (it expires at its ttl)");
+                }
+            }))
+            .await;
+        }
+        Ok((verdict, sent))
+    }
+
+    /// Queues locally (subscribed on every master), then tries whenever this waiter is the
+    /// head and woken: by a release, by becoming head, or when enough holders expire.
+    async fn wait_in_queue(
+        &self,
+        req: &AcquireRequest,
+        deadline: Option<Instant>,
+        mut retry_after: Option<Duration>,
+    ) -> Result<AcquireOutcome> {
+        let channel = channel_of(&req.key);
+        let ticket = self.waiters.enqueue(&channel).await?;
+        loop {
+            if ticket.is_head() {
+                let (verdict, sent) = self.round(req, true).await?;
+                match verdict {
+                    Verdict::Won => return Ok(AcquireOutcome::Acquired(Lease::new(req, sent))),
+                    Verdict::Lost { retry_after: r } => retry_after = r,
+                    Verdict::Unreachable(error) => return Err(error),
+                }
+            }
+            let now = Instant::now();
+            if deadline.is_some_and(|d| d <= now) {
+                return Ok(AcquireOutcome::Busy { retry_after });
+            }
+            let recheck = ticket
+                .is_head()
+                .then(|| now + retry_after.unwrap_or(req.ttl) + Self::jitter(req.ttl));
+            let until = match (recheck, deadline) {
+                (Some(r), Some(d)) => Some(r.min(d)),
+                (r, d) => r.or(d),
+            };
+            ticket.wait(until).await;
+        }
+    }
+
+    /// A random delay of up to 1 % of `ttl` (at most 10 ms), so that clients whose rounds
+    /// split the vote do not collide again.
+    fn jitter(ttl: Duration) -> Duration {
+        let most = (ttl / 100)
+            .min(Duration::from_millis(10))
+            .max(Duration::from_millis(1));
+        most.mul_f64(rand::rng().random::<f64>())
+    }
+}
+
+#[async_trait]
+impl LockBackend for RedLockBackend {
+    async fn acquire(
+        &self,
+        req: &AcquireRequest,
+        deadline: Option<Instant>,
+    ) -> Result<AcquireOutcome> {
+        if req.mode != LockMode::Exclusive {
+            // The core refuses these before calling (see `capabilities`).
+            return Err(Error::Unsupported {
+                backend: "redlock",
+                operation: "read-write locks and semaphores",
+            });
+        }
+        let mut retry_after = None;
+        if self.waiters.may_try_at_once(&req.key) {
+            let (verdict, sent) = self.round(req, false).await?;
+            match verdict {
+                Verdict::Won => return Ok(AcquireOutcome::Acquired(Lease::new(req, sent))),
+                Verdict::Lost { retry_after: r } => retry_after = r,
+                Verdict::Unreachable(error) => return Err(error),
+            }
+            if deadline.is_some_and(|d| d <= Instant::now()) {
+                return Ok(AcquireOutcome::Busy { retry_after });
+            }
+        }
+        Box::pin(self.wait_in_queue(req, deadline, retry_after)).await
+    }
+
+    async fn renew(&self, leases: &[Lease]) -> Result<Vec<RenewOutcome>> {
+        let sent = Instant::now();
+        let shortest = leases.iter().map(|l| l.ttl).min().unwrap_or(self.timeout);
+        let bound = self.node_timeout.for_ttl(shortest, self.timeout);
+        let batches: Vec<Vec<&Lease>> = leases
+            .chunks(RENEW_BATCH)
+            .map(|batch| batch.iter().collect())
+            .collect();
+        let renewals = self.nodes.iter().map(|node| {
+            let batches = &batches;
+            async move {
+                let mut flags = Vec::with_capacity(leases.len());
+                for batch in batches {
+                    flags.extend(node.renew_batch(batch).await?);
+                }
+                Ok(flags)
+            }
+        });
+        let replies = Self::bounded_all(bound, renewals).await;
+        let masters = self.nodes.len();
+        Ok((0..leases.len())
+            .map(|i| {
+                let mut extended = 0;
+                let mut refused = 0;
+                let mut first_error = None;
+                for reply in &replies {
+                    match reply {
+                        Ok(flags) if flags.get(i) == Some(&1) => extended += 1,
+                        Ok(_) => refused += 1,
+                        Err(error) => {
+                            first_error.get_or_insert_with(|| error.to_string());
+                        }
+                    }
+                }
+                if extended >= self.quorum {
+                    RenewOutcome::Renewed { valid_from: sent }
+                } else if refused > masters - self.quorum {
+                    RenewOutcome::NotOwner
+                } else {
+                    RenewOutcome::Failed(Error::unavailable(
+                        "redlock",
+                        format!(
+                            "{extended} of {masters} masters extended the lock (a majority is {}): {}",
+                            self.quorum,
+                            first_error.unwrap_or_default()
+                        ),
+                    ))
+                }
+            })
+            .collect())
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
+        let owner = lease.owner.as_str();
+        let releases = self
+            .nodes
+            .iter()
+            .map(|node| node.release_owned(owner, &lease.key, None));
+        let replies = Self::bounded_all(self.timeout, releases).await;
+        let mut first_error = None;
+        let mut deleted = false;
+        for reply in replies {
+            match reply {
+                Ok(listeners) => deleted |= listeners >= 0,
+                Err(error) => {
+                    first_error.get_or_insert(error);
+                }
+            }
+        }
+        match (deleted, first_error) {
+            (true, _) => Ok(ReleaseOutcome::Released),
+            (false, None) => Ok(ReleaseOutcome::NotHeld),
+            (false, Some(error)) => Err(error),
+        }
+    }
+
+    async fn force_release(&self, key: &str) -> Result<bool> {
+        let removals = self.nodes.iter().map(|node| node.force_release(key));
+        let replies = Self::bounded_all(self.timeout, removals).await;
+        let mut removed = false;
+        let mut first_error = None;
+        for reply in replies {
+            match reply {
+                Ok(existed) => removed |= existed,
+                Err(error) => {
+                    first_error.get_or_insert(error);
+                }
+            }
+        }
+        match first_error {
+            Some(error) if !removed => Err(error),
+            _ => Ok(removed),
+        }
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::new("redlock").max_renew_batch(usize::MAX)
+    }
+}
