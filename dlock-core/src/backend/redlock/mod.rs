@@ -7,7 +7,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use futures_util::StreamExt;
 use futures_util::future::join_all;
+use futures_util::stream::FuturesUnordered;
 use rand::Rng;
 
 pub(crate) use self::config::RedLockUrl;
@@ -148,18 +150,48 @@ impl RedLockBackend {
         bound: Duration,
         requests: impl Iterator<Item = impl Future<Output = Result<T>>>,
     ) -> Vec<Result<T>> {
-        join_all(requests.map(|request| async move {
-            tokio::time::timeout(bound, request)
-                .await
-                .unwrap_or_else(|_| {
-                    Err(Error::Timeout {
-                        backend: "redlock",
-                        operation: "a master's request",
-                        after: bound,
-                    })
-                })
-        }))
-        .await
+        Self::bounded_until(bound, requests, usize::MAX, |_| false)
+            .await
+            .into_iter()
+            .map(|reply| reply.expect("every request answered"))
+            .collect()
+    }
+
+    /// Like [`bounded_all`](Self::bounded_all), but stops waiting once `enough` replies are
+    /// `good`: the slowest masters (a frozen one) then cost nothing. The requests not
+    /// answered by then are dropped (`None`); those already sent still run on their master,
+    /// which is what RedLock expects of a master it stopped waiting for.
+    async fn bounded_until<T>(
+        bound: Duration,
+        requests: impl Iterator<Item = impl Future<Output = Result<T>>>,
+        enough: usize,
+        good: impl Fn(&Result<T>) -> bool,
+    ) -> Vec<Option<Result<T>>> {
+        let mut pending: FuturesUnordered<_> = requests
+            .enumerate()
+            .map(|(index, request)| async move {
+                let reply = tokio::time::timeout(bound, request)
+                    .await
+                    .unwrap_or_else(|_| {
+                        Err(Error::Timeout {
+                            backend: "redlock",
+                            operation: "a master's request",
+                            after: bound,
+                        })
+                    });
+                (index, reply)
+            })
+            .collect();
+        let mut replies: Vec<Option<Result<T>>> = (0..pending.len()).map(|_| None).collect();
+        let mut good_ones = 0;
+        while let Some((index, reply)) = pending.next().await {
+            good_ones += usize::from(good(&reply));
+            replies[index] = Some(reply);
+            if good_ones >= enough {
+                break;
+            }
+        }
+        replies
     }
 
     /// One round: the attempt on every master at once, counted. A lost round gives back
@@ -175,23 +207,28 @@ impl RedLockBackend {
                 node.attempt(req).await
             }
         });
-        let replies = Self::bounded_all(bound, attempts).await;
+        let granted = |reply: &Result<Attempt>| matches!(reply, Ok(Attempt::Granted(_)));
+        let replies = Self::bounded_until(bound, attempts, self.quorum, granted).await;
         let in_time = sent.elapsed() + drift_margin(req.ttl) < req.ttl;
         let mut took_maybe = Vec::new();
         let answers = replies
             .into_iter()
             .zip(&self.nodes)
-            .map(|(reply, node)| match reply {
-                Ok(Attempt::Granted(_)) => {
+            .map(|(reply, node)| {
+                let answer = match reply {
+                    Some(Ok(Attempt::Granted(_))) => Answer::Granted,
+                    Some(Ok(Attempt::Held(left) | Attempt::WriterWaits(left))) => {
+                        Answer::Held(left)
+                    }
+                    Some(Ok(Attempt::Taken)) => Answer::Held(None),
+                    Some(Err(error)) => Answer::Failed(error),
+                    // Not waited for: a majority granted already.
+                    None => Answer::Failed(Error::unavailable("redlock", "not waited for")),
+                };
+                if !matches!(answer, Answer::Held(_)) {
                     took_maybe.push(node);
-                    Answer::Granted
                 }
-                Ok(Attempt::Held(left) | Attempt::WriterWaits(left)) => Answer::Held(left),
-                Ok(Attempt::Taken) => Answer::Held(None),
-                Err(error) => {
-                    took_maybe.push(node);
-                    Answer::Failed(error)
-                }
+                answer
             })
             .collect();
         let verdict = decide(answers, self.quorum, in_time);
@@ -340,10 +377,14 @@ impl LockBackend for RedLockBackend {
             .nodes
             .iter()
             .map(|node| node.release_owned(owner, &lease.key, None));
-        let replies = Self::bounded_all(self.timeout, releases).await;
+        // Bounded per master like an acquire: a frozen master must not hold up a release
+        // past the core's operation timeout.
+        let bound = self.node_timeout.for_ttl(lease.ttl, self.timeout);
+        let deleted_here = |reply: &Result<i64>| matches!(reply, Ok(listeners) if *listeners >= 0);
+        let replies = Self::bounded_until(bound, releases, self.quorum, deleted_here).await;
         let mut first_error = None;
         let mut deleted = false;
-        for reply in replies {
+        for reply in replies.into_iter().flatten() {
             match reply {
                 Ok(listeners) => deleted |= listeners >= 0,
                 Err(error) => {
@@ -360,7 +401,9 @@ impl LockBackend for RedLockBackend {
 
     async fn force_release(&self, key: &str) -> Result<bool> {
         let removals = self.nodes.iter().map(|node| node.force_release(key));
-        let replies = Self::bounded_all(self.timeout, removals).await;
+        // No ttl to take a share of: half the operation timeout, so a frozen master cannot
+        // make the whole call time out.
+        let replies = Self::bounded_all(self.timeout / 2, removals).await;
         let mut removed = false;
         let mut first_error = None;
         for reply in replies {

@@ -1,0 +1,198 @@
+//! RedLock against five harness-started `redis-server`s (no persistence), with masters killed,
+//! frozen (SIGSTOP) and restarted empty while locks are held or wanted. Double holders are
+//! detected with a non-atomic read-sleep-write of shared state, not a counter.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use dlock_core::harness::RedisNodes;
+use dlock_core::{DlockConfig, Error, Locker};
+
+const OPERATION_TIMEOUT: Duration = Duration::from_secs(1);
+
+async fn locker(url: &str, ttl: Duration) -> Locker {
+    let config = DlockConfig::from_toml_str(&format!(
+        "backend = \"{url}\"\nttl = \"{}\"\noperation_timeout = \"{}\"",
+        humantime::format_duration(ttl),
+        humantime::format_duration(OPERATION_TIMEOUT),
+    ))
+    .expect("config");
+    Locker::connect(&config).await.expect("connect")
+}
+
+/// `tasks` tasks over two Lockers each take `key` `rounds` times and, holding it, read the
+/// shared value, yield for a while, and write it back plus one: with a double holder an
+/// increment is lost. Returns the final value.
+async fn read_sleep_write(url: &str, key: &str, tasks: usize, rounds: usize) -> usize {
+    let lockers = [
+        locker(url, Duration::from_secs(5)).await,
+        locker(url, Duration::from_secs(5)).await,
+    ];
+    let value = Arc::new(Mutex::new(0_usize));
+    let mut running = Vec::new();
+    for t in 0..tasks {
+        let (locker, value, key) = (lockers[t % 2].clone(), Arc::clone(&value), key.to_owned());
+        running.push(tokio::spawn(async move {
+            for _ in 0..rounds {
+                let guard = locker
+                    .lock(&key)
+                    .wait(Duration::from_secs(20))
+                    .await
+                    .expect("granted with a majority up");
+                let read = *value.lock().unwrap();
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                *value.lock().unwrap() = read + 1;
+                guard.release().await.expect("release");
+            }
+        }));
+    }
+    for task in running {
+        task.await.expect("task");
+    }
+    Arc::try_unwrap(value)
+        .expect("every task is done")
+        .into_inner()
+        .expect("not poisoned")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_of_five_masters_down_still_grant_and_still_exclude() {
+    let nodes = RedisNodes::start(5).await.expect("redis-servers");
+    nodes.nodes()[1].kill().await.expect("kill");
+    nodes.nodes()[3].kill().await.expect("kill");
+    let (tasks, rounds) = (6, 15);
+    let end = read_sleep_write(&nodes.url(), "ledger", tasks, rounds).await;
+    assert_eq!(end, tasks * rounds, "two holders at once lost an update");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_of_five_masters_down_never_grant_and_fail_within_the_bounds() {
+    let nodes = RedisNodes::start(5).await.expect("redis-servers");
+    let url = nodes.url();
+    let locker = locker(&url, Duration::from_secs(5)).await;
+    for i in [0, 2, 4] {
+        nodes.nodes()[i].kill().await.expect("kill");
+    }
+    let started = Instant::now();
+    let tried = locker.try_lock("ledger").await;
+    assert!(
+        matches!(
+            tried,
+            Err(Error::Unavailable { .. } | Error::Timeout { .. })
+        ),
+        "expected a backend error without a majority, got {tried:?}"
+    );
+    assert!(
+        started.elapsed() < OPERATION_TIMEOUT * 2,
+        "took {:?}",
+        started.elapsed()
+    );
+    let started = Instant::now();
+    let waited = locker.lock("ledger").wait(Duration::from_secs(2)).await;
+    assert!(
+        matches!(
+            waited,
+            Err(Error::Unavailable { .. } | Error::Timeout { .. } | Error::Busy { .. })
+        ),
+        "expected busy or a backend error without a majority, got {waited:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(2) + OPERATION_TIMEOUT * 2,
+        "took {:?}",
+        started.elapsed()
+    );
+    // A Locker that starts while a majority is down says so at once.
+    let started = Instant::now();
+    let config =
+        DlockConfig::from_toml_str(&format!("backend = \"{url}\"\noperation_timeout = \"1s\""))
+            .expect("config");
+    let connected = Locker::connect(&config).await;
+    assert!(
+        matches!(
+            connected,
+            Err(Error::Unavailable { .. } | Error::Timeout { .. })
+        ),
+        "connected without a majority: {connected:?}"
+    );
+    assert!(
+        started.elapsed() < OPERATION_TIMEOUT * 2,
+        "took {:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_master_does_not_delay_acquires_or_releases() {
+    let nodes = RedisNodes::start(5).await.expect("redis-servers");
+    // A 10 s ttl with `node_timeout=2%`: a master gets 200 ms, against the 1 s operation
+    // timeout a frozen master would otherwise cost every request. But an acquire or release
+    // stops waiting once a majority said yes, so the frozen master costs nothing at all.
+    let url = format!("{}?node_timeout=2%", nodes.url());
+    let locker = locker(&url, Duration::from_secs(10)).await;
+    let frozen = &nodes.nodes()[2];
+    frozen.pause().expect("SIGSTOP");
+    let mut slowest = Duration::ZERO;
+    for i in 0..5 {
+        let started = Instant::now();
+        let guard = locker
+            .lock(&format!("job:{i}"))
+            .await
+            .expect("granted by the other four");
+        guard.release().await.expect("release");
+        slowest = slowest.max(started.elapsed());
+    }
+    frozen.resume().expect("SIGCONT");
+    println!("slowest acquire + release with a frozen master: {slowest:?}");
+    assert!(
+        slowest < Duration::from_millis(200),
+        "an acquire waited {slowest:?} for the frozen master (node timeout 200 ms): a majority \
+         of the other four should have been enough"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_minority_restarted_empty_keeps_the_lock_and_a_majority_loses_it() {
+    let nodes = RedisNodes::start(5).await.expect("redis-servers");
+    let url = nodes.url();
+    let ttl = Duration::from_secs(3);
+    let (holder, other) = (locker(&url, ttl).await, locker(&url, ttl).await);
+    let guard = holder.lock("ledger").await.expect("acquire");
+
+    // Two masters restart without persistence: they come back without the lock, but three
+    // still hold it, so nobody else can get a majority, and the holder keeps renewing.
+    for i in [0, 1] {
+        nodes.nodes()[i].restart().await.expect("restart");
+    }
+    let tried = other.try_lock("ledger").await;
+    assert!(
+        matches!(tried, Err(Error::Busy { .. })),
+        "granted a second time with a minority restarted: {tried:?}"
+    );
+    let renewed_past = Instant::now() + ttl;
+    while Instant::now() < renewed_past {
+        assert!(
+            guard.is_held(),
+            "the holder lost the lock to a minority restart"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // A third restarts: only two masters hold the lock. The holder's next renewal (every
+    // ttl/3) finds no majority and reports the lease lost; the other Locker can take it.
+    nodes.nodes()[2].restart().await.expect("restart");
+    let restarted = Instant::now();
+    tokio::time::timeout(ttl, guard.lost())
+        .await
+        .expect("the holder never noticed that a majority forgot its lock");
+    println!(
+        "lease lost {:?} after the third restart",
+        restarted.elapsed()
+    );
+    assert!(!guard.is_held());
+    let taken = other
+        .lock("ledger")
+        .wait(ttl)
+        .await
+        .expect("the other Locker takes the lock the majority forgot");
+    taken.release().await.expect("release");
+}
