@@ -135,7 +135,14 @@ async fn config_from_toml_loads_the_example_file() {
 async fn the_bench_smoke_run_starts_its_servers_and_prints_every_backend() {
     let bench = env!("CARGO_BIN_EXE_dlock-bench");
     let out = run(bench, None, &["--servers", "auto", "--quick"]).await;
-    for backend in ["memory", "redis", "etcd", "zookeeper", "postgres"] {
+    for backend in [
+        "memory",
+        "redis",
+        "etcd",
+        "zookeeper",
+        "postgres",
+        "redlock",
+    ] {
         for scenario in ["uncontended", "many-keys", "contended"] {
             assert!(
                 out.lines()

@@ -22,8 +22,9 @@ use crate::{Error, Result};
 /// [`BackendUrl::parse`](crate::backend::BackendUrl::parse).
 #[derive(Debug, Clone)]
 pub(crate) enum RedisUrl {
-    /// One server, RESP3 switched on.
-    Single(ConnectionInfo),
+    /// One server, RESP3 switched on. Boxed: with TLS compiled into the client (another
+    /// crate of the build may ask for it), its settings are ten times a seed list's size.
+    Single(Box<ConnectionInfo>),
     /// A cluster's seed nodes.
     Cluster(Vec<ConnectionInfo>),
 }
@@ -45,7 +46,9 @@ impl RedisUrl {
                     .map(|node| node.into_connection_info().map_err(bad))
                     .collect::<Result<_>>()?,
             ),
-            _ => Self::Single(resp3_url(url).into_connection_info().map_err(bad)?),
+            _ => Self::Single(Box::new(
+                resp3_url(url).into_connection_info().map_err(bad)?,
+            )),
         })
     }
 }

@@ -90,7 +90,7 @@ impl RedLockUrl {
             .map(|entry| {
                 let node = format!("redis://{entry}{path}{query}");
                 match RedisUrl::parse(&node, BackendKind::Redis) {
-                    Ok(RedisUrl::Single(info)) => Ok(info),
+                    Ok(RedisUrl::Single(info)) => Ok(*info),
                     Ok(RedisUrl::Cluster(_)) => Err(bad(format!("master `{entry}` is a cluster"))),
                     Err(error) => Err(bad(format!("master `{}`: {error}", redact_userinfo(entry)))),
                 }

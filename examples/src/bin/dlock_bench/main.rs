@@ -8,6 +8,7 @@
 #[macro_use]
 mod scenarios;
 mod modes;
+mod redlock;
 mod stats;
 mod target;
 
@@ -109,7 +110,8 @@ usage: dlock-bench [--url URL]... [--servers auto] [--scenario NAME|all] [--json
 Runs each scenario (uncontended, many-keys, contended, read-mostly, semaphore, reentrant,
 macro, watchdog) against each backend next to its raw-client floor, in the same run, and
 prints ops/s, p50/p99/max and the ratio to the floor. Without --url or --servers: memory only. --servers auto starts a
-redis-server, an etcd, a ZooKeeper and a PostgreSQL (scripts/install-test-deps.sh installs them).
+redis-server, an etcd, a ZooKeeper, a PostgreSQL and five redis-servers for RedLock (scripts/install-test-deps.sh
+installs them).
 
 uncontended and many-keys run dlock and the floor in pairs of alternating order, adding pairs
 until 5 s were measured (at most 25), and report the median paired ratio; the others report
@@ -138,10 +140,12 @@ async fn run_target(target: &Target, args: &Args) -> Vec<Row> {
     if wanted("contended") {
         rows.push(scenarios::contended(target, s).await);
     }
-    if wanted("read-mostly") {
+    // The modes a backend has (RedLock has only the exclusive lock).
+    let capabilities = target.locker(Duration::from_secs(30)).await.capabilities();
+    if wanted("read-mostly") && capabilities.read_write {
         rows.push(modes::read_mostly(target, s).await);
     }
-    if wanted("semaphore") {
+    if wanted("semaphore") && capabilities.semaphore {
         rows.push(modes::semaphore(target, s).await);
     }
     if wanted("reentrant") {
@@ -178,6 +182,7 @@ async fn main() -> ExitCode {
         targets.push(Target::etcd_started().await);
         targets.push(Target::zookeeper_started().await);
         targets.push(Target::postgres_started().await);
+        targets.push(Target::redlock_started().await);
     }
     for url in &args.urls {
         targets.push(Target::from_url(url).await);

@@ -211,6 +211,7 @@ impl Paired {
     fn row(&self, backend: &str, scenario: &'static str, note: String) -> Row {
         let label = match backend {
             "zookeeper" => "zookeeper-client's own lock (the peer)",
+            "redlock" => "rslock 0.10 (the peer)",
             "postgres" => "dlock's protocol sent raw (fenced grant statement, unlock)",
             _ => "dlock's protocol sent raw (fencing INCR, release script)",
         };
@@ -245,9 +246,9 @@ fn with_protocol_cost(
 
 /// The uncontended load (`ops` cycles, one task, fresh keys) with the peer a user of this
 /// backend would pick instead, where the bench has one (ZooKeeper: `zookeeper-client`'s own
-/// lock); `None` elsewhere.
+/// lock; RedLock: `rslock`); `None` elsewhere.
 async fn peer(target: &Target, s: &Settings, ops: usize, rep: usize) -> Option<f64> {
-    if s.only_dlock.is_some() || target.name() != "zookeeper" {
+    if s.only_dlock.is_some() || !matches!(target.name(), "zookeeper" | "redlock") {
         return None;
     }
     let run = timed_tasks!(1, ops, |_t| target.raw(), |raw, _t, i| {
@@ -375,6 +376,20 @@ pub(crate) async fn contended(target: &Target, s: &Settings) -> Row {
             raw.percentile(50.0).as_secs_f64() * 1e6,
             raw.percentile(99.0).as_secs_f64() * 1e6,
             rtt.as_secs_f64() * 1e6,
+        ));
+    }
+    if let Some(peer) = target
+        .peer_contended(TASKS, s.contended_rounds / 4, s.hold)
+        .await
+    {
+        note.push_str(&format!(
+            "; rslock (the peer), {} rounds per task: {:.0} ops/s ({:.2} of the floor), wait p50 {:.1} ms p99 {:.1} ms max {:.1} ms",
+            s.contended_rounds / 4,
+            peer.ops_per_sec(),
+            peer.ops_per_sec() * (mean_hold + rtt * 2).as_secs_f64(),
+            peer.percentile(50.0).as_secs_f64() * 1e3,
+            peer.percentile(99.0).as_secs_f64() * 1e3,
+            peer.percentile(100.0).as_secs_f64() * 1e3,
         ));
     }
     note.push_str("; floor 1/(measured hold + 2 RTT)");

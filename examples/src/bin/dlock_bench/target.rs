@@ -7,9 +7,11 @@ use dlock_core::backend::PostgresBackend;
 use dlock_core::backend::{
     AcquireOutcome, AcquireRequest, BackendKind, BackendUrl, LockBackend, MemoryBackend, OwnerId,
 };
-use dlock_core::harness::{EtcdServer, PostgresServer, RedisServer, ZkServer};
+use dlock_core::harness::{EtcdServer, PostgresServer, RedisNodes, RedisServer, ZkServer};
 use dlock_core::{DlockConfig, Locker};
 use redis::aio::ConnectionManager;
+
+use crate::redlock::RedLockRaw;
 
 /// The backend under test.
 pub(crate) enum Target {
@@ -33,6 +35,11 @@ pub(crate) enum Target {
         url: String,
         raw: PgRaw,
         _server: Option<Arc<PostgresServer>>,
+    },
+    RedLock {
+        url: String,
+        raw: RedLockRaw,
+        _masters: Option<Arc<RedisNodes>>,
     },
 }
 
@@ -86,6 +93,7 @@ impl Target {
             BackendKind::Etcd => Self::etcd(url.to_owned(), None).await,
             BackendKind::ZooKeeper => Self::zookeeper(url.to_owned(), None).await,
             BackendKind::Postgres => Self::postgres(url.to_owned(), None).await,
+            BackendKind::RedLock => Self::redlock(url.to_owned(), None).await,
             other => Err(format!(
                 "dlock-bench does not know a floor for the {other} backend yet"
             )),
@@ -108,6 +116,21 @@ impl Target {
         let server = ZkServer::start().await.map_err(|e| e.to_string())?;
         let url = server.url();
         Self::zookeeper(url, Some(Arc::new(server))).await
+    }
+
+    /// RedLock over five masters started for the bench.
+    pub(crate) async fn redlock_started() -> Result<Self, String> {
+        let masters = RedisNodes::start(5).await.map_err(|e| e.to_string())?;
+        let url = masters.url();
+        Self::redlock(url, Some(Arc::new(masters))).await
+    }
+
+    async fn redlock(url: String, masters: Option<Arc<RedisNodes>>) -> Result<Self, String> {
+        Ok(Self::RedLock {
+            raw: RedLockRaw::connect(&url).await?,
+            url,
+            _masters: masters,
+        })
     }
 
     pub(crate) async fn postgres_started() -> Result<Self, String> {
@@ -183,6 +206,7 @@ impl Target {
             Self::Etcd { .. } => "etcd",
             Self::ZooKeeper { .. } => "zookeeper",
             Self::Postgres { .. } => "postgres",
+            Self::RedLock { .. } => "redlock",
         }
     }
 
@@ -207,7 +231,8 @@ impl Target {
             Self::Redis { url, .. }
             | Self::Etcd { url, .. }
             | Self::ZooKeeper { url, .. }
-            | Self::Postgres { url, .. } => url.clone(),
+            | Self::Postgres { url, .. }
+            | Self::RedLock { url, .. } => url.clone(),
         };
         let config = DlockConfig::from_toml_str(&format!(
             "backend = \"{backend_url}\"\nttl = \"{}\"\nfencing = {fencing}",
@@ -238,6 +263,7 @@ impl Target {
                 held: None,
             },
             Self::Postgres { raw, .. } => Raw::Postgres(raw.clone()),
+            Self::RedLock { raw, .. } => Raw::RedLock(raw.clone()),
         }
     }
 
@@ -268,6 +294,7 @@ impl Target {
                 Self::Postgres { raw, .. } => {
                     raw.client.query(&raw.ping, &[]).await.expect("SELECT 1");
                 }
+                Self::RedLock { raw, .. } => raw.ping().await,
             }
             best = best.min(started.elapsed());
         }
@@ -345,6 +372,23 @@ impl Target {
         Some(handoffs)
     }
 
+    /// The contended load with the peer a user of this backend would pick instead, where the
+    /// bench has one that waits (RedLock: `rslock`'s `acquire`); `None` elsewhere.
+    pub(crate) async fn peer_contended(
+        &self,
+        tasks: usize,
+        rounds: usize,
+        hold: Duration,
+    ) -> Option<crate::stats::Samples> {
+        let Self::RedLock { raw, .. } = self else {
+            return None;
+        };
+        Some(
+            raw.peer_contended("dlock:bench:cp", tasks, rounds.max(1), hold)
+                .await,
+        )
+    }
+
     /// Scripts Redis ran so far (`EVALSHA` + `EVAL`), to count renewal round trips.
     pub(crate) async fn server_scripts(&self) -> Option<u64> {
         let Self::Redis { raw, .. } = self else {
@@ -385,6 +429,9 @@ pub(crate) enum Raw {
     /// PostgreSQL's floor: `pg_advisory_lock` and `pg_advisory_unlock` (prepared), on the
     /// key dlock would use.
     Postgres(PgRaw),
+    /// RedLock's floor: `SET NX PX` on every master at once, then the owner-checked delete
+    /// on every master at once.
+    RedLock(RedLockRaw),
 }
 
 impl Raw {
@@ -453,6 +500,7 @@ impl Raw {
                     .expect("pg_advisory_lock");
                 true
             }
+            Self::RedLock(raw) => raw.acquire(key, owner, ttl).await,
         }
     }
 
@@ -487,14 +535,19 @@ impl Raw {
                     .await
                     .expect("pg_advisory_unlock");
             }
+            Self::RedLock(raw) => raw.release(key, owner).await,
         }
     }
 
-    /// One acquire + release with the peer a ZooKeeper user would pick instead:
-    /// `zookeeper-client`'s own lock (`Client::lock` with Curator's `lock-` names), released
-    /// by deleting its node. `None` for other backends.
+    /// One acquire + release with the peer a user of this backend would pick instead:
+    /// ZooKeeper, `zookeeper-client`'s own lock (`Client::lock` with Curator's `lock-` names),
+    /// released by deleting its node; RedLock, `rslock`. `None` for other backends.
     pub(crate) async fn peer_cycle(&mut self, key: &str) -> Option<()> {
         use zookeeper_client::{Acls, CreateMode, LockOptions, LockPrefix};
+        if let Self::RedLock(raw) = self {
+            raw.peer_cycle(key, Duration::from_secs(30)).await;
+            return Some(());
+        }
         let Self::ZooKeeper { client, .. } = self else {
             return None;
         };
