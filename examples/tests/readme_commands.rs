@@ -9,7 +9,7 @@
 use std::process::Output;
 use std::time::Duration;
 
-use dlock_core::harness::{EtcdServer, PostgresServer, RedisServer, ZkServer};
+use dlock_core::harness::{EtcdServer, PostgresServer, RedisNodes, RedisServer, ZkServer};
 use tokio::process::Command;
 
 /// Runs an example binary with `DLOCK_URL` set (or removed, for `None`) and its arguments;
@@ -75,6 +75,17 @@ async fn the_quickstart_passes_on_postgres() {
     let server = PostgresServer::start().await.unwrap();
     let out = run(QUICKSTART, Some(&server.url()), &[]).await;
     assert!(out.contains("all five demonstrations passed"), "{out}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_quickstart_passes_on_redlock() {
+    let masters = RedisNodes::start(5).await.unwrap();
+    let out = run(QUICKSTART, Some(&masters.url()), &[]).await;
+    assert!(out.contains("issues no fencing tokens"), "{out}");
+    assert!(
+        out.contains("all four demonstrations this backend can show passed"),
+        "{out}"
+    );
 }
 
 #[tokio::test]
