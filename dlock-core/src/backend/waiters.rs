@@ -218,6 +218,21 @@ impl<T> Ticket<T> {
             .is_some_and(|head| head.id == self.id)
     }
 
+    /// Waits to be woken, or until the sooner of a re-check time and a deadline (either may
+    /// be missing).
+    #[cfg(feature = "redis")]
+    pub(crate) async fn wait_until_sooner(
+        &self,
+        recheck: Option<Instant>,
+        deadline: Option<Instant>,
+    ) {
+        let until = match (recheck, deadline) {
+            (Some(r), Some(d)) => Some(r.min(d)),
+            (r, d) => r.or(d),
+        };
+        self.wait(until).await;
+    }
+
     /// Waits to be woken (a release, a hand-off, becoming head), or until `until`.
     pub(crate) async fn wait(&self, until: Option<Instant>) {
         match until {

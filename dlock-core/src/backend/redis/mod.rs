@@ -448,11 +448,7 @@ impl RedisBackend {
                 }
                 (false, _) => None,
             };
-            let until = match (recheck, deadline) {
-                (Some(r), Some(d)) => Some(r.min(d)),
-                (r, d) => r.or(d),
-            };
-            ticket.wait(until).await;
+            ticket.wait_until_sooner(recheck, deadline).await;
         }
     }
 }

@@ -18,6 +18,11 @@ pub(crate) const MIN_NODES: usize = 3;
 /// redsync): with a 30 s ttl one master may take 1.5 s before the acquire goes on without it.
 const DEFAULT_NODE_SHARE: f64 = 0.05;
 
+/// The least time a share of the ttl gives a master: a busy machine's scheduler alone can
+/// hold a reply for tens of milliseconds, and a round that stops waiting once a majority
+/// answered pays this only when a majority is slow.
+const MIN_SHARE_BOUND: Duration = Duration::from_millis(50);
+
 /// What a `redlock://` URL says, parsed once by
 /// [`BackendUrl::parse`](crate::backend::BackendUrl::parse).
 #[derive(Debug, Clone)]
@@ -37,10 +42,11 @@ pub(crate) enum NodeTimeout {
 }
 
 impl NodeTimeout {
-    /// The bound for a lock of `ttl`, at least 1 ms and at most `operation_timeout`.
+    /// The bound for a lock of `ttl`: a share of it (at least 50 ms) or the fixed time (at
+    /// least 1 ms), at most `operation_timeout`.
     pub(crate) fn for_ttl(self, ttl: Duration, operation_timeout: Duration) -> Duration {
         let bound = match self {
-            Self::ShareOfTtl(share) => ttl.mul_f64(share),
+            Self::ShareOfTtl(share) => ttl.mul_f64(share).max(MIN_SHARE_BOUND),
             Self::Fixed(bound) => bound,
         };
         bound.max(Duration::from_millis(1)).min(operation_timeout)
@@ -153,6 +159,13 @@ mod tests {
                 .node_timeout
                 .for_ttl(Duration::from_secs(10), Duration::from_secs(5)),
             Duration::from_millis(200)
+        );
+        assert_eq!(
+            share
+                .node_timeout
+                .for_ttl(Duration::from_millis(500), Duration::from_secs(5)),
+            Duration::from_millis(50),
+            "a share is at least 50 ms"
         );
         let fixed = RedLockUrl::parse("redlock://a:1,b:2,c:3/?node_timeout=50ms").unwrap();
         assert_eq!(

@@ -35,8 +35,9 @@ const RENEW_BATCH: usize = 100;
 /// # How a lock is held
 ///
 /// * **Acquire**: `SET key owner NX PX ttl` on every master at once, each bounded by its own
-///   `node_timeout` (default 5 % of the lock's ttl, at most the operation timeout; `50ms`
-///   for a fixed bound), so one slow or frozen master cannot stall the acquire. Granted when
+///   `node_timeout` (default 5 % of the lock's ttl but at least 50 ms, at most the operation
+///   timeout; `50ms` for a fixed bound), so one slow or frozen master cannot stall the
+///   acquire — and the round stops waiting once a majority said yes. Granted when
 ///   a majority said yes and the round ended within the validity: the lease runs from when
 ///   the round was **sent**, and the Locker's local deadline is `ttl − (ttl/100 + 2 ms)`
 ///   after that — exactly RedLock's validity `ttl − elapsed − drift`. A round without a
@@ -150,22 +151,22 @@ impl RedLockBackend {
         bound: Duration,
         requests: impl Iterator<Item = impl Future<Output = Result<T>>>,
     ) -> Vec<Result<T>> {
-        Self::bounded_until(bound, requests, usize::MAX, |_| false)
+        Self::bounded_until(bound, requests, |_| false)
             .await
             .into_iter()
             .map(|reply| reply.expect("every request answered"))
             .collect()
     }
 
-    /// Like [`bounded_all`](Self::bounded_all), but stops waiting once `enough` replies are
-    /// `good`: the slowest masters (a frozen one) then cost nothing. The requests not
-    /// answered by then are dropped (`None`); those already sent still run on their master,
-    /// which is what RedLock expects of a master it stopped waiting for.
+    /// Like [`bounded_all`](Self::bounded_all), but stops waiting once `decided` says the
+    /// replies so far settle the question: the slowest masters (a frozen one) then cost
+    /// nothing. The requests not answered by then are dropped (`None`); those already sent
+    /// still run on their master, which is what RedLock expects of a master it stopped
+    /// waiting for.
     async fn bounded_until<T>(
         bound: Duration,
         requests: impl Iterator<Item = impl Future<Output = Result<T>>>,
-        enough: usize,
-        good: impl Fn(&Result<T>) -> bool,
+        decided: impl Fn(&[Option<Result<T>>]) -> bool,
     ) -> Vec<Option<Result<T>>> {
         let mut pending: FuturesUnordered<_> = requests
             .enumerate()
@@ -183,11 +184,9 @@ impl RedLockBackend {
             })
             .collect();
         let mut replies: Vec<Option<Result<T>>> = (0..pending.len()).map(|_| None).collect();
-        let mut good_ones = 0;
         while let Some((index, reply)) = pending.next().await {
-            good_ones += usize::from(good(&reply));
             replies[index] = Some(reply);
-            if good_ones >= enough {
+            if decided(&replies) {
                 break;
             }
         }
@@ -207,8 +206,12 @@ impl RedLockBackend {
                 node.attempt(req).await
             }
         });
-        let granted = |reply: &Result<Attempt>| matches!(reply, Ok(Attempt::Granted(_)));
-        let replies = Self::bounded_until(bound, attempts, self.quorum, granted).await;
+        let majority_granted = |replies: &[Option<Result<Attempt>>]| {
+            let granted =
+                |reply: &&Option<Result<Attempt>>| matches!(reply, Some(Ok(Attempt::Granted(_))));
+            replies.iter().filter(granted).count() >= self.quorum
+        };
+        let replies = Self::bounded_until(bound, attempts, majority_granted).await;
         let in_time = sent.elapsed() + drift_margin(req.ttl) < req.ttl;
         let mut took_maybe = Vec::new();
         let answers = replies
@@ -272,11 +275,7 @@ impl RedLockBackend {
             let recheck = ticket
                 .is_head()
                 .then(|| now + retry_after.unwrap_or(req.ttl) + Self::jitter(req.ttl));
-            let until = match (recheck, deadline) {
-                (Some(r), Some(d)) => Some(r.min(d)),
-                (r, d) => r.or(d),
-            };
-            ticket.wait(until).await;
+            ticket.wait_until_sooner(recheck, deadline).await;
         }
     }
 
@@ -380,23 +379,36 @@ impl LockBackend for RedLockBackend {
         // Bounded per master like an acquire: a frozen master must not hold up a release
         // past the core's operation timeout.
         let bound = self.node_timeout.for_ttl(lease.ttl, self.timeout);
-        let deleted_here = |reply: &Result<i64>| matches!(reply, Ok(listeners) if *listeners >= 0);
-        let replies = Self::bounded_until(bound, releases, self.quorum, deleted_here).await;
-        let mut first_error = None;
-        let mut deleted = false;
-        for reply in replies.into_iter().flatten() {
-            match reply {
-                Ok(listeners) => deleted |= listeners >= 0,
-                Err(error) => {
-                    first_error.get_or_insert(error);
+        let masters = self.nodes.len();
+        let count = |replies: &[Option<Result<i64>>]| {
+            let (mut deleted, mut not_held) = (0, 0);
+            for reply in replies.iter().flatten() {
+                match reply {
+                    Ok(listeners) if *listeners >= 0 => deleted += 1,
+                    Ok(_) => not_held += 1,
+                    Err(_) => {}
                 }
             }
+            (deleted, not_held)
+        };
+        let decided = |replies: &[Option<Result<i64>>]| {
+            let (deleted, not_held) = count(replies);
+            deleted >= self.quorum || not_held > masters - self.quorum
+        };
+        let replies = Self::bounded_until(bound, releases, decided).await;
+        // The lock was ours if a majority had our key: those that deleted it, plus those
+        // that did not answer (in doubt). A second release finds at most the keys the first
+        // left in flight, fewer than a majority: `NotHeld`, as the contract asks.
+        let (deleted, not_held) = count(&replies);
+        let in_doubt = masters - deleted - not_held;
+        if deleted + in_doubt < self.quorum {
+            return Ok(ReleaseOutcome::NotHeld);
         }
-        match (deleted, first_error) {
-            (true, _) => Ok(ReleaseOutcome::Released),
-            (false, None) => Ok(ReleaseOutcome::NotHeld),
-            (false, Some(error)) => Err(error),
+        if deleted > 0 {
+            return Ok(ReleaseOutcome::Released);
         }
+        let first_error = replies.into_iter().flatten().find_map(Result::err);
+        Err(first_error.unwrap_or_else(|| Error::unavailable("redlock", "no master answered")))
     }
 
     async fn force_release(&self, key: &str) -> Result<bool> {
