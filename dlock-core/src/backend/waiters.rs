@@ -1,5 +1,5 @@
-//! [`WaitQueues`]: the local FIFO waiter queues of a try-and-notify backend (memory, Redis;
-//! RedLock next), one per key, with cancel-safe tickets.
+//! [`WaitQueues`]: the local FIFO waiter queues of a try-and-notify backend (memory, Redis,
+//! RedLock), one per key, with cancel-safe tickets.
 //!
 //! A waiter enqueues with its data (memory: the owner, mode and ttl it waits to be granted)
 //! and gets a [`Ticket`]; dropping the ticket — granted, gave up, or cancelled — leaves the

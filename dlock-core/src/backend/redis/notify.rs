@@ -12,6 +12,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
+use futures_util::StreamExt;
+use futures_util::future::join_all;
+use futures_util::stream::FuturesUnordered;
 use redis::{PushInfo, PushKind, Value};
 use tokio::sync::mpsc::UnboundedReceiver;
 
@@ -192,17 +195,20 @@ impl Waiters {
         Ok(ticket)
     }
 
-    /// Subscribes to `channel` on every server at once. Enough if one server confirms (a
-    /// RedLock master may be down; a missed release costs a waiter at most the holder's ttl,
-    /// when it re-checks anyway); an error only if none does.
+    /// Subscribes to `channel` on every server at once, and returns as soon as one confirms
+    /// (a RedLock master may be down or frozen; a missed release costs a waiter at most the
+    /// holder's ttl, when it re-checks anyway). The other requests are queued on their
+    /// connections by then, in order with any later `UNSUBSCRIBE`. An error only if none
+    /// confirms.
     async fn ensure_subscribed(&self, channel: &str) -> Result<()> {
         let mut subscribers = self.subscribers.lock().await;
         if self.subscribed().contains(channel) {
             return Ok(());
         }
         let timeout = self.timeout;
-        let replies =
-            futures_util::future::join_all(subscribers.iter_mut().map(|subscriber| async move {
+        let mut pending: FuturesUnordered<_> = subscribers
+            .iter_mut()
+            .map(|subscriber| async move {
                 tokio::time::timeout(timeout, subscriber.subscribe(channel))
                     .await
                     .map_err(|_| Error::Timeout {
@@ -211,42 +217,45 @@ impl Waiters {
                         after: timeout,
                     })?
                     .map_err(super::errors::from_redis)
-            }))
-            .await;
+            })
+            .collect();
         let mut first_error = None;
-        let mut confirmed = false;
-        for reply in replies {
+        while let Some(reply) = pending.next().await {
             match reply {
-                Ok(()) => confirmed = true,
+                Ok(()) => {
+                    self.subscribed().insert(channel.to_owned());
+                    return Ok(());
+                }
                 Err(error) => {
                     first_error.get_or_insert(error);
                 }
             }
         }
-        match first_error {
-            Some(error) if !confirmed => Err(error),
-            _ => {
-                self.subscribed().insert(channel.to_owned());
-                Ok(())
-            }
-        }
+        Err(first_error
+            .unwrap_or_else(|| Error::unavailable("redis", "no subscription connection")))
     }
 
-    /// Unsubscribes from `channel` if nobody waits on it (any more).
+    /// Unsubscribes from `channel` if nobody waits on it (any more): sent on every server,
+    /// waiting at most [`UNSUBSCRIBE_WAIT`] for the answers (a frozen server must not hold up
+    /// the next subscription).
     async fn unsubscribe_if_idle(&self, channel: String) {
         let mut subscribers = self.subscribers.lock().await;
         let idle = self.queues.len(&channel) == 0 && self.subscribed().remove(&channel);
         if idle {
-            let timeout = self.timeout;
             let channel = channel.as_str();
-            futures_util::future::join_all(subscribers.iter_mut().map(|subscriber| async move {
-                let outcome = tokio::time::timeout(timeout, subscriber.unsubscribe(channel)).await;
-                tracing::trace!(%channel, ?outcome, "dlock: redis unsubscribed");
-            }))
-            .await;
+            let all = join_all(
+                subscribers
+                    .iter_mut()
+                    .map(|subscriber| subscriber.unsubscribe(channel)),
+            );
+            let outcome = tokio::time::timeout(UNSUBSCRIBE_WAIT.min(self.timeout), all).await;
+            tracing::trace!(%channel, ?outcome, "dlock: redis unsubscribed");
         }
     }
 }
+
+/// How long an unsubscription waits for its answers.
+const UNSUBSCRIBE_WAIT: Duration = Duration::from_millis(100);
 
 /// The locked bars; on unlock, records whether there are none.
 struct BarsGuard<'a> {

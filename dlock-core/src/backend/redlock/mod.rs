@@ -11,6 +11,7 @@ use futures_util::StreamExt;
 use futures_util::future::join_all;
 use futures_util::stream::FuturesUnordered;
 use rand::Rng;
+use tokio::task::JoinHandle;
 
 pub(crate) use self::config::RedLockUrl;
 use self::quorum::{Answer, Verdict, decide};
@@ -193,60 +194,96 @@ impl RedLockBackend {
         replies
     }
 
-    /// One round: the attempt on every master at once, counted. A lost round gives back
-    /// what it may have taken before it returns. `queued`: the head of this Locker's
-    /// waiters, whose attempt marks the holders' keys waited for and learns their expiry.
-    async fn round(&self, req: &AcquireRequest, queued: bool) -> Result<(Verdict, Instant)> {
+    /// One round: the attempt on every master at once, counted, waiting only until a
+    /// majority granted or a majority is out of reach (the other attempts run on). A lost
+    /// round gives back, before it returns, on every master that granted or did not answer
+    /// (or was not waited for), after that master's attempt.
+    /// `queued`: the head of this Locker's waiters, whose attempt marks the holders' keys
+    /// waited for and learns their expiry.
+    async fn round(&self, req: &AcquireRequest, queued: bool) -> (Verdict, Instant) {
         let bound = self.node_timeout.for_ttl(req.ttl, self.timeout);
+        let masters = self.nodes.len();
         let sent = Instant::now();
-        let attempts = self.nodes.iter().map(|node| async move {
-            if queued {
-                node.attempt_scripted(req, true).await
-            } else {
-                node.attempt(req).await
-            }
+        // Each master's attempt is a task of its own: the round stops waiting at a majority,
+        // but the slower masters still get the key (a lock held on every master survives the
+        // loss of any minority, not just of the masters that were not needed).
+        let mut tasks: Vec<JoinHandle<Result<Attempt>>> = self
+            .nodes
+            .iter()
+            .map(|node| {
+                let (node, req) = (node.clone(), req.clone());
+                tokio::spawn(async move {
+                    if queued {
+                        node.attempt_scripted(&req, true).await
+                    } else {
+                        node.attempt(&req).await
+                    }
+                })
+            })
+            .collect();
+        let attempts = tasks.iter_mut().map(|task| async move {
+            task.await
+                .unwrap_or_else(|error| Err(Error::unavailable("redlock", error.to_string())))
         });
-        let majority_granted = |replies: &[Option<Result<Attempt>>]| {
-            let granted =
-                |reply: &&Option<Result<Attempt>>| matches!(reply, Some(Ok(Attempt::Granted(_))));
-            replies.iter().filter(granted).count() >= self.quorum
+        let decided = |replies: &[Option<Result<Attempt>>]| {
+            let (mut granted, mut held) = (0, 0);
+            for reply in replies.iter().flatten() {
+                match reply {
+                    Ok(Attempt::Granted(_)) => granted += 1,
+                    Ok(_) => held += 1,
+                    Err(_) => {}
+                }
+            }
+            granted >= self.quorum || held > masters - self.quorum
         };
-        let replies = Self::bounded_until(bound, attempts, majority_granted).await;
+        let replies = Self::bounded_until(bound, attempts, decided).await;
         let in_time = sent.elapsed() + drift_margin(req.ttl) < req.ttl;
-        let mut took_maybe = Vec::new();
+        let mut give_back = Vec::new();
         let answers = replies
             .into_iter()
-            .zip(&self.nodes)
-            .map(|(reply, node)| {
-                let answer = match reply {
-                    Some(Ok(Attempt::Granted(_))) => Answer::Granted,
-                    Some(Ok(Attempt::Held(left) | Attempt::WriterWaits(left))) => {
-                        Answer::Held(left)
-                    }
-                    Some(Ok(Attempt::Taken)) => Answer::Held(None),
-                    Some(Err(error)) => Answer::Failed(error),
-                    // Not waited for: a majority granted already.
-                    None => Answer::Failed(Error::unavailable("redlock", "not waited for")),
-                };
-                if !matches!(answer, Answer::Held(_)) {
-                    took_maybe.push(node);
+            .zip(self.nodes.iter().zip(tasks))
+            .map(|(reply, (node, task))| match reply {
+                Some(Ok(Attempt::Granted(_))) => {
+                    give_back.push((node, None));
+                    Answer::Granted
                 }
-                answer
+                Some(Ok(Attempt::Held(left) | Attempt::WriterWaits(left))) => Answer::Held(left),
+                Some(Ok(Attempt::Taken)) => Answer::Held(None),
+                Some(Err(error)) => {
+                    give_back.push((node, Some(task)));
+                    Answer::Failed(error)
+                }
+                None => {
+                    give_back.push((node, Some(task)));
+                    Answer::Failed(Error::unavailable("redlock", "not waited for"))
+                }
             })
             .collect();
         let verdict = decide(answers, self.quorum, in_time);
         if !matches!(verdict, Verdict::Won) {
+            // Every give-back is awaited (bounded per master): one left running could land
+            // after this request's next round on that master and delete its new key (the
+            // owner is the same). A master that does not answer costs a lost round its bound.
             let owner = req.owner.as_str();
-            join_all(took_maybe.into_iter().map(|node| async move {
-                let given_back =
-                    tokio::time::timeout(bound, node.release_owned(owner, &req.key, None)).await;
+            join_all(give_back.into_iter().map(|(node, attempt)| async move {
+                let given_back = tokio::time::timeout(bound, async {
+                    // After the attempt, never before it: a key set after its give-back
+                    // would stay until the ttl.
+                    if let Some(attempt) = attempt
+                        && !attempt.is_finished()
+                    {
+                        let _ = attempt.await;
+                    }
+                    node.release_owned(owner, &req.key, None).await
+                })
+                .await;
                 if !matches!(given_back, Ok(Ok(_))) {
                     tracing::debug!(key = %req.key, ?given_back, "dlock: redlock could not give back a lost round's key (it expires at its ttl)");
                 }
             }))
             .await;
         }
-        Ok((verdict, sent))
+        (verdict, sent)
     }
 
     /// Queues locally (subscribed on every master), then tries whenever this waiter is the
@@ -261,7 +298,7 @@ impl RedLockBackend {
         let ticket = self.waiters.enqueue(&channel).await?;
         loop {
             if ticket.is_head() {
-                let (verdict, sent) = self.round(req, true).await?;
+                let (verdict, sent) = self.round(req, true).await;
                 match verdict {
                     Verdict::Won => return Ok(AcquireOutcome::Acquired(Lease::new(req, sent))),
                     Verdict::Lost { retry_after: r } => retry_after = r,
@@ -272,6 +309,13 @@ impl RedLockBackend {
             if deadline.is_some_and(|d| d <= now) {
                 return Ok(AcquireOutcome::Busy { retry_after });
             }
+            if ticket.is_head() && retry_after == Some(Duration::ZERO) {
+                // A split vote: the other client's give-back may wake us at once, so wait out
+                // the jitter whatever happens, or both retry together again.
+                let pause = Instant::now() + Self::jitter(req.ttl);
+                tokio::time::sleep_until(deadline.map_or(pause, |d| d.min(pause)).into()).await;
+                continue;
+            }
             let recheck = ticket
                 .is_head()
                 .then(|| now + retry_after.unwrap_or(req.ttl) + Self::jitter(req.ttl));
@@ -279,8 +323,8 @@ impl RedLockBackend {
         }
     }
 
-    /// A random delay of up to 1 % of `ttl` (at most 10 ms), so that clients whose rounds
-    /// split the vote do not collide again.
+    /// A random delay below 1 % of `ttl`, that bound kept between 1 and 10 ms, so that
+    /// clients whose rounds split the vote do not collide again.
     fn jitter(ttl: Duration) -> Duration {
         let most = (ttl / 100)
             .min(Duration::from_millis(10))
@@ -305,7 +349,7 @@ impl LockBackend for RedLockBackend {
         }
         let mut retry_after = None;
         if self.waiters.may_try_at_once(&req.key) {
-            let (verdict, sent) = self.round(req, false).await?;
+            let (verdict, sent) = self.round(req, false).await;
             match verdict {
                 Verdict::Won => return Ok(AcquireOutcome::Acquired(Lease::new(req, sent))),
                 Verdict::Lost { retry_after: r } => retry_after = r,
@@ -321,7 +365,13 @@ impl LockBackend for RedLockBackend {
     async fn renew(&self, leases: &[Lease]) -> Result<Vec<RenewOutcome>> {
         let sent = Instant::now();
         let shortest = leases.iter().map(|l| l.ttl).min().unwrap_or(self.timeout);
-        let bound = self.node_timeout.for_ttl(shortest, self.timeout);
+        // A renewal is off the caller's path: each master may take up to a quarter of the
+        // shortest ttl (within the operation timeout), which still leaves most of the
+        // validity, so a busy machine does not turn a slow answer into a failed renewal.
+        let bound = self
+            .node_timeout
+            .for_ttl(shortest, self.timeout)
+            .max((shortest / 4).min(self.timeout));
         let batches: Vec<Vec<&Lease>> = leases
             .chunks(RENEW_BATCH)
             .map(|batch| batch.iter().collect())
@@ -329,9 +379,10 @@ impl LockBackend for RedLockBackend {
         let renewals = self.nodes.iter().map(|node| {
             let batches = &batches;
             async move {
+                let replies = join_all(batches.iter().map(|batch| node.renew_batch(batch))).await;
                 let mut flags = Vec::with_capacity(leases.len());
-                for batch in batches {
-                    flags.extend(node.renew_batch(batch).await?);
+                for reply in replies {
+                    flags.extend(reply?);
                 }
                 Ok(flags)
             }

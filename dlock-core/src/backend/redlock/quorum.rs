@@ -56,12 +56,11 @@ pub(super) fn decide(answers: Vec<Answer>, quorum: usize, in_time: bool) -> Verd
             ),
         ));
     }
-    // Once what we took is given back, the lock is free on every master that did not say
-    // it is held; a majority needs `short` of the holders' keys to expire too.
-    let free = masters - holds.len();
-    let short = quorum.saturating_sub(free);
+    // Once what we took is given back, the masters that granted are free; a majority needs
+    // `short` of the holders' keys to expire too (masters that did not answer are unknown).
+    let short = quorum.saturating_sub(granted);
     let retry_after = if short == 0 {
-        // Enough masters were free: another client's attempt split the vote. Retry soon.
+        // A majority granted, too late: retry soon.
         Some(Duration::ZERO)
     } else {
         let mut expiries: Vec<Duration> = holds.into_iter().flatten().collect();
@@ -105,7 +104,7 @@ mod tests {
 
     #[test]
     fn a_lost_round_retries_when_enough_holders_expire() {
-        // 5 masters, 3 held (expiring in 30, 10, 20 ms), 2 free: one more must expire.
+        // 5 masters, 3 held (expiring in 30, 10, 20 ms), 2 granted: one more must expire.
         let answers = vec![
             Answer::Granted,
             Answer::Granted,
@@ -117,15 +116,33 @@ mod tests {
             panic!("not lost");
         };
         assert_eq!(retry_after, Some(Duration::from_millis(10)));
-        // A split vote (free masters enough for a majority) retries at once.
-        let split = vec![
-            Answer::Granted,
+        // A master that did not answer is not counted free: 1 granted, so 2 must expire.
+        let answers = vec![Answer::Granted, failed(), held(30), held(10), held(20)];
+        let Verdict::Lost { retry_after } = decide(answers, 3, true) else {
+            panic!("not lost");
+        };
+        assert_eq!(retry_after, Some(Duration::from_millis(20)));
+        // Not enough expiries known: no time to give (the waiter falls back to its ttl).
+        let answers = vec![
             Answer::Granted,
             failed(),
+            failed(),
+            held(30),
+            Answer::Held(None),
+        ];
+        let Verdict::Lost { retry_after } = decide(answers, 3, true) else {
+            panic!("not lost");
+        };
+        assert_eq!(retry_after, None);
+        // A majority granted, too late: retry at once.
+        let late = vec![
+            Answer::Granted,
+            Answer::Granted,
+            Answer::Granted,
             held(30),
             held(40),
         ];
-        let Verdict::Lost { retry_after } = decide(split, 3, false) else {
+        let Verdict::Lost { retry_after } = decide(late, 3, false) else {
             panic!("not lost");
         };
         assert_eq!(retry_after, Some(Duration::ZERO));
