@@ -8,6 +8,7 @@
 #[macro_use]
 mod scenarios;
 mod modes;
+mod redis_raw;
 mod redlock;
 mod stats;
 mod target;

@@ -8,16 +8,13 @@ use std::time::{Duration, Instant};
 use futures_util::future::join_all;
 use redis::aio::ConnectionManager;
 
+use crate::redis_raw;
 use crate::stats::Samples;
-
-const COMPARE_AND_DELETE: &str =
-    "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0";
 
 /// One connection per master, and rslock's manager over the same masters.
 #[derive(Clone)]
 pub(crate) struct RedLockRaw {
     masters: Vec<ConnectionManager>,
-    release: Arc<redis::Script>,
     /// The masters' `redis://` URLs, for rslock's managers.
     urls: Vec<String>,
     peer: rslock::LockManager,
@@ -43,7 +40,6 @@ impl RedLockRaw {
         }
         Ok(Self {
             masters,
-            release: Arc::new(redis::Script::new(COMPARE_AND_DELETE)),
             peer: rslock::LockManager::new(urls.clone()),
             urls,
         })
@@ -57,18 +53,7 @@ impl RedLockRaw {
     pub(crate) async fn acquire(&self, key: &str, owner: &str, ttl: Duration) -> bool {
         let sets = self.masters.iter().map(|master| {
             let mut master = master.clone();
-            async move {
-                let set: Option<String> = redis::cmd("SET")
-                    .arg(key)
-                    .arg(owner)
-                    .arg("NX")
-                    .arg("PX")
-                    .arg(ttl.as_millis() as u64)
-                    .query_async(&mut master)
-                    .await
-                    .expect("SET");
-                set.is_some()
-            }
+            async move { redis_raw::set_nx_px(&mut master, key, owner, ttl).await }
         });
         let granted = join_all(sets).await.into_iter().filter(|ok| *ok).count();
         if granted >= self.quorum() {
@@ -82,15 +67,7 @@ impl RedLockRaw {
     pub(crate) async fn release(&self, key: &str, owner: &str) {
         join_all(self.masters.iter().map(|master| {
             let mut master = master.clone();
-            let script = Arc::clone(&self.release);
-            async move {
-                let _: i64 = script
-                    .key(key)
-                    .arg(owner)
-                    .invoke_async(&mut master)
-                    .await
-                    .expect("EVALSHA");
-            }
+            async move { redis_raw::compare_and_delete(&mut master, key, owner).await }
         }))
         .await;
     }

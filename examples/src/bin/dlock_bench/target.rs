@@ -11,6 +11,7 @@ use dlock_core::harness::{EtcdServer, PostgresServer, RedisNodes, RedisServer, Z
 use dlock_core::{DlockConfig, Locker};
 use redis::aio::ConnectionManager;
 
+use crate::redis_raw;
 use crate::redlock::RedLockRaw;
 
 /// The backend under test.
@@ -80,9 +81,6 @@ impl PgRaw {
 
 /// The session timeout of the raw ZooKeeper client (the server caps it at its maximum).
 const TTL_FOR_RAW: Duration = Duration::from_secs(30);
-
-const COMPARE_AND_DELETE: &str =
-    "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0";
 
 impl Target {
     pub(crate) async fn from_url(url: &str) -> Result<Self, String> {
@@ -253,10 +251,7 @@ impl Target {
     pub(crate) fn raw(&self) -> Raw {
         match self {
             Self::Memory(table) => Raw::Memory(table.clone()),
-            Self::Redis { raw, .. } => Raw::Redis(
-                raw.clone(),
-                Arc::new(redis::Script::new(COMPARE_AND_DELETE)),
-            ),
+            Self::Redis { raw, .. } => Raw::Redis(raw.clone()),
             Self::Etcd { raw, .. } => Raw::Etcd(raw.clone()),
             Self::ZooKeeper { raw, .. } => Raw::ZooKeeper {
                 client: raw.clone(),
@@ -415,7 +410,7 @@ impl Target {
 #[derive(Clone)]
 pub(crate) enum Raw {
     Memory(MemoryBackend),
-    Redis(ConnectionManager, Arc<redis::Script>),
+    Redis(ConnectionManager),
     /// etcd's floor: a put-if-absent transaction, then a delete.
     Etcd(Box<etcd_client::KvClient>),
     /// ZooKeeper's floor: create an ephemeral sequential node under the lock path (making the
@@ -446,18 +441,7 @@ impl Raw {
                     .expect("memory");
                 matches!(outcome, AcquireOutcome::Acquired(_))
             }
-            Self::Redis(conn, _) => {
-                let set: Option<String> = redis::cmd("SET")
-                    .arg(key)
-                    .arg(owner)
-                    .arg("NX")
-                    .arg("PX")
-                    .arg(ttl.as_millis() as u64)
-                    .query_async(conn)
-                    .await
-                    .expect("SET");
-                set.is_some()
-            }
+            Self::Redis(conn) => redis_raw::set_nx_px(conn, key, owner, ttl).await,
             Self::Etcd(kv) => {
                 use etcd_client::{Compare, CompareOp, Txn, TxnOp};
                 let txn = Txn::new()
@@ -512,14 +496,7 @@ impl Raw {
                 let lease = dlock_core::backend::Lease::new(&req, Instant::now());
                 table.release(&lease).await.expect("memory");
             }
-            Self::Redis(conn, script) => {
-                let _: i64 = script
-                    .key(key)
-                    .arg(owner)
-                    .invoke_async(conn)
-                    .await
-                    .expect("EVAL");
-            }
+            Self::Redis(conn) => redis_raw::compare_and_delete(conn, key, owner).await,
             Self::Etcd(kv) => {
                 kv.delete(key, None).await.expect("etcd delete");
             }
@@ -590,7 +567,7 @@ impl Raw {
                 .expect("pg_advisory_unlock");
             return Some(());
         }
-        let Self::Redis(conn, _) = self else {
+        let Self::Redis(conn) = self else {
             return None;
         };
         static RELEASE: LazyLock<redis::Script> = LazyLock::new(|| {
