@@ -5,7 +5,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use dlock_core::harness::RedisNodes;
+use dlock_core::harness::{ProxyMode, RedisNodes, TcpProxy};
 use dlock_core::{DlockConfig, Error, Locker};
 
 const OPERATION_TIMEOUT: Duration = Duration::from_secs(1);
@@ -226,4 +226,88 @@ async fn a_minority_restarted_empty_keeps_the_lock_and_a_majority_loses_it() {
         .await
         .expect("the other Locker takes the lock the majority forgot");
     taken.release().await.expect("release");
+}
+
+/// A waiter hears a release only from the masters that had confirmed its subscription when
+/// its attempt marked their keys. Here the two masters holding the lock confirm late (their
+/// new connections are held up by a proxy) and the holder releases in between: the waiter
+/// tries again when their confirmations come, instead of sleeping out the holder's ttl.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_before_a_late_subscription_confirms_is_not_missed() {
+    let nodes = RedisNodes::start(4).await.expect("redis-servers");
+    let [free, second, third, elsewhere] = nodes.nodes() else {
+        unreachable!("four servers")
+    };
+    let mut proxies = Vec::new();
+    for server in [second, third] {
+        let address = server.addr().parse().expect("address");
+        proxies.push(TcpProxy::start(address).await.expect("proxy"));
+    }
+    // The holder's masters and the waiter's share two servers (the waiter reaches them
+    // through the proxies); the holder's third master is elsewhere, the waiter's is free.
+    let ttl = Duration::from_secs(30);
+    let holder = locker(
+        &format!(
+            "redlock://{},{},{}",
+            elsewhere.addr(),
+            second.addr(),
+            third.addr()
+        ),
+        ttl,
+    )
+    .await;
+    let waiter = locker(
+        &format!(
+            "redlock://{},{},{}",
+            free.addr(),
+            proxies[0].address(),
+            proxies[1].address()
+        ),
+        ttl,
+    )
+    .await;
+    let guard = holder.lock("order:7").await.expect("acquire");
+    // The waiter's command connections are open (it pinged every master); its subscription
+    // connections open at its first wait, and are held up on the two shared masters.
+    for proxy in &proxies {
+        proxy.set(ProxyMode::HoldNew);
+    }
+    let waiting = tokio::spawn(async move {
+        let guard = waiter.lock("order:7").wait(Duration::from_secs(20)).await;
+        (guard, Instant::now())
+    });
+    // Its queued round found the lock free on its own master and held on the shared two,
+    // which it marked waited for: their release publishes, to nobody subscribed yet.
+    let marked = async {
+        for server in [second, third] {
+            while !server
+                .command(&["GET", "{dlock:order:7}"])
+                .await
+                .is_ok_and(|value| value.ends_with("|waited"))
+            {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), marked)
+        .await
+        .expect("the waiter never marked the shared masters' keys");
+    guard.release().await.expect("release");
+    let subscribed_at = Instant::now();
+    for proxy in &proxies {
+        proxy.set(ProxyMode::Pass);
+    }
+    let (acquired, at) = waiting.await.expect("waiter");
+    acquired
+        .expect("the waiter gets the released lock")
+        .release()
+        .await
+        .expect("release");
+    let took = at - subscribed_at;
+    println!("granted {took:?} after the late subscriptions could confirm");
+    assert!(
+        took < Duration::from_secs(3),
+        "the waiter took {took:?} to notice a release made before its subscription confirmed \
+         (the holder's ttl is {ttl:?}, its wait bound 20 s)"
+    );
 }

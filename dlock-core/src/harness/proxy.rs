@@ -22,6 +22,9 @@ pub enum ProxyMode {
     /// Forwards the client's bytes to the server and drops the server's answers, as if every
     /// reply were lost on the way back.
     DropReplies,
+    /// Forwards on the connections already open; a new connection is accepted but carries
+    /// nothing until the proxy is switched to another mode, as if its path were slow.
+    HoldNew,
 }
 
 /// A loopback TCP proxy to one server, stopped (and every connection closed) when dropped.
@@ -108,6 +111,14 @@ async fn accept(listener: TcpListener, server: SocketAddr, mode: Arc<watch::Send
 /// Forwards one connection until either side closes it or the proxy cuts it.
 async fn forward(client: TcpStream, server: SocketAddr, mut mode: watch::Receiver<State>) {
     let opened_after = mode.borrow_and_update().cuts;
+    if mode.borrow().mode == ProxyMode::HoldNew
+        && mode
+            .wait_for(|state| state.mode != ProxyMode::HoldNew)
+            .await
+            .is_err()
+    {
+        return;
+    }
     let Ok(upstream) = TcpStream::connect(server).await else {
         return;
     };

@@ -108,6 +108,8 @@ use redis::aio::ConnectionLike;
 pub(crate) use self::conn::open_lazy;
 pub(crate) use self::conn::{Conn, RedisUrl};
 pub(crate) use self::node::{Attempt, HandOver, Node};
+#[cfg(feature = "redlock")]
+pub(crate) use self::notify::MAX_SERVERS as MAX_SUBSCRIPTION_SERVERS;
 pub(crate) use self::notify::{Waiters, channel_of};
 use self::shares::WriterMark;
 use crate::backend::BackendUrl;
@@ -168,7 +170,12 @@ impl RedisBackend {
         let subscriber = conn::open(url, timeout, Some(pushes_tx)).await?;
         let backend = Self {
             node: Node::new(conn, timeout),
-            waiters: Waiters::start(id.as_str().to_owned(), vec![subscriber], pushes_rx, timeout),
+            waiters: Waiters::start(
+                id.as_str().to_owned(),
+                vec![subscriber],
+                vec![pushes_rx],
+                timeout,
+            ),
             id,
         };
         backend.warn_about_eviction().await;

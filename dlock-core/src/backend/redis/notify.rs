@@ -6,8 +6,12 @@
 //! [`WaitQueues`]; only the head of the queue talks to Redis. A release message wakes just that head; when the head leaves
 //! (acquired, gave up, cancelled) the next one becomes head and is woken. The head also wakes
 //! when the holder's remaining ttl runs out, so a lost message costs at most one ttl.
+//!
+//! A subscription is confirmed by each server on its own: [`Waiters::confirmed`] says which
+//! servers had confirmed a channel, so a RedLock waiter knows which masters' releases it is
+//! sure to hear, and [`Waiters::wake_on_confirmation`] wakes it when one it needs confirms.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, Instant};
@@ -40,8 +44,9 @@ pub(crate) struct Waiters {
     bars: Mutex<HashMap<String, Instant>>,
     /// No bar is set: the uncontended fast path reads this instead of taking the lock.
     no_bars: AtomicBool,
-    /// The channels subscribed to; changed only while holding `subscribers`.
-    subscribed: Mutex<HashSet<String>>,
+    /// The channels subscribed to (added and removed only while holding `subscribers`), and
+    /// which servers confirmed each.
+    subscribed: Mutex<HashMap<String, Subscription>>,
     /// One subscription connection per server; the lock serialises SUBSCRIBE / UNSUBSCRIBE so
     /// they reach the servers in the order decided.
     subscribers: tokio::sync::Mutex<Vec<Conn>>,
@@ -49,13 +54,19 @@ pub(crate) struct Waiters {
 }
 
 impl Waiters {
-    /// Starts dispatching the pushes of `subscribers` (whose push senders feed `pushes`).
+    /// Starts dispatching the pushes of `subscribers`, server by server: `pushes[i]` receives
+    /// what `subscribers[i]`'s push sender sends.
     pub(crate) fn start(
         own_id: String,
         subscribers: Vec<Conn>,
-        mut pushes: UnboundedReceiver<PushInfo>,
+        pushes: Vec<UnboundedReceiver<PushInfo>>,
         timeout: Duration,
     ) -> Arc<Self> {
+        debug_assert_eq!(subscribers.len(), pushes.len());
+        assert!(
+            subscribers.len() <= MAX_SERVERS,
+            "at most {MAX_SERVERS} subscription servers"
+        );
         let waiters = Arc::new_cyclic(|weak: &Weak<Self>| {
             let weak = weak.clone();
             // A channel nobody waits on any more is unsubscribed, in the background.
@@ -78,15 +89,17 @@ impl Waiters {
                 timeout,
             }
         });
-        let weak = Arc::downgrade(&waiters);
-        tokio::spawn(async move {
-            while let Some(push) = pushes.recv().await {
-                let Some(waiters) = weak.upgrade() else {
-                    return;
-                };
-                waiters.dispatch(&push);
-            }
-        });
+        for (server, mut pushes) in pushes.into_iter().enumerate() {
+            let weak = Arc::downgrade(&waiters);
+            tokio::spawn(async move {
+                while let Some(push) = pushes.recv().await {
+                    let Some(waiters) = weak.upgrade() else {
+                        return;
+                    };
+                    waiters.dispatch(server, &push);
+                }
+            });
+        }
         waiters
     }
 
@@ -97,13 +110,14 @@ impl Waiters {
         }
     }
 
-    fn subscribed(&self) -> MutexGuard<'_, HashSet<String>> {
+    fn subscribed(&self) -> MutexGuard<'_, HashMap<String, Subscription>> {
         self.subscribed
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn dispatch(&self, push: &PushInfo) {
+    fn dispatch(&self, server: usize, push: &PushInfo) {
+        let bit = 1u64 << server;
         match push.kind {
             PushKind::Message => {
                 let (Some(Value::BulkString(channel)), payload) =
@@ -115,8 +129,30 @@ impl Waiters {
                     matches!(payload, Some(Value::BulkString(p)) if *p == self.own_id.as_bytes());
                 self.on_release(&String::from_utf8_lossy(channel), ours);
             }
-            // After a reconnect a release may have been missed: let every head re-check.
-            PushKind::Disconnection => self.queues.wake_every_head(),
+            // After a reconnect a release may have been missed: let every head re-check. The
+            // connection resubscribes when it reconnects, and each channel is confirmed again.
+            PushKind::Disconnection => {
+                for subscription in self.subscribed().values_mut() {
+                    subscription.confirmed &= !bit;
+                }
+                self.queues.wake_every_head();
+            }
+            PushKind::Subscribe | PushKind::Unsubscribe => {
+                let Some(Value::BulkString(channel)) = push.data.first() else {
+                    return;
+                };
+                let channel = String::from_utf8_lossy(channel);
+                let mut subscribed = self.subscribed();
+                let Some(subscription) = subscribed.get_mut(channel.as_ref()) else {
+                    return;
+                };
+                if push.kind == PushKind::Unsubscribe {
+                    subscription.confirmed &= !bit;
+                } else if subscription.confirm(bit) {
+                    drop(subscribed);
+                    self.queues.wake_head(&channel);
+                }
+            }
             _ => {}
         }
     }
@@ -196,34 +232,58 @@ impl Waiters {
     }
 
     /// Subscribes to `channel` on every server at once, and returns as soon as one confirms
-    /// (a RedLock master may be down or frozen; a missed release costs a waiter at most the
-    /// holder's ttl, when it re-checks anyway). The other requests are queued on their
-    /// connections by then, in order with any later `UNSUBSCRIBE`. An error only if none
-    /// confirms.
+    /// (a RedLock master may be down or frozen). The other requests run on in the background;
+    /// their confirmations arrive as pushes and are recorded in [`confirmed`](Self::confirmed).
+    /// (A request whose connection is still being opened may reach its server after a later
+    /// `UNSUBSCRIBE`: that server then sends releases of a channel nobody waits on, which are
+    /// ignored.) An error only if none confirms.
     async fn ensure_subscribed(&self, channel: &str) -> Result<()> {
-        let mut subscribers = self.subscribers.lock().await;
-        if self.subscribed().contains(channel) {
+        let subscribers = self.subscribers.lock().await;
+        if self.subscribed().contains_key(channel) {
             return Ok(());
         }
+        self.subscribed()
+            .insert(channel.to_owned(), Subscription::default());
         let timeout = self.timeout;
+        // Each request owns a handle on its connection, so the ones still pending when the
+        // first confirms can run on in the background: a request dropped while its connection
+        // is still being opened (lazily, or again after a disconnect) would never be sent.
         let mut pending: FuturesUnordered<_> = subscribers
-            .iter_mut()
-            .map(|subscriber| async move {
-                tokio::time::timeout(timeout, subscriber.subscribe(channel))
-                    .await
-                    .map_err(|_| Error::Timeout {
-                        backend: "redis",
-                        operation: "subscribe",
-                        after: timeout,
-                    })?
-                    .map_err(super::errors::from_redis)
+            .iter()
+            .enumerate()
+            .map(|(server, subscriber)| {
+                let (mut subscriber, channel) = (subscriber.clone(), channel.to_owned());
+                async move {
+                    let reply = tokio::time::timeout(timeout, subscriber.subscribe(&channel))
+                        .await
+                        .map_err(|_| Error::Timeout {
+                            backend: "redis",
+                            operation: "subscribe",
+                            after: timeout,
+                        })?
+                        .map_err(super::errors::from_redis);
+                    reply.map(|()| server)
+                }
             })
             .collect();
         let mut first_error = None;
         while let Some(reply) = pending.next().await {
             match reply {
-                Ok(()) => {
-                    self.subscribed().insert(channel.to_owned());
+                Ok(server) => {
+                    if let Some(subscription) = self.subscribed().get_mut(channel) {
+                        subscription.confirm(1 << server);
+                    }
+                    if !pending.is_empty() {
+                        // Their confirmations are recorded as they arrive (as pushes).
+                        let channel = channel.to_owned();
+                        tokio::spawn(async move {
+                            while let Some(reply) = pending.next().await {
+                                if let Err(error) = reply {
+                                    tracing::debug!(%channel, %error, "dlock: redis subscription not confirmed");
+                                }
+                            }
+                        });
+                    }
                     return Ok(());
                 }
                 Err(error) => {
@@ -231,8 +291,33 @@ impl Waiters {
                 }
             }
         }
+        self.subscribed().remove(channel);
         Err(first_error
             .unwrap_or_else(|| Error::unavailable("redis", "no subscription connection")))
+    }
+
+    /// Which servers had confirmed the subscription to `channel` (bit `i` for server `i`): a
+    /// release published on one of them from now on is heard.
+    #[cfg_attr(not(feature = "redlock"), allow(dead_code))] // used by RedLock
+    pub(crate) fn confirmed(&self, channel: &str) -> u64 {
+        self.subscribed()
+            .get(channel)
+            .map_or(0, |subscription| subscription.confirmed)
+    }
+
+    /// Wakes the head of `channel`'s queue as soon as one of `servers` confirms the
+    /// subscription; `false` (nothing to wait for) if one of them has already.
+    #[cfg_attr(not(feature = "redlock"), allow(dead_code))] // used by RedLock
+    pub(crate) fn wake_on_confirmation(&self, channel: &str, servers: u64) -> bool {
+        let mut subscribed = self.subscribed();
+        let Some(subscription) = subscribed.get_mut(channel) else {
+            return false;
+        };
+        if subscription.confirmed & servers != 0 {
+            return false;
+        }
+        subscription.awaited |= servers;
+        true
     }
 
     /// Unsubscribes from `channel` if nobody waits on it (any more): sent on every server,
@@ -240,7 +325,7 @@ impl Waiters {
     /// the next subscription).
     async fn unsubscribe_if_idle(&self, channel: String) {
         let mut subscribers = self.subscribers.lock().await;
-        let idle = self.queues.len(&channel) == 0 && self.subscribed().remove(&channel);
+        let idle = self.queues.len(&channel) == 0 && self.subscribed().remove(&channel).is_some();
         if idle {
             let channel = channel.as_str();
             let all = join_all(
@@ -251,6 +336,30 @@ impl Waiters {
             let outcome = tokio::time::timeout(UNSUBSCRIBE_WAIT.min(self.timeout), all).await;
             tracing::trace!(%channel, ?outcome, "dlock: redis unsubscribed");
         }
+    }
+}
+
+/// The most servers one `Waiters` subscribes on (the bits of [`Subscription`]'s masks).
+pub(crate) const MAX_SERVERS: usize = 64;
+
+/// One subscribed channel: which servers confirmed it, and which ones a waiter awaits.
+#[derive(Debug, Default)]
+struct Subscription {
+    /// Bit `i`: server `i` confirmed the subscription (and has not disconnected since).
+    confirmed: u64,
+    /// Servers whose confirmation should wake the head; cleared when one confirms.
+    awaited: u64,
+}
+
+impl Subscription {
+    /// Records `server`'s confirmation; whether the head awaited it (and must be woken).
+    fn confirm(&mut self, server: u64) -> bool {
+        self.confirmed |= server;
+        let awaited = self.awaited & server != 0;
+        if awaited {
+            self.awaited = 0;
+        }
+        awaited
     }
 }
 

@@ -14,6 +14,10 @@ use crate::{Error, Result};
 /// that fails stops every lock (a single `redis://` server is better then).
 pub(crate) const MIN_NODES: usize = 3;
 
+/// The most masters a RedLock may have (a waiter tracks which masters confirmed its
+/// subscription in one 64-bit mask); real deployments use 3, 5 or 7.
+pub(crate) const MAX_NODES: usize = crate::backend::redis::MAX_SUBSCRIPTION_SERVERS;
+
 /// A master's share of the lock's ttl when the URL does not say (`node_timeout=5%`, as
 /// redsync): with a 30 s ttl one master may take 1.5 s before the acquire goes on without it.
 const DEFAULT_NODE_SHARE: f64 = 0.05;
@@ -88,6 +92,12 @@ impl RedLockUrl {
         if entries.len() < MIN_NODES {
             return Err(bad(format!(
                 "RedLock needs at least {MIN_NODES} independent Redis masters, got {}; for one server use `redis://`",
+                entries.len()
+            )));
+        }
+        if entries.len() > MAX_NODES {
+            return Err(bad(format!(
+                "RedLock takes at most {MAX_NODES} masters, got {}",
                 entries.len()
             )));
         }
@@ -198,6 +208,19 @@ mod tests {
         assert!(
             err.contains("c:notaport") && !err.contains("s3cret"),
             "{err}"
+        );
+        let many: Vec<String> = (0..=MAX_NODES).map(|i| format!("h{i}:6379")).collect();
+        let err = RedLockUrl::parse(&format!("redlock://{}", many.join(",")))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("at most 64 masters, got 65"), "{err}");
+        let most = &many[..MAX_NODES];
+        assert_eq!(
+            RedLockUrl::parse(&format!("redlock://{}", most.join(",")))
+                .expect("64 masters")
+                .nodes
+                .len(),
+            MAX_NODES
         );
     }
 }

@@ -45,7 +45,9 @@ const RENEW_BATCH: usize = 100;
 ///   majority gives back what it took, on every master at once.
 /// * **Waiting** never polls: a Locker's waiters queue in arrival order, subscribed to the
 ///   lock's release channel on every master; the head's attempt marks the holder's keys
-///   waited for, so their release publishes, and any master's message wakes it. It also
+///   waited for, so their release publishes, and any master's message wakes it. A master's
+///   message is heard only once it confirmed the subscription: when none of the masters
+///   that answered "held" had, the head tries again at their first confirmation. It also
 ///   re-checks when enough holders' keys expire for a majority (a lost message costs that
 ///   much), with a little random delay when two clients split the vote.
 /// * **Renewal**: `PEXPIRE` (owner-checked) on every master, up to 100 locks per script;
@@ -111,17 +113,19 @@ impl RedLockBackend {
                 "not a `redlock://` URL",
             )
         })?;
-        let (pushes_tx, pushes_rx) = tokio::sync::mpsc::unbounded_channel();
         let mut nodes = Vec::with_capacity(settings.nodes.len());
         let mut subscribers = Vec::with_capacity(settings.nodes.len());
+        let mut pushes = Vec::with_capacity(settings.nodes.len());
         for info in &settings.nodes {
+            let (pushes_tx, pushes_rx) = tokio::sync::mpsc::unbounded_channel();
             nodes.push(Node::new(open_lazy(info, timeout, None)?, timeout));
-            subscribers.push(open_lazy(info, timeout, Some(pushes_tx.clone()))?);
+            subscribers.push(open_lazy(info, timeout, Some(pushes_tx))?);
+            pushes.push(pushes_rx);
         }
         let id = OwnerId::random("redlock-locker");
         let backend = Self {
             nodes,
-            waiters: Waiters::start(id.as_str().to_owned(), subscribers, pushes_rx, timeout),
+            waiters: Waiters::start(id.as_str().to_owned(), subscribers, pushes, timeout),
             quorum: settings.quorum(),
             node_timeout: settings.node_timeout,
             timeout,
@@ -199,8 +203,9 @@ impl RedLockBackend {
     /// round gives back, before it returns, on every master that granted or did not answer
     /// (or was not waited for), after that master's attempt.
     /// `queued`: the head of this Locker's waiters, whose attempt marks the holders' keys
-    /// waited for and learns their expiry.
-    async fn round(&self, req: &AcquireRequest, queued: bool) -> (Verdict, Instant) {
+    /// waited for and learns their expiry. Returns the verdict, when the round was sent, and
+    /// which masters answered that someone holds the lock (bit `i` for master `i`).
+    async fn round(&self, req: &AcquireRequest, queued: bool) -> (Verdict, Instant, u64) {
         let bound = self.node_timeout.for_ttl(req.ttl, self.timeout);
         let masters = self.nodes.len();
         let sent = Instant::now();
@@ -239,16 +244,24 @@ impl RedLockBackend {
         let replies = Self::bounded_until(bound, attempts, decided).await;
         let in_time = sent.elapsed() + drift_margin(req.ttl) < req.ttl;
         let mut give_back = Vec::new();
+        let mut held_on = 0u64;
         let answers = replies
             .into_iter()
             .zip(self.nodes.iter().zip(tasks))
-            .map(|(reply, (node, task))| match reply {
+            .enumerate()
+            .map(|(master, (reply, (node, task)))| match reply {
                 Some(Ok(Attempt::Granted(_))) => {
                     give_back.push((node, None));
                     Answer::Granted
                 }
-                Some(Ok(Attempt::Held(left) | Attempt::WriterWaits(left))) => Answer::Held(left),
-                Some(Ok(Attempt::Taken)) => Answer::Held(None),
+                Some(Ok(Attempt::Held(left) | Attempt::WriterWaits(left))) => {
+                    held_on |= 1 << master;
+                    Answer::Held(left)
+                }
+                Some(Ok(Attempt::Taken)) => {
+                    held_on |= 1 << master;
+                    Answer::Held(None)
+                }
                 Some(Err(error)) => {
                     give_back.push((node, Some(task)));
                     Answer::Failed(error)
@@ -283,11 +296,17 @@ impl RedLockBackend {
             }))
             .await;
         }
-        (verdict, sent)
+        (verdict, sent, held_on)
     }
 
     /// Queues locally (subscribed on every master), then tries whenever this waiter is the
     /// head and woken: by a release, by becoming head, or when enough holders expire.
+    ///
+    /// A release is heard only from a master that had confirmed the subscription before the
+    /// attempt marked its key waited for. The subscription returns at the first master's
+    /// confirmation, so when none of the masters that answered "held" had confirmed yet, the
+    /// head also wakes at the next confirmation among them and tries again (their holder may
+    /// have released in between, unheard).
     async fn wait_in_queue(
         &self,
         req: &AcquireRequest,
@@ -298,11 +317,19 @@ impl RedLockBackend {
         let ticket = self.waiters.enqueue(&channel).await?;
         loop {
             if ticket.is_head() {
-                let (verdict, sent) = self.round(req, true).await;
+                let heard_from = self.waiters.confirmed(&channel);
+                let (verdict, sent, held_on) = self.round(req, true).await;
                 match verdict {
                     Verdict::Won => return Ok(AcquireOutcome::Acquired(Lease::new(req, sent))),
                     Verdict::Lost { retry_after: r } => retry_after = r,
                     Verdict::Unreachable(error) => return Err(error),
+                }
+                if held_on != 0
+                    && held_on & heard_from == 0
+                    && !self.waiters.wake_on_confirmation(&channel, held_on)
+                {
+                    // One of them confirmed while the round ran: try again at once.
+                    continue;
                 }
             }
             let now = Instant::now();
@@ -349,7 +376,7 @@ impl LockBackend for RedLockBackend {
         }
         let mut retry_after = None;
         if self.waiters.may_try_at_once(&req.key) {
-            let (verdict, sent) = self.round(req, false).await;
+            let (verdict, sent, _) = self.round(req, false).await;
             match verdict {
                 Verdict::Won => return Ok(AcquireOutcome::Acquired(Lease::new(req, sent))),
                 Verdict::Lost { retry_after: r } => retry_after = r,
