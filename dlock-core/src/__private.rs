@@ -8,7 +8,7 @@
 //!     ::dlock_core::__private::run(
 //!         ::dlock_core::__private::Locker::global(),          // or IntoLocker::into_locker(expr)
 //!         ::std::borrow::Cow::Owned(::std::format!("order:{}", id)),
-//!         ::dlock_core::__private::Options { ttl: .., wait: .., watchdog: true, fencing: None, mode: .., write_side: false },
+//!         ::dlock_core::__private::Options { ttl: .., wait: .., watchdog: true, max_hold: None, fencing: None, mode: .., write_side: false },
 //!         async move { body },
 //!     )
 //!     .await
@@ -32,6 +32,8 @@ pub struct Options {
     pub wait: Wait,
     /// `watchdog = false` turns renewal off.
     pub watchdog: bool,
+    /// `max_hold = ".."`; `None`: the Locker's default.
+    pub max_hold: Option<Duration>,
     /// `fencing = ..`; `None`: the Locker's default.
     pub fencing: Option<bool>,
     /// `mode = "read"` (shared), `permits = N` (a permit), else exclusive.
@@ -123,6 +125,9 @@ where
     }
     if let Some(fencing) = options.fencing {
         request = request.fencing(fencing);
+    }
+    if let Some(max_hold) = options.max_hold {
+        request = request.max_hold(max_hold);
     }
     request = match options.wait {
         Wait::Default => request,

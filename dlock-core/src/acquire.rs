@@ -4,7 +4,7 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::backend::{Capabilities, Fencing, LockBackend};
@@ -15,7 +15,7 @@ use crate::keeper::LeaseKeeper;
 use crate::lease::{AcquireOutcome, AcquireRequest, Lease, OwnerId};
 use crate::lease_watch::LeaseWatch;
 use crate::reentrancy::{HolderId, Reentrancy};
-use crate::{Error, LockMode, Result};
+use crate::{Error, LockMode, LostReason, Result};
 
 /// The most an acquire that waits (`wait(d)`, `d > 0`) may answer after its wait ran out,
 /// whatever the server does (capped by the operation timeout): time for the last attempt's
@@ -34,6 +34,8 @@ pub(crate) struct LockerState {
     id: String,
     /// How many grants this Locker asked for: the other half of an owner id.
     grants: AtomicU64,
+    /// Set by [`LockerState::shutdown`]: no more grants.
+    shut_down: AtomicBool,
     pub(crate) capabilities: Capabilities,
     pub(crate) config: DlockConfig,
     pub(crate) keeper: Arc<LeaseKeeper>,
@@ -63,6 +65,8 @@ pub(crate) struct AcquireOptions<'a> {
     pub(crate) reentrant: bool,
     /// Whether the grant must carry a fencing token; `None`: the Locker's default.
     pub(crate) fencing: Option<bool>,
+    /// The longest the lock is held; `None`: the Locker's default.
+    pub(crate) max_hold: Option<Duration>,
     /// How the key is held.
     pub(crate) mode: LockMode,
     /// An exclusive hold is the write side of a read-write lock, not a mutex.
@@ -84,6 +88,7 @@ impl LockerState {
         Self {
             id,
             grants: AtomicU64::new(0),
+            shut_down: AtomicBool::new(false),
             capabilities,
             keeper: Arc::new(LeaseKeeper::new(backend, config.operation_timeout)),
             config,
@@ -94,6 +99,9 @@ impl LockerState {
     /// Takes a lock as `options` describe: checks the request, re-enters a hold of this task
     /// where the mode allows, else asks the backend (within the wait) and keeps the grant.
     pub(crate) async fn acquire(&self, options: AcquireOptions<'_>) -> Result<LockGuard> {
+        if self.shut_down.load(Ordering::SeqCst) {
+            return Err(Error::ShutDown);
+        }
         let checked = self.check(&options)?;
         let holder = HolderId::current();
         if options.reentrant
@@ -107,6 +115,51 @@ impl LockerState {
     }
 
     /// Validates `options` against the settings and the backend, before any round trip.
+    /// Refuses new grants, marks every held lease lost ([`LostReason::Shutdown`]) and
+    /// releases them all at once, each within the operation timeout; the watchdog stops.
+    /// The first failed release is returned after all were tried.
+    pub(crate) async fn shutdown(&self) -> Result<()> {
+        self.shut_down.store(true, Ordering::SeqCst);
+        let leases = self
+            .keeper
+            .watchdog()
+            .shut_down_and_drain(&LostReason::Shutdown);
+        let held = leases.len();
+        let mut releases = tokio::task::JoinSet::new();
+        for lease in leases {
+            let keeper = Arc::clone(&self.keeper);
+            releases.spawn(async move { keeper.release_lease(&lease).await });
+        }
+        let mut first_error = None;
+        while let Some(released) = releases.join_next().await {
+            let released = released
+                .map_err(|panic| Error::unavailable(self.capabilities.name, panic.to_string()))
+                .and_then(|outcome| outcome);
+            if let Err(error) = released {
+                first_error.get_or_insert(error);
+            }
+        }
+        tracing::info!(
+            held,
+            failed = first_error.is_some(),
+            "dlock: Locker shut down"
+        );
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// Deletes `key`'s lock whoever holds it, within the operation timeout.
+    pub(crate) async fn force_release(&self, key: &str) -> Result<bool> {
+        let full_key = crate::key::full_key(&self.config.key_prefix, key)?;
+        let released = tokio::time::timeout(
+            self.keeper.operation_timeout(),
+            self.keeper.backend().force_release(&full_key),
+        )
+        .await
+        .unwrap_or_else(|_| Err(self.keeper.timeout("force_release")))?;
+        tracing::info!(%key, released, "dlock: force-released");
+        Ok(released)
+    }
+
     fn check(&self, options: &AcquireOptions<'_>) -> Result<Checked> {
         let full_key = crate::key::full_key(&self.config.key_prefix, options.key)?;
         let ttl = options.ttl.unwrap_or(self.config.ttl);
@@ -116,6 +169,9 @@ impl LockerState {
                 humantime::format_duration(ttl).to_string(),
                 "must be at least 10ms",
             ));
+        }
+        if options.max_hold.is_some_and(|cap| cap.is_zero()) {
+            return Err(Error::config("max_hold", "0s", "must be positive"));
         }
         if options.mode == (LockMode::Permit { limit: 0 }) {
             return Err(Error::config(
@@ -305,9 +361,10 @@ impl LockerState {
             lease.valid_from,
         ));
         let cadence = options.watchdog.then(|| self.cadence(ttl));
+        let max_hold = options.max_hold.or(self.config.max_hold);
         self.keeper
             .watchdog()
-            .watch(lease.clone(), Arc::clone(&watch), cadence);
+            .watch(lease.clone(), Arc::clone(&watch), cadence, max_hold);
         let hold = Hold::new(
             Arc::clone(&self.keeper),
             Arc::clone(&self.reentrancy),

@@ -22,6 +22,7 @@ use crate::{Error, Result};
 /// | `watchdog_interval` | `DLOCK_WATCHDOG_INTERVAL`  | a third of the ttl     |
 /// | `operation_timeout` | `DLOCK_OPERATION_TIMEOUT`  | `5s`                   |
 /// | `fencing`           | `DLOCK_FENCING`            | `false`                |
+/// | `max_hold`          | `DLOCK_MAX_HOLD`           | none: renewed while held |
 ///
 /// # Examples
 ///
@@ -68,6 +69,12 @@ pub struct DlockConfig {
     /// and a counter key per lock name. `true` on a backend without tokens fails each
     /// acquire with [`Error::Unsupported`].
     pub fencing: bool,
+    /// The longest any lock is held by default: after it the watchdog stops renewing, the
+    /// guard is lost ([`LostReason::MaxHold`](crate::LostReason::MaxHold)) and the lock is
+    /// released, so a stuck job cannot hold it forever. `None`: renewed for as long as the
+    /// guard lives. Per lock: [`LockRequest::max_hold`](crate::LockRequest::max_hold).
+    #[serde(with = "humantime_serde")]
+    pub max_hold: Option<Duration>,
 }
 
 impl Default for DlockConfig {
@@ -80,12 +87,13 @@ impl Default for DlockConfig {
             watchdog_interval: None,
             operation_timeout: Duration::from_secs(5),
             fencing: false,
+            max_hold: None,
         }
     }
 }
 
 /// The environment variables [`DlockConfig::from_env`] reads.
-const ENV_VARS: [&str; 7] = [
+const ENV_VARS: [&str; 8] = [
     "DLOCK_URL",
     "DLOCK_KEY_PREFIX",
     "DLOCK_TTL",
@@ -93,6 +101,7 @@ const ENV_VARS: [&str; 7] = [
     "DLOCK_WATCHDOG_INTERVAL",
     "DLOCK_OPERATION_TIMEOUT",
     "DLOCK_FENCING",
+    "DLOCK_MAX_HOLD",
 ];
 
 impl DlockConfig {
@@ -150,6 +159,12 @@ impl DlockConfig {
                     config.operation_timeout = parse_duration(name, &value)?;
                 }
                 "DLOCK_FENCING" => config.fencing = parse_bool(name, &value)?,
+                "DLOCK_MAX_HOLD" => {
+                    config.max_hold = match value.as_str() {
+                        "none" | "" => None,
+                        _ => Some(parse_duration(name, &value)?),
+                    };
+                }
                 _ => unreachable!("ENV_VARS and this match list the same names"),
             }
         }
@@ -225,6 +240,9 @@ impl DlockConfig {
                 "must be positive",
             ));
         }
+        if self.max_hold.is_some_and(|cap| cap.is_zero()) {
+            return Err(Error::config(name("max_hold"), "0s", "must be positive"));
+        }
         crate::key::validate_prefix(&self.key_prefix)
             .map_err(|reason| Error::config(name("key_prefix"), &self.key_prefix, reason))?;
         BackendUrl::parse(&self.backend.to_url()).map_err(|e| match e {
@@ -244,6 +262,7 @@ fn env_name(field: &str) -> &'static str {
         "wait" => "DLOCK_WAIT",
         "watchdog_interval" => "DLOCK_WATCHDOG_INTERVAL",
         "fencing" => "DLOCK_FENCING",
+        "max_hold" => "DLOCK_MAX_HOLD",
         _ => "DLOCK_OPERATION_TIMEOUT",
     }
 }
@@ -329,6 +348,7 @@ mod tests {
             ("DLOCK_WATCHDOG_INTERVAL", "2s"),
             ("DLOCK_OPERATION_TIMEOUT", "750ms"),
             ("DLOCK_FENCING", "true"),
+            ("DLOCK_MAX_HOLD", "1h"),
         ]))
         .unwrap();
         assert_eq!(
@@ -341,6 +361,7 @@ mod tests {
                 watchdog_interval: Some(Duration::from_secs(2)),
                 operation_timeout: Duration::from_millis(750),
                 fencing: true,
+                max_hold: Some(Duration::from_secs(3600)),
             }
         );
         let forever = DlockConfig::from_vars(vars(&[("DLOCK_WAIT", "forever")])).unwrap();

@@ -158,6 +158,11 @@ pub enum Error {
         /// The unsupported operation.
         operation: &'static str,
     },
+
+    /// The Locker was shut down ([`Locker::shutdown`](crate::Locker::shutdown)): it takes no
+    /// more locks.
+    #[error("the Locker was shut down; it takes no more locks")]
+    ShutDown,
 }
 
 /// What kind of failure an [`Error`] is, for callers that decide by category: retry, give
@@ -170,8 +175,8 @@ pub enum ErrorKind {
     /// The lock stopped protecting the caller: the lease or session is gone
     /// ([`Error::LeaseLost`], [`Error::NotHolder`]).
     LeaseLost,
-    /// The lock service could not be reached or did not answer in time
-    /// ([`Error::Unavailable`], [`Error::Timeout`]).
+    /// The lock service could not be reached or did not answer in time, or this Locker was
+    /// shut down ([`Error::Unavailable`], [`Error::Timeout`], [`Error::ShutDown`]).
     Unavailable,
     /// The lock service refused the request: credentials, permissions, a foreign key
     /// ([`Error::Refused`]).
@@ -286,7 +291,9 @@ impl Error {
         match self {
             Self::Busy { .. } => ErrorKind::Busy,
             Self::LeaseLost { .. } | Self::NotHolder { .. } => ErrorKind::LeaseLost,
-            Self::Unavailable { .. } | Self::Timeout { .. } => ErrorKind::Unavailable,
+            Self::Unavailable { .. } | Self::Timeout { .. } | Self::ShutDown => {
+                ErrorKind::Unavailable
+            }
             Self::Refused { .. } => ErrorKind::Refused,
             Self::Unsupported { .. } => ErrorKind::Unsupported,
             Self::InvalidKey { .. }
@@ -308,6 +315,7 @@ impl Error {
     #[must_use]
     pub const fn is_retryable(&self) -> bool {
         matches!(self.kind(), ErrorKind::Busy | ErrorKind::Unavailable)
+            && !matches!(self, Self::ShutDown)
     }
 }
 
@@ -326,6 +334,11 @@ pub enum LostReason {
     NotOwner,
     /// The local conservative deadline passed without a successful renewal.
     Expired,
+    /// The lock was held for its `max_hold` ([`LockRequest::max_hold`](crate::LockRequest::max_hold)):
+    /// the watchdog stopped renewing it and released it, whatever the work was doing.
+    MaxHold(Duration),
+    /// [`Locker::shutdown`](crate::Locker::shutdown) released it.
+    Shutdown,
     /// The backend reported the session or lease that kept the lock gone (an etcd lease
     /// expired or revoked, a ZooKeeper session expired, a PostgreSQL connection closed); the
     /// text says which, for logs.
@@ -339,6 +352,12 @@ impl fmt::Display for LostReason {
                 f.write_str("the backend says another owner holds the key or it is gone")
             }
             Self::Expired => f.write_str("the lease expired locally without a successful renewal"),
+            Self::MaxHold(cap) => write!(
+                f,
+                "it was held for its max_hold of {}",
+                humantime::format_duration(*cap)
+            ),
+            Self::Shutdown => f.write_str("the Locker was shut down"),
             Self::SessionLost(why) => write!(f, "the session that kept it is gone: {why}"),
         }
     }

@@ -3,6 +3,7 @@
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Instant;
 
 use crate::LostReason;
 use crate::hold::{Hold, ShareOwner};
@@ -142,6 +143,28 @@ impl LockGuard {
     #[must_use]
     pub fn is_held(&self) -> bool {
         self.hold.watch().check_deadline()
+    }
+
+    /// When the lease runs out unless renewed: the local, conservative deadline (the grant's
+    /// or last renewal's send time plus the ttl, less the drift margin), which moves forward
+    /// with every renewal. Past it (or once the lease is lost) the guard no longer protects
+    /// anything. An operator's view, and a bound for work that must finish under the lock:
+    /// `expires_at() - Instant::now()` is what is left without another renewal.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> dlock_core::Result<()> {
+    /// use std::time::{Duration, Instant};
+    /// let locker = dlock_core::Locker::memory();
+    /// let guard = locker.lock("k").ttl(Duration::from_secs(10)).await?;
+    /// let left = guard.expires_at() - Instant::now();
+    /// assert!(left > Duration::from_secs(9) && left <= Duration::from_secs(10));
+    /// # Ok(()) }
+    /// ```
+    #[must_use]
+    pub fn expires_at(&self) -> Instant {
+        self.hold.watch().deadline()
     }
 
     /// `true` for a guard obtained by re-entering a lock this task already held.

@@ -422,6 +422,64 @@ impl Locker {
         self.state.keeper.watchdog().watched()
     }
 
+    /// Breaks `key`'s lock whoever holds it (Redisson's `forceUnlock`), for an operator
+    /// clearing a lock whose holder is stuck: every holder's grant of the key is deleted —
+    /// the readers or permits too. A holder learns at its next renewal (within a third of
+    /// its ttl): its guard is lost and the wrappers cancel its work. Returns whether there
+    /// was anything to delete. Never part of a program's normal locking: the holder may still
+    /// be working until it notices.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidKey`] for a bad key; [`Error::Unsupported`] on a backend without it
+    /// (PostgreSQL: a session's advisory lock can only be ended by ending the session);
+    /// [`Error::Timeout`] / [`Error::Unavailable`] when the server does not answer within
+    /// the operation timeout.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> dlock_core::Result<()> {
+    /// let locker = dlock_core::Locker::memory();
+    /// let stuck = locker.lock("nightly-report").await?;
+    /// assert!(locker.force_release("nightly-report").await?);
+    /// assert!(!locker.force_release("nightly-report").await?); // nothing left
+    /// let next = locker.try_lock("nightly-report").await?;
+    /// # drop((stuck, next));
+    /// # Ok(()) }
+    /// ```
+    pub async fn force_release(&self, key: &str) -> Result<bool> {
+        self.state.force_release(key).await
+    }
+
+    /// Releases every lock this Locker holds and stops its watchdog, for a graceful
+    /// shutdown (call it from the service's signal handler, after it stopped taking work).
+    /// Each held guard is lost with [`LostReason::Shutdown`](crate::LostReason::Shutdown) first,
+    /// so work still running under [`LockGuard::run`](crate::LockGuard::run), the attribute
+    /// or the layer is cancelled before its lock is given up. Acquires after this fail with
+    /// [`Error::ShutDown`]; clones of this Locker share its state, so they are shut down too.
+    ///
+    /// # Errors
+    ///
+    /// The first release that failed (each gets the operation timeout; they run at once);
+    /// every other lock was still released, and a lock whose release failed expires at its
+    /// ttl.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> dlock_core::Result<()> {
+    /// let locker = dlock_core::Locker::memory();
+    /// let guard = locker.lock("k").await?;
+    /// locker.shutdown().await?;
+    /// assert_eq!(guard.lost_reason(), Some(dlock_core::LostReason::Shutdown));
+    /// assert!(matches!(locker.lock("k").await, Err(dlock_core::Error::ShutDown)));
+    /// # Ok(()) }
+    /// ```
+    pub async fn shutdown(&self) -> Result<()> {
+        self.state.shutdown().await
+    }
+
     /// The key a backend stores for the user key `key` (the prefix added).
     ///
     /// # Errors

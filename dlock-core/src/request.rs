@@ -43,6 +43,7 @@ impl<'a> LockRequest<'a> {
                 watchdog: true,
                 reentrant: true,
                 fencing: None,
+                max_hold: None,
                 mode,
                 write_side: false,
             },
@@ -113,6 +114,31 @@ impl<'a> LockRequest<'a> {
     /// ```
     pub const fn wait_forever(mut self) -> Self {
         self.options.wait = Some(None);
+        self
+    }
+
+    /// The longest this lock is held: after `max_hold` (counted from the grant) the watchdog
+    /// stops renewing, the guard is lost with [`LostReason::MaxHold`](crate::LostReason::MaxHold)
+    /// (the wrappers cancel the protected work) and the lock is released, so a stuck job
+    /// cannot hold it forever. Defaults to the config's `max_hold` (none: renewed while the
+    /// guard lives). A nested acquire of a lock this task holds keeps the outer one's cap.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> dlock_core::Result<()> {
+    /// use std::time::Duration;
+    /// let locker = dlock_core::Locker::memory();
+    /// let guard = locker
+    ///     .lock("nightly-report")
+    ///     .ttl(Duration::from_secs(10))
+    ///     .max_hold(Duration::from_secs(3600))
+    ///     .await?;
+    /// # drop(guard);
+    /// # Ok(()) }
+    /// ```
+    pub const fn max_hold(mut self, max_hold: Duration) -> Self {
+        self.options.max_hold = Some(max_hold);
         self
     }
 

@@ -53,6 +53,8 @@ struct Entry {
     cadence: Option<Duration>,
     next_renewal: Instant,
     renewing: bool,
+    /// When the lock's `max_hold` ends, and the cap itself.
+    hold_until: Option<(Instant, Duration)>,
 }
 
 /// The watched leases by owner, and the task's schedule, under one lock.
@@ -112,14 +114,30 @@ impl Watchdog {
         }
     }
 
-    /// Starts watching `lease`: renewing it every `cadence` (if `Some`) and enforcing its
-    /// local deadline. Called from within a tokio runtime (an acquire).
-    pub(crate) fn watch(&self, lease: Lease, watch: Arc<LeaseWatch>, cadence: Option<Duration>) {
+    /// Starts watching `lease`: renewing it every `cadence` (if `Some`), enforcing its
+    /// local deadline, and ending it after `max_hold` (if `Some`: marked lost and released).
+    /// Called from within a tokio runtime (an acquire).
+    pub(crate) fn watch(
+        &self,
+        lease: Lease,
+        watch: Arc<LeaseWatch>,
+        cadence: Option<Duration>,
+        max_hold: Option<Duration>,
+    ) {
+        if self.shared.shutdown.is_cancelled() {
+            // Granted while the Locker shut down: lost at once (the guard's drop releases it).
+            watch.mark_lost(LostReason::Shutdown);
+            return;
+        }
         let next_renewal = lease.valid_from + cadence.unwrap_or(Duration::ZERO);
-        let needs_attention_at = match cadence {
+        let hold_until = max_hold.map(|cap| (lease.valid_from + cap, cap));
+        let mut needs_attention_at = match cadence {
             Some(_) => next_renewal.min(watch.deadline()),
             None => watch.deadline(),
         };
+        if let Some((until, _)) = hold_until {
+            needs_attention_at = needs_attention_at.min(until);
+        }
         let started = self.ensure_running();
         let mut entries = self.shared.entries();
         entries.insert(
@@ -130,6 +148,7 @@ impl Watchdog {
                 cadence,
                 next_renewal,
                 renewing: false,
+                hold_until,
             },
         );
         let scheduled = entries.scheduled;
@@ -201,6 +220,25 @@ impl Watchdog {
     pub(crate) fn shutdown(&self) {
         self.shared.shutdown.cancel();
     }
+
+    /// Stops the task and takes every watched lease, marked lost with `reason`, for the
+    /// caller to release; leases watched from now on are lost at once.
+    pub(crate) fn shut_down_and_drain(&self, reason: &LostReason) -> Vec<Lease> {
+        self.shutdown();
+        let drained: Vec<Entry> = self
+            .shared
+            .entries()
+            .drain()
+            .map(|(_, entry)| entry)
+            .collect();
+        drained
+            .into_iter()
+            .map(|entry| {
+                entry.watch.mark_lost(reason.clone());
+                entry.lease
+            })
+            .collect()
+    }
 }
 
 async fn run(
@@ -245,9 +283,18 @@ fn tick(shared: &Arc<Shared>, settings: &Settings) -> Instant {
     let now = Instant::now();
     let mut due = Vec::new();
     let mut expired = Vec::new();
+    let mut capped = Vec::new();
     let mut next_wake: Option<Instant> = None;
     let mut entries = shared.entries();
     entries.retain(|_, entry| {
+        if let Some((until, cap)) = entry.hold_until {
+            if until <= now {
+                entry.watch.mark_lost(LostReason::MaxHold(cap));
+                capped.push(entry.lease.clone());
+                return false;
+            }
+            next_wake = earliest(next_wake, until);
+        }
         if !entry.watch.check_deadline() {
             expired.push((entry.lease.clone(), entry.watch.deadline()));
             return false;
@@ -285,7 +332,20 @@ fn tick(shared: &Arc<Shared>, settings: &Settings) -> Instant {
             tokio::spawn(release_expired(settings.clone(), lease, deadline));
         }
     }
+    for lease in capped {
+        tokio::spawn(release_capped(settings.clone(), lease));
+    }
     next_wake
+}
+
+/// Releases a lease held for its `max_hold`, now: the work that holds it may never end.
+async fn release_capped(settings: Settings, lease: Lease) {
+    let outcome = tokio::time::timeout(
+        settings.operation_timeout,
+        settings.backend.as_ref().release(&lease),
+    )
+    .await;
+    tracing::debug!(key = %lease.key, ?outcome, "dlock: released a lease held for its max_hold");
 }
 
 /// Ends a lease the backend would otherwise keep alive, once its full ttl has run: the local

@@ -91,3 +91,75 @@ fn the_watchdog_survives_its_runtime() {
         });
     }
 }
+
+/// `expires_at` is the local deadline: a ttl (less the drift margin) after the grant, moved
+/// forward by each renewal; without the watchdog it stays put.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expires_at_moves_with_renewals() {
+    let ttl = Duration::from_millis(300);
+    let locker = Locker::memory();
+    let renewed = locker.lock("expiry:renewed").ttl(ttl).await.unwrap();
+    let fixed = locker
+        .lock("expiry:fixed")
+        .ttl(ttl)
+        .watchdog(false)
+        .await
+        .unwrap();
+    let (first, fixed_at) = (renewed.expires_at(), fixed.expires_at());
+    assert!(first <= std::time::Instant::now() + ttl);
+    // Two renewals (every ttl/3) later.
+    tokio::time::sleep(ttl * 2 / 3 + Duration::from_millis(50)).await;
+    assert!(
+        renewed.expires_at() >= first + ttl / 2,
+        "renewals did not move the deadline: {:?} after the first",
+        renewed.expires_at() - first
+    );
+    assert_eq!(fixed.expires_at(), fixed_at);
+}
+
+/// `max_hold` from the config applies to every lock, and a request's own overrides it; a
+/// lock without a watchdog is released at its `max_hold` too when that comes before its ttl.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_hold_from_config_and_request() {
+    let config = DlockConfig {
+        ttl: Duration::from_millis(300),
+        max_hold: Some(Duration::from_millis(400)),
+        ..DlockConfig::default()
+    };
+    let backend = Arc::new(MemoryBackend::new());
+    let locker = Locker::with_config(backend.clone(), &config).unwrap();
+    let by_config = locker.lock("cap:config").await.unwrap();
+    let by_request = locker
+        .lock("cap:request")
+        .max_hold(Duration::from_millis(150))
+        .watchdog(false)
+        .await
+        .unwrap();
+    let reason = tokio::time::timeout(Duration::from_secs(2), by_request.lost())
+        .await
+        .expect("the request's cap ended the hold");
+    assert_eq!(
+        reason,
+        dlock_core::LostReason::MaxHold(Duration::from_millis(150))
+    );
+    assert!(by_config.is_held(), "the config's cap is longer");
+    let reason = tokio::time::timeout(Duration::from_secs(2), by_config.lost())
+        .await
+        .expect("the config's cap ended the hold");
+    assert_eq!(
+        reason,
+        dlock_core::LostReason::MaxHold(Duration::from_millis(400))
+    );
+    // Released, not left to expire (another Locker: this task's hold re-enters, and is lost).
+    let other = Locker::with_config(backend, &config).unwrap();
+    let other = other
+        .lock("cap:config")
+        .wait(Duration::from_millis(100)) // the ttl has 200 ms or more to run
+        .await;
+    assert!(other.is_ok(), "{other:?}");
+    let zero = locker.lock("cap:zero").max_hold(Duration::ZERO).await;
+    assert!(
+        matches!(&zero, Err(dlock_core::Error::Config { field, .. }) if field == "max_hold"),
+        "{zero:?}"
+    );
+}

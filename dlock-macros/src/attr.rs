@@ -1,5 +1,6 @@
 //! The attribute's arguments: `key = "order:<id>", ttl = "10s", wait = "2s", watchdog = false,
-//! fencing = true, mode = "read" | "write", permits = N, locker = <expr>, crate = "path"`.
+//! max_hold = "1h", fencing = true, mode = "read" | "write", permits = N, locker = <expr>,
+//! crate = "path"`.
 
 use proc_macro2::Span;
 use quote::ToTokens;
@@ -15,6 +16,7 @@ mod kw {
     syn::custom_keyword!(ttl);
     syn::custom_keyword!(wait);
     syn::custom_keyword!(watchdog);
+    syn::custom_keyword!(max_hold);
     syn::custom_keyword!(fencing);
     syn::custom_keyword!(mode);
     syn::custom_keyword!(permits);
@@ -23,7 +25,7 @@ mod kw {
 
 /// Every argument name, in the order the docs list them.
 const ARGUMENTS: &str =
-    "`key`, `ttl`, `wait`, `watchdog`, `fencing`, `mode`, `permits`, `locker`, `crate`";
+    "`key`, `ttl`, `wait`, `watchdog`, `max_hold`, `fencing`, `mode`, `permits`, `locker`, `crate`";
 
 /// The error for `mode` and `permits` together, spanned on the second of them.
 const MODE_AND_PERMITS: &str = "`#[distributed_lock]`: `mode` and `permits` cannot be combined: \
@@ -36,6 +38,7 @@ pub(crate) struct LockArgs {
     pub(crate) ttl: Option<Parsed>,
     pub(crate) wait: Option<Wait>,
     pub(crate) watchdog: Option<LitBool>,
+    pub(crate) max_hold: Option<Parsed>,
     pub(crate) fencing: Option<LitBool>,
     pub(crate) mode: Option<Mode>,
     pub(crate) permits: Option<Permits>,
@@ -82,6 +85,8 @@ impl Parse for LockArgs {
                 parse_once::<kw::wait, _>(input, &mut args.wait, parse_wait)?;
             } else if input.peek(kw::watchdog) {
                 parse_once::<kw::watchdog, _>(input, &mut args.watchdog, parse_bool)?;
+            } else if input.peek(kw::max_hold) {
+                parse_once::<kw::max_hold, _>(input, &mut args.max_hold, parse_max_hold)?;
             } else if input.peek(kw::fencing) {
                 parse_once::<kw::fencing, _>(input, &mut args.fencing, parse_bool)?;
             } else if input.peek(kw::mode) {
@@ -207,6 +212,19 @@ fn parse_ttl(input: ParseStream<'_>, name: &str) -> syn::Result<Parsed> {
         ));
     }
     Ok(ttl)
+}
+
+fn parse_max_hold(input: ParseStream<'_>, name: &str) -> syn::Result<Parsed> {
+    let lit = string_literal(input, name, "\"1h\"")?;
+    let cap = parse_duration(&lit, name)?;
+    if cap.is_zero() {
+        return Err(syn::Error::new(
+            lit.span(),
+            "`#[distributed_lock]`: `max_hold` must be greater than zero: it is the longest the \
+             lock is held before the body is cancelled (e.g. \"1h\")",
+        ));
+    }
+    Ok(cap)
 }
 
 fn parse_wait(input: ParseStream<'_>, name: &str) -> syn::Result<Wait> {

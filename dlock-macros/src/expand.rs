@@ -216,6 +216,13 @@ fn gen_options(args: &LockArgs) -> TokenStream {
             quote! { #krate::__private::Wait::For(#d) }
         }
     };
+    let max_hold = match args.max_hold {
+        Some(cap) => {
+            let cap = duration(cap);
+            quote! { ::core::option::Option::Some(#cap) }
+        }
+        None => quote! { ::core::option::Option::None },
+    };
     let watchdog = args
         .watchdog
         .as_ref()
@@ -238,6 +245,7 @@ fn gen_options(args: &LockArgs) -> TokenStream {
             ttl: #ttl,
             wait: #wait,
             watchdog: #watchdog,
+            max_hold: #max_hold,
             fencing: #fencing,
             mode: #mode,
             write_side: #write_side,

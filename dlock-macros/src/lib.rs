@@ -85,6 +85,7 @@ use proc_macro::TokenStream;
 /// | `ttl = "10s"` | the Locker's `ttl` | lease length (humantime syntax, parsed at compile time; at least `10ms`) |
 /// | `wait = "2s"` | the Locker's `wait` (until acquired, unless configured) | give up with `Error::Busy` after this long; `"0s"`: one attempt; `"forever"`: until acquired |
 /// | `watchdog = false` | `true` | don't renew: the lock lasts at most `ttl` (ShedLock's `lockAtMostFor`); the body is cancelled when it runs out |
+/// | `max_hold = "1h"` | the Locker's `max_hold` (none) | the longest the lock is held: then the watchdog stops renewing it, the body is cancelled (`Error::LeaseLost`) and the lock released, so a stuck job cannot hold it forever |
 /// | `fencing = true` | the Locker's `fencing` (`false`) | the grant must carry a fencing token (Redis issues one only when asked; memory and etcd always do) |
 /// | `mode = "read"` / `"write"` | exclusive | one side of a read-write lock: readers of a key run side by side, a writer alone; a read inside the same task's write lock re-enters it |
 /// | `permits = 3` | — | one of that many permits of a semaphore (cannot be combined with `mode`; every user of the key names the same number) |

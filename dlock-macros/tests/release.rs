@@ -218,6 +218,44 @@ async fn the_body_is_cancelled_when_the_lease_is_lost() {
     assert_released(&locker, "order:5").await;
 }
 
+#[distributed_lock(key = "job:<id>", locker = locker, ttl = "100ms", max_hold = "300ms")]
+async fn stuck_job(locker: &Locker, id: u64, dropped: DropFlag) -> Result<(), AppError> {
+    let _dropped = dropped;
+    std::future::pending::<()>().await; // never ends by itself
+    Ok(())
+}
+
+/// `max_hold` ends a body the watchdog would otherwise keep renewing forever: cancelled with
+/// `LeaseLost` (reason `MaxHold`) after its cap, well past the ttl, and the lock is free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_hold_cancels_a_stuck_body() {
+    let locker = Locker::memory();
+    let dropped = Arc::new(Mutex::new(false));
+    let started = Instant::now();
+    let outcome = within_10s(
+        "a stuck body under max_hold",
+        stuck_job(&locker, 8, DropFlag(Arc::clone(&dropped))),
+    )
+    .await;
+    match outcome {
+        Err(AppError::Lock(Error::LeaseLost { key, reason })) => {
+            assert_eq!(key, "job:8");
+            assert_eq!(
+                reason,
+                dlock_core::LostReason::MaxHold(Duration::from_millis(300))
+            );
+        }
+        other => panic!("expected LeaseLost at max_hold, got {other:?}"),
+    }
+    assert!(
+        started.elapsed() >= Duration::from_millis(250),
+        "ended at {:?}, before its max_hold: the watchdog did not keep it past its ttl",
+        started.elapsed()
+    );
+    assert!(*dropped.lock().unwrap(), "the body's future was dropped");
+    assert_released(&locker, "job:8").await;
+}
+
 #[distributed_lock(key = "order:<id>", locker = locker, ttl = "200ms", watchdog = false)]
 async fn block_past_the_lease(locker: &Locker, id: u64, fail: bool) -> Result<u64, AppError> {
     // Blocks the thread (never yields), so `run` cannot cancel it: the body completes, and the

@@ -52,6 +52,7 @@ pub(crate) struct Settings {
     pub(crate) ttl: Option<Duration>,
     pub(crate) wait: Duration,
     pub(crate) watchdog: bool,
+    pub(crate) max_hold: Option<Duration>,
     pub(crate) mode: ModeChoice,
     pub(crate) on_busy: Reject,
     pub(crate) on_error: Reject,
@@ -69,6 +70,7 @@ impl<K> DistributedLockLayer<K> {
                 ttl: None,
                 wait: Duration::ZERO,
                 watchdog: true,
+                max_hold: None,
                 mode: ModeChoice::Every(LockMode::Exclusive),
                 on_busy: Reject::new(locked_response),
                 on_error: Reject::new(unavailable_response),
@@ -82,6 +84,7 @@ impl<K> DistributedLockLayer<K> {
             ttl: self.settings.ttl,
             wait: self.settings.wait,
             watchdog: self.settings.watchdog,
+            max_hold: self.settings.max_hold,
             mode: self.settings.mode,
             on_busy: self.settings.on_busy.clone(),
             on_error: self.settings.on_error.clone(),
@@ -106,6 +109,26 @@ impl<K> DistributedLockLayer<K> {
     /// lock and is cancelled. Defaults to `true`.
     pub fn watchdog(self, renew: bool) -> Self {
         self.with(|s| s.watchdog = renew)
+    }
+
+    /// The longest a request holds its lock: a handler still running after `max_hold` is
+    /// cancelled (`503`, as for a lost lease) and the lock released. Defaults to the Locker's
+    /// `max_hold` (none).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use dlock_tower::DistributedLockLayer;
+    ///
+    /// let layer = DistributedLockLayer::new(dlock_core::Locker::memory(), |req: &http::Request<()>| {
+    ///     Some(format!("import:{}", req.uri().path()))
+    /// })
+    /// .max_hold(Duration::from_secs(60));
+    /// # drop(layer);
+    /// ```
+    pub fn max_hold(self, max_hold: Duration) -> Self {
+        self.with(|s| s.max_hold = Some(max_hold))
     }
 
     /// Locks every request in `mode`. Defaults to [`LockMode::Exclusive`]: one request per key

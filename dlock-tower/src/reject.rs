@@ -4,7 +4,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use dlock_core::{Error, ErrorKind};
+use dlock_core::{Error, ErrorKind, LostReason};
 use http::{HeaderValue, Response, StatusCode, header};
 
 /// Builds the response for a request the layer refuses, from the lock key and the error that
@@ -94,6 +94,20 @@ pub fn locked_response(key: &str, error: &Error) -> Response<String> {
 #[must_use]
 pub fn unavailable_response(key: &str, error: &Error) -> Response<String> {
     match error.kind() {
+        // A cap the service set: say so (other reasons may name the lock service's internals).
+        ErrorKind::LeaseLost
+            if let Error::LeaseLost {
+                reason: LostReason::MaxHold(cap),
+                ..
+            } = error =>
+        {
+            problem(
+                StatusCode::SERVICE_UNAVAILABLE,
+                &format!(
+                    "The request held the lock `{key}` for its max_hold of {cap:?} and was cancelled."
+                ),
+            )
+        }
         ErrorKind::LeaseLost => problem(
             StatusCode::SERVICE_UNAVAILABLE,
             &format!("The lock `{key}` was lost while the request ran; the request was cancelled."),

@@ -127,6 +127,9 @@ fn acquire(settings: Arc<Settings>, key: String, mode: LockMode) -> Acquire {
         if let Some(ttl) = settings.ttl {
             request = request.ttl(ttl);
         }
+        if let Some(max_hold) = settings.max_hold {
+            request = request.max_hold(max_hold);
+        }
         request.await
     })
 }

@@ -322,6 +322,45 @@ async fn a_lost_lease_cancels_the_handler_and_answers_503() {
     assert!(!finished.load(Ordering::SeqCst));
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_past_max_hold_is_cancelled_and_answers_503() {
+    let finished = Arc::new(AtomicBool::new(false));
+    let handler = {
+        let finished = Arc::clone(&finished);
+        move || async move {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            finished.store(true, Ordering::SeqCst);
+            "done"
+        }
+    };
+    // Renewed every 33 ms, yet ended at 300 ms.
+    let locker = Locker::memory();
+    let layer = DistributedLockLayer::new(locker.clone(), |_: &Request<Body>| {
+        Some("import".to_owned())
+    })
+    .ttl(Duration::from_millis(100))
+    .max_hold(Duration::from_millis(300));
+    let app = Router::new()
+        .route("/import", post(handler))
+        .route_layer(layer);
+    let started = Instant::now();
+    let response = app.oneshot(post_to("/import")).await.unwrap();
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(250) && took < Duration::from_secs(2),
+        "the handler ran {took:?} under a 300 ms max_hold"
+    );
+    let detail = problem(response, StatusCode::SERVICE_UNAVAILABLE, "import").await;
+    assert!(detail.contains("max_hold"), "{detail}");
+    assert!(!finished.load(Ordering::SeqCst));
+    let next = locker
+        .lock("import")
+        .wait(Duration::from_secs(1))
+        .await
+        .expect("released after max_hold");
+    next.release().await.expect("release");
+}
+
 #[tokio::test]
 async fn a_template_naming_an_unknown_parameter_answers_500_and_is_caught_at_start_up() {
     let key = path_key("order:<order_id>");

@@ -115,8 +115,9 @@ pub async fn lease_expires_without_watchdog<B: LockBackend + ?Sized>(target: &Ta
     );
 }
 
-/// The key is deleted behind the holder's back (an admin `force_release` from another
-/// client): the watchdog's next renewal finds it gone, and the work running under
+/// The key is deleted behind the holder's back (an admin's
+/// [`Locker::force_release`](crate::Locker::force_release) from another client): the
+/// watchdog's next renewal finds it gone, and the work running under
 /// [`LockGuard::run`](crate::LockGuard::run) is cancelled within a renewal period plus slack.
 pub async fn lost_lease_cancels_work<B: LockBackend + ?Sized>(target: &Target<B>) {
     if !target.expect.force_release {
@@ -126,8 +127,7 @@ pub async fn lost_lease_cancels_work<B: LockBackend + ?Sized>(target: &Target<B>
     let holder = target.locker().await;
     let key = key("lost");
     let guard = holder.lock(&key).await.expect("acquire");
-    let admin = target.client().await;
-    let full_key = holder.backend_key(&key).unwrap();
+    let admin = target.locker().await;
     let work_done = std::sync::atomic::AtomicBool::new(false);
     let work = async {
         tokio::time::sleep(ttl * 10).await;
@@ -136,7 +136,7 @@ pub async fn lost_lease_cancels_work<B: LockBackend + ?Sized>(target: &Target<B>
     let delete = async {
         tokio::time::sleep(ttl / 2).await;
         assert!(
-            admin.force_release(&full_key).await.expect("force_release"),
+            admin.force_release(&key).await.expect("force_release"),
             "a holder was removed"
         );
         Instant::now()

@@ -18,6 +18,7 @@
 //!
 //! Scenarios panic with a message saying what went wrong.
 
+mod admin;
 mod contract;
 mod exclusion;
 mod leases;
@@ -32,6 +33,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use admin::{max_hold_ends_a_hold, shutdown_releases_every_lock};
 pub use contract::{
     fencing_on_request, fencing_tokens_strictly_increase, invalid_keys_are_rejected,
     non_owner_release_and_renew_refused, release_is_idempotent,
@@ -359,6 +361,8 @@ macro_rules! conformance_tests {
                 downgrade_reenters_and_upgrade_errors,
                 cancelled_reader_or_permit_leaves_nothing_behind,
                 tokens_increase_across_modes,
+                max_hold_ends_a_hold,
+                shutdown_releases_every_lock,
             );
         }
     };

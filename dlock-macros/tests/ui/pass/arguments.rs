@@ -1,5 +1,5 @@
 //! Every argument: `ttl`, `wait` (a duration, `"0s"`, `"forever"`), `watchdog = false`,
-//! `fencing = true`,
+//! `max_hold`, `fencing = true`,
 //! `locker` as a `Locker`, a `&Locker` or a `Result<Locker>`, `crate`, trailing comma.
 use dlock_core::{Error, Locker, distributed_lock};
 
@@ -17,7 +17,7 @@ async fn one_attempt(locker: &Locker, id: u64) -> Result<u64, Error> {
     Ok(id)
 }
 
-#[distributed_lock(key = "c:<id>", wait = "forever", watchdog = true, locker = Locker::global())]
+#[distributed_lock(key = "c:<id>", wait = "forever", watchdog = true, max_hold = "1h 30m", locker = Locker::global())]
 async fn forever(id: u64) -> Result<u64, Error> {
     Ok(id)
 }

@@ -1,0 +1,120 @@
+//! Running in production: a cap on how long a lock is held, and a Locker's graceful shutdown.
+
+use std::time::{Duration, Instant};
+
+use super::Target;
+use super::support::{assert_between, key};
+use crate::backend::LockBackend;
+use crate::{Error, LostReason};
+
+/// A lock taken with a `max_hold` of two ttls is renewed by the watchdog past its first ttl,
+/// then, at its `max_hold`, lost with [`LostReason::MaxHold`] — the work under
+/// [`LockGuard::run`](crate::LockGuard::run), which would never end, is cancelled — and
+/// released: another client gets it at once rather than a ttl later.
+pub async fn max_hold_ends_a_hold<B: LockBackend + ?Sized>(target: &Target<B>) {
+    let (ttl, slack) = (target.expect.ttl, target.expect.slack);
+    let max_hold = ttl * 2;
+    let (holder, other) = (target.locker().await, target.locker().await);
+    let key = key("max-hold");
+    let guard = holder
+        .lock(&key)
+        .ttl(ttl)
+        .max_hold(max_hold)
+        .await
+        .expect("acquire");
+    let granted = Instant::now();
+    let waiting = tokio::spawn({
+        let key = key.clone();
+        async move {
+            let taken = other.lock(&key).wait(max_hold + ttl * 2).await;
+            (taken.map(drop), Instant::now())
+        }
+    });
+    let outcome = guard.run(std::future::pending::<()>()).await;
+    let ended = Instant::now();
+    match outcome {
+        Err(Error::LeaseLost {
+            reason: LostReason::MaxHold(cap),
+            ..
+        }) => assert_eq!(cap, max_hold),
+        other => panic!("a stuck job kept its lock past max_hold: {other:?}"),
+    }
+    // Counted from the grant's request, so at most one acquire's round trip before `granted`.
+    assert_between(
+        "hold ended by max_hold",
+        ended - granted,
+        max_hold - slack.min(ttl / 2),
+        max_hold + slack,
+    );
+    let (taken, at) = waiting.await.expect("waiter panicked");
+    taken.expect("the other client gets the capped lock");
+    assert_between(
+        "hand-over after max_hold",
+        at.saturating_duration_since(ended),
+        Duration::ZERO,
+        slack,
+    );
+    assert_eq!(guard.lost_reason(), Some(LostReason::MaxHold(max_hold)));
+    assert!(matches!(
+        guard.release().await,
+        Err(Error::LeaseLost { .. })
+    ));
+}
+
+/// [`Locker::shutdown`](crate::Locker::shutdown) releases every lock it holds — a mutex, and
+/// where the backend has them a read lock and a permit — which another client then takes at
+/// once; the guards report [`LostReason::Shutdown`], the watchdog watches nothing, and the
+/// Locker refuses new locks with [`Error::ShutDown`].
+pub async fn shutdown_releases_every_lock<B: LockBackend + ?Sized>(target: &Target<B>) {
+    let (holder, other) = (target.locker().await, target.locker().await);
+    let (mutex, shared, permits) = (
+        key("shutdown-mutex"),
+        key("shutdown-rw"),
+        key("shutdown-sem"),
+    );
+    let ttl = Duration::from_secs(30);
+    let mut guards = vec![holder.lock(&mutex).ttl(ttl).await.expect("lock")];
+    if target.expect.read_write {
+        guards.push(holder.read_lock(&shared).ttl(ttl).await.expect("read lock"));
+    }
+    if target.expect.semaphore {
+        guards.push(
+            holder
+                .semaphore(&permits, 2)
+                .ttl(ttl)
+                .await
+                .expect("permit"),
+        );
+    }
+    assert_eq!(holder.watched_leases(), guards.len());
+    holder.shutdown().await.expect("shutdown");
+    for guard in &guards {
+        assert_eq!(guard.lost_reason(), Some(LostReason::Shutdown), "{guard:?}");
+    }
+    assert_eq!(holder.watched_leases(), 0);
+    assert!(
+        matches!(holder.lock(&key("after")).await, Err(Error::ShutDown)),
+        "a shut-down Locker took a lock"
+    );
+    // Free at once (tries, no waiting): released, not left to expire in 30 s.
+    let taken = other.try_lock(&mutex).await.expect("the mutex is free");
+    drop(taken);
+    if target.expect.read_write {
+        let writer = other
+            .write_lock(&shared)
+            .wait(Duration::ZERO)
+            .await
+            .expect("no reader is left");
+        drop(writer);
+    }
+    if target.expect.semaphore {
+        let first = other.semaphore(&permits, 2).wait(Duration::ZERO).await;
+        let second = other.semaphore(&permits, 2).wait(Duration::ZERO).await;
+        let both = (
+            first.expect("a permit"),
+            second.expect("both permits are free"),
+        );
+        drop(both);
+    }
+    drop(guards);
+}
