@@ -7,6 +7,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use tracing::Instrument as _;
+
 use crate::backend::{Capabilities, Fencing, LockBackend};
 use crate::config::DlockConfig;
 use crate::guard::LockGuard;
@@ -98,7 +100,39 @@ impl LockerState {
 
     /// Takes a lock as `options` describe: checks the request, re-enters a hold of this task
     /// where the mode allows, else asks the backend (within the wait) and keeps the grant.
+    /// Acquires under a `dlock.acquire` span (debug level): the key as the caller gave it,
+    /// mode, backend, and once decided how long it waited, the outcome (`acquired`,
+    /// `reentered`, `busy`, `failed`) and the fencing token.
     pub(crate) async fn acquire(&self, options: AcquireOptions<'_>) -> Result<LockGuard> {
+        let span = tracing::debug_span!(
+            "dlock.acquire",
+            key = options.key,
+            mode = %options.mode,
+            backend = self.capabilities.name,
+            waited_us = tracing::field::Empty,
+            outcome = tracing::field::Empty,
+            fencing_token = tracing::field::Empty,
+        );
+        let started = Instant::now();
+        let acquired = self.acquire_inner(options).instrument(span.clone()).await;
+        if !span.is_disabled() {
+            let waited = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+            span.record("waited_us", waited);
+            let outcome = match &acquired {
+                Ok(guard) if guard.is_nested() => "reentered",
+                Ok(_) => "acquired",
+                Err(Error::Busy { .. }) => "busy",
+                Err(_) => "failed",
+            };
+            span.record("outcome", outcome);
+            if let Some(token) = acquired.as_ref().ok().and_then(LockGuard::fencing_token) {
+                span.record("fencing_token", token);
+            }
+        }
+        acquired
+    }
+
+    async fn acquire_inner(&self, options: AcquireOptions<'_>) -> Result<LockGuard> {
         if self.shut_down.load(Ordering::SeqCst) {
             return Err(Error::ShutDown);
         }
@@ -373,8 +407,6 @@ impl LockerState {
         );
         let guard = LockGuard::new(Arc::new(hold), false, holder);
         tracing::debug!(
-            key = options.key,
-            mode = %options.mode,
             fencing_token = guard.fencing_token(),
             waited_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
             "dlock: acquired"

@@ -5,6 +5,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use tracing::Instrument as _;
+
 use crate::backend::LockBackend;
 use crate::lease::{Lease, ReleaseOutcome};
 use crate::watchdog::Watchdog;
@@ -71,9 +73,26 @@ impl LeaseKeeper {
 
     /// Owner-checked release, bounded by the operation timeout.
     pub(crate) async fn release_lease(&self, lease: &Lease) -> Result<ReleaseOutcome> {
-        tokio::time::timeout(self.operation_timeout, self.backend.release(lease))
+        let span = tracing::debug_span!(
+            "dlock.release",
+            key = %lease.key,
+            mode = %lease.mode,
+            backend = self.name,
+            outcome = tracing::field::Empty,
+        );
+        let outcome = tokio::time::timeout(self.operation_timeout, self.backend.release(lease))
+            .instrument(span.clone())
             .await
-            .unwrap_or_else(|_| Err(self.timeout("release")))
+            .unwrap_or_else(|_| Err(self.timeout("release")));
+        span.record(
+            "outcome",
+            match &outcome {
+                Ok(ReleaseOutcome::Released) => "released",
+                Ok(ReleaseOutcome::NotHeld) => "not_held",
+                Err(_) => "failed",
+            },
+        );
+        outcome
     }
 
     /// Releases `lease` — a grant the caller never got, or may have been made after the

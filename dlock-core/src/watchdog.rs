@@ -16,6 +16,7 @@ use tokio::runtime::Handle;
 use tokio::sync::{Notify, broadcast};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
 
 use crate::LostReason;
 use crate::backend::LockBackend;
@@ -366,9 +367,18 @@ fn earliest(current: Option<Instant>, candidate: Instant) -> Option<Instant> {
 }
 
 async fn renew_batch(shared: Arc<Shared>, settings: Settings, batch: Vec<Lease>) {
+    let span = tracing::debug_span!(
+        "dlock.renew",
+        backend = settings.backend.capabilities().name,
+        batch = batch.len(),
+        renewed = tracing::field::Empty,
+        lost = tracing::field::Empty,
+        failed = tracing::field::Empty,
+    );
     let sent_at = Instant::now();
     let timeout = settings.operation_timeout;
     let outcomes = tokio::time::timeout(timeout, settings.backend.as_ref().renew(&batch))
+        .instrument(span.clone())
         .await
         .unwrap_or_else(|_| {
             Err(crate::Error::Timeout {
@@ -377,6 +387,8 @@ async fn renew_batch(shared: Arc<Shared>, settings: Settings, batch: Vec<Lease>)
                 after: timeout,
             })
         });
+    let _in_span = span.enter();
+    let (mut renewed, mut lost, mut retried) = (0_usize, 0_usize, 0_usize);
     let mut entries = shared.entries();
     for (i, lease) in batch.iter().enumerate() {
         let Some(entry) = entries.get_mut(&lease.owner) else {
@@ -392,9 +404,11 @@ async fn renew_batch(shared: Arc<Shared>, settings: Settings, batch: Vec<Lease>)
             Some(RenewOutcome::Renewed { valid_from }) => {
                 entry.watch.renewed((*valid_from).min(Instant::now()));
                 entry.next_renewal = sent_at + cadence;
+                renewed += 1;
                 tracing::trace!(key = %entry.watch.user_key(), "dlock: lease renewed");
             }
             Some(RenewOutcome::NotOwner) => {
+                lost += 1;
                 entry.watch.mark_lost(LostReason::NotOwner);
                 entries.remove(&lease.owner);
             }
@@ -403,6 +417,7 @@ async fn renew_batch(shared: Arc<Shared>, settings: Settings, batch: Vec<Lease>)
                     (Some(RenewOutcome::Failed(e)), _) | (_, Err(e)) => e.to_string(),
                     _ => "the backend returned too few outcomes".to_owned(),
                 };
+                retried += 1;
                 // Retry soon, but never hammer: a third of the cadence, at least 10 ms.
                 entry.next_renewal = Instant::now() + (cadence / 3).max(Duration::from_millis(10));
                 tracing::warn!(key = %entry.watch.user_key(), %error, "dlock: lease renewal failed; retrying until the lease deadline");
@@ -410,5 +425,8 @@ async fn renew_batch(shared: Arc<Shared>, settings: Settings, batch: Vec<Lease>)
         }
     }
     drop(entries);
+    span.record("renewed", renewed);
+    span.record("lost", lost);
+    span.record("failed", retried);
     shared.changed.notify_one();
 }
