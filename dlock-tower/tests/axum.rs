@@ -292,17 +292,29 @@ async fn a_failing_lock_service_answers_503() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_lost_lease_cancels_the_handler_and_answers_503() {
-    let finished = Arc::new(AtomicBool::new(false));
-    let handler = {
+/// A handler that takes 5 s, then sets `finished` (which a cancelled one never does).
+fn five_second_handler(
+    finished: &Arc<AtomicBool>,
+) -> impl Fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = &'static str> + Send>>
++ Clone
++ Send
++ Sync
++ 'static {
+    let finished = Arc::clone(finished);
+    move || {
         let finished = Arc::clone(&finished);
-        move || async move {
+        Box::pin(async move {
             tokio::time::sleep(Duration::from_secs(5)).await;
             finished.store(true, Ordering::SeqCst);
             "done"
-        }
-    };
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_lease_cancels_the_handler_and_answers_503() {
+    let finished = Arc::new(AtomicBool::new(false));
+    let handler = five_second_handler(&finished);
     let layer =
         DistributedLockLayer::new(Locker::memory(), |_: &Request<Body>| Some("job".to_owned()))
             .ttl(Duration::from_millis(200))
@@ -325,14 +337,7 @@ async fn a_lost_lease_cancels_the_handler_and_answers_503() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handler_past_max_hold_is_cancelled_and_answers_503() {
     let finished = Arc::new(AtomicBool::new(false));
-    let handler = {
-        let finished = Arc::clone(&finished);
-        move || async move {
-            tokio::time::sleep(Duration::from_secs(5)).await;
-            finished.store(true, Ordering::SeqCst);
-            "done"
-        }
-    };
+    let handler = five_second_handler(&finished);
     // Renewed every 33 ms, yet ended at 300 ms.
     let locker = Locker::memory();
     let layer = DistributedLockLayer::new(locker.clone(), |_: &Request<Body>| {
