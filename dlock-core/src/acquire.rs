@@ -114,7 +114,10 @@ impl LockerState {
             fencing_token = tracing::field::Empty,
         );
         let started = Instant::now();
-        let acquired = self.acquire_inner(options).instrument(span.clone()).await;
+        let acquired = self
+            .acquire_inner(options, started)
+            .instrument(span.clone())
+            .await;
         if !span.is_disabled() {
             let waited = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
             span.record("waited_us", waited);
@@ -132,7 +135,11 @@ impl LockerState {
         acquired
     }
 
-    async fn acquire_inner(&self, options: AcquireOptions<'_>) -> Result<LockGuard> {
+    async fn acquire_inner(
+        &self,
+        options: AcquireOptions<'_>,
+        started: Instant,
+    ) -> Result<LockGuard> {
         if self.shut_down.load(Ordering::SeqCst) {
             return Err(Error::ShutDown);
         }
@@ -143,7 +150,6 @@ impl LockerState {
         {
             return Ok(guard);
         }
-        let started = Instant::now();
         let lease = self.grant(&options, checked, started).await?;
         self.keep(&options, lease, holder, started)
     }
