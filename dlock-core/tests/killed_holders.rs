@@ -10,6 +10,9 @@
 //! Waiting for a condition polls it (with a limit); no assertion depends on a sleep being long
 //! enough.
 
+#[path = "support/connect.rs"]
+mod connect;
+
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
@@ -17,7 +20,7 @@ use dlock_core::backend::Fencing;
 use dlock_core::harness::{
     EtcdCluster, PostgresServer, RedisCluster, RedisNodes, RedisServer, ZkEnsemble,
 };
-use dlock_core::{DlockConfig, Error, LockMode, Locker};
+use dlock_core::{Error, LockMode, Locker};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
@@ -36,12 +39,7 @@ const TTL: Duration = Duration::from_secs(3);
 const EXPIRY_SLACK: Duration = Duration::from_millis(1500);
 
 async fn locker(url: &str, ttl: Duration) -> Locker {
-    let config = DlockConfig::from_toml_str(&format!(
-        "backend = \"{url}\"\nttl = \"{}\"\noperation_timeout = \"2s\"",
-        humantime::format_duration(ttl)
-    ))
-    .expect("config");
-    Locker::connect(&config).await.expect("connect")
+    connect::locker_at(url, ttl, Duration::from_secs(2)).await
 }
 
 /// Whether locks here ask for fencing tokens: wherever the backend has them (not RedLock).

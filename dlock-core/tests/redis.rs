@@ -2,6 +2,9 @@
 //! eviction policy), contention without double holders, notification-driven wake-ups, and no
 //! starvation by a releaser that re-requests at once.
 
+#[path = "support/connect.rs"]
+mod connect;
+
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -12,13 +15,7 @@ use dlock_core::{DlockConfig, Error, Locker, LostReason};
 const OPERATION_TIMEOUT: Duration = Duration::from_millis(500);
 
 async fn locker(url: &str, ttl: Duration) -> Locker {
-    let config = DlockConfig::from_toml_str(&format!(
-        "backend = \"{url}\"\nttl = \"{}\"\noperation_timeout = \"{}\"",
-        humantime::format_duration(ttl),
-        humantime::format_duration(OPERATION_TIMEOUT),
-    ))
-    .expect("config");
-    Locker::connect(&config).await.expect("connect")
+    connect::locker_at(url, ttl, OPERATION_TIMEOUT).await
 }
 
 fn assert_backend_failure(outcome: &Result<impl std::fmt::Debug, Error>) {

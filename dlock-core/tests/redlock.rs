@@ -2,6 +2,9 @@
 //! frozen (SIGSTOP) and restarted empty while locks are held or wanted. Double holders are
 //! detected with a non-atomic read-sleep-write of shared state, not a counter.
 
+#[path = "support/connect.rs"]
+mod connect;
+
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -11,13 +14,7 @@ use dlock_core::{DlockConfig, Error, Locker};
 const OPERATION_TIMEOUT: Duration = Duration::from_secs(1);
 
 async fn locker(url: &str, ttl: Duration) -> Locker {
-    let config = DlockConfig::from_toml_str(&format!(
-        "backend = \"{url}\"\nttl = \"{}\"\noperation_timeout = \"{}\"",
-        humantime::format_duration(ttl),
-        humantime::format_duration(OPERATION_TIMEOUT),
-    ))
-    .expect("config");
-    Locker::connect(&config).await.expect("connect")
+    connect::locker_at(url, ttl, OPERATION_TIMEOUT).await
 }
 
 /// `tasks` tasks over two Lockers each take `key` `rounds` times and, holding it, read the
