@@ -330,36 +330,47 @@ fn tick(shared: &Arc<Shared>, settings: &Settings) -> Instant {
     }
     if settings.release_expired {
         for (lease, deadline) in expired {
-            tokio::spawn(release_expired(settings.clone(), lease, deadline));
+            // Once its full ttl has run: the local deadline is a drift margin early, and the
+            // lock must not free before the ttl promised to the holder's peers.
+            let not_before = deadline + drift_margin(lease.ttl);
+            tokio::spawn(release_unwatched(
+                settings.clone(),
+                lease,
+                Some(not_before),
+                "past its local deadline",
+            ));
         }
     }
     for lease in capped {
-        tokio::spawn(release_capped(settings.clone(), lease));
+        tokio::spawn(release_unwatched(
+            settings.clone(),
+            lease,
+            None,
+            "held for its max_hold",
+        ));
     }
     next_wake
 }
 
-/// Releases a lease held for its `max_hold`, now: the work that holds it may never end.
-async fn release_capped(settings: Settings, lease: Lease) {
+/// Releases a lease the watchdog stopped watching, at `not_before` if given, within the
+/// operation timeout: `why` says which (past its local deadline on a self-renewing backend,
+/// whose session would otherwise keep it; or held for its `max_hold`, whose work may never
+/// end).
+async fn release_unwatched(
+    settings: Settings,
+    lease: Lease,
+    not_before: Option<Instant>,
+    why: &'static str,
+) {
+    if let Some(at) = not_before {
+        tokio::time::sleep_until(at.into()).await;
+    }
     let outcome = tokio::time::timeout(
         settings.operation_timeout,
         settings.backend.as_ref().release(&lease),
     )
     .await;
-    tracing::debug!(key = %lease.key, ?outcome, "dlock: released a lease held for its max_hold");
-}
-
-/// Ends a lease the backend would otherwise keep alive, once its full ttl has run: the local
-/// deadline is a drift margin early, and the lock must not free before the ttl promised to
-/// the holder's peers.
-async fn release_expired(settings: Settings, lease: Lease, deadline: Instant) {
-    tokio::time::sleep_until((deadline + drift_margin(lease.ttl)).into()).await;
-    let outcome = tokio::time::timeout(
-        settings.operation_timeout,
-        settings.backend.as_ref().release(&lease),
-    )
-    .await;
-    tracing::debug!(key = %lease.key, ?outcome, "dlock: released a lease past its local deadline");
+    tracing::debug!(key = %lease.key, ?outcome, why, "dlock: watchdog released a lease");
 }
 
 fn earliest(current: Option<Instant>, candidate: Instant) -> Option<Instant> {
