@@ -187,6 +187,17 @@ impl LockerState {
         first_error.map_or(Ok(()), Err)
     }
 
+    /// The backend's view of `key`'s lock, within the operation timeout.
+    pub(crate) async fn inspect(&self, key: &str) -> Result<crate::LockInfo> {
+        let full_key = crate::key::full_key(&self.config.key_prefix, key)?;
+        tokio::time::timeout(
+            self.keeper.operation_timeout(),
+            self.keeper.backend().inspect(&full_key),
+        )
+        .await
+        .unwrap_or_else(|_| Err(self.keeper.timeout("inspect")))
+    }
+
     /// Deletes `key`'s lock whoever holds it, within the operation timeout.
     pub(crate) async fn force_release(&self, key: &str) -> Result<bool> {
         let full_key = crate::key::full_key(&self.config.key_prefix, key)?;

@@ -163,6 +163,21 @@ pub trait LockBackend: Send + Sync + std::fmt::Debug + 'static {
         })
     }
 
+    /// Who holds the lock of full key `key` (every grant: owner, mode, fencing token, time
+    /// left) and, where the service queues them, who waits — read in one consistent view
+    /// where the service allows. For operators: [`LockInfo`](crate::LockInfo).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Unsupported`](crate::Error::Unsupported) by default.
+    async fn inspect(&self, key: &str) -> Result<crate::LockInfo> {
+        let _ = key;
+        Err(crate::Error::Unsupported {
+            backend: self.capabilities().name,
+            operation: "inspect",
+        })
+    }
+
     /// Losses the backend learned by itself (an etcd keepalive failed, a ZooKeeper session
     /// expired, a PostgreSQL connection dropped), for prompt notification. The core subscribes
     /// when a Locker is built. Pushing is an optimisation: a loss must also show at the next
@@ -193,6 +208,9 @@ impl<T: LockBackend + ?Sized> LockBackend for Arc<T> {
     }
     async fn force_release(&self, key: &str) -> Result<bool> {
         (**self).force_release(key).await
+    }
+    async fn inspect(&self, key: &str) -> Result<crate::LockInfo> {
+        (**self).inspect(key).await
     }
     fn lost_leases(&self) -> Option<broadcast::Receiver<LostLease>> {
         (**self).lost_leases()

@@ -422,6 +422,34 @@ impl Locker {
         self.state.keeper.watchdog().watched()
     }
 
+    /// Who holds `key`'s lock — each grant's owner, mode, fencing token and time left — and,
+    /// where the service queues waiters, who waits: an operator's view
+    /// ([`LockInfo`](crate::LockInfo)), **never for check-then-act** (it may have changed by
+    /// the time it is read; to act only on a free lock, try to take it).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidKey`] for a bad key; [`Error::Unsupported`] on a backend without it;
+    /// [`Error::Timeout`] / [`Error::Unavailable`] when the server does not answer within
+    /// the operation timeout.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> dlock_core::Result<()> {
+    /// let locker = dlock_core::Locker::memory();
+    /// assert!(locker.inspect("order:42").await?.is_free());
+    /// let guard = locker.read_lock("order:42").await?;
+    /// let info = locker.inspect("order:42").await?;
+    /// assert_eq!(info.holders[0].mode, dlock_core::LockMode::Shared);
+    /// assert!(info.holders[0].expires_in.is_some());
+    /// # drop(guard);
+    /// # Ok(()) }
+    /// ```
+    pub async fn inspect(&self, key: &str) -> Result<crate::LockInfo> {
+        self.state.inspect(key).await
+    }
+
     /// Breaks `key`'s lock whoever holds it (Redisson's `forceUnlock`), for an operator
     /// clearing a lock whose holder is stuck: every holder's grant of the key is deleted —
     /// the readers or permits too. A holder learns at its next renewal (within a third of

@@ -19,7 +19,7 @@ use async_trait::async_trait;
 use super::waiters::{Ticket, WaitQueues};
 use crate::backend::{Capabilities, Fencing, LockBackend};
 use crate::lease::{AcquireOutcome, AcquireRequest, Lease, OwnerId, ReleaseOutcome, RenewOutcome};
-use crate::{Error, LockMode, Result};
+use crate::{Error, HolderInfo, LockInfo, LockMode, Result, WaiterInfo};
 
 /// In-process locks with real leases, FIFO hand-off and fencing tokens.
 ///
@@ -453,6 +453,34 @@ impl LockBackend for MemoryBackend {
             .is_some_and(|state| !std::mem::take(&mut state.holders).is_empty());
         table.settle(key, now, &self.queues);
         Ok(removed)
+    }
+
+    async fn inspect(&self, key: &str) -> Result<LockInfo> {
+        let now = Instant::now();
+        let mut table = self.table();
+        table.settle(key, now, &self.queues);
+        let holders = table.keys.get(key).map_or_else(Vec::new, |state| {
+            state
+                .holders
+                .iter()
+                .map(|holder| {
+                    HolderInfo::new(holder.owner.as_str(), holder.mode)
+                        .with_fencing_token(Some(holder.token))
+                        .with_expires_in(Some(holder.expires_at.saturating_duration_since(now)))
+                })
+                .collect()
+        });
+        drop(table);
+        let waiters = self
+            .queues
+            .queued(key)
+            .into_iter()
+            .map(|wanted| WaiterInfo::new(Some(wanted.owner.as_str().to_owned()), wanted.mode))
+            .collect();
+        Ok(LockInfo {
+            holders,
+            waiters: Some(waiters),
+        })
     }
 
     fn capabilities(&self) -> Capabilities {

@@ -83,6 +83,22 @@ impl<T> WaitQueues<T> {
         self.state().by_key.get(key).map_or(0, VecDeque::len)
     }
 
+    /// The data of every waiter on `key`, in queue order.
+    #[cfg_attr(not(feature = "memory"), allow(dead_code))] // used by the memory backend
+    pub(crate) fn queued(&self, key: &str) -> Vec<T>
+    where
+        T: Clone,
+    {
+        if self.is_idle() {
+            return Vec::new();
+        }
+        self.state()
+            .by_key
+            .get(key)
+            .map(|queue| queue.iter().map(|waiter| waiter.data.clone()).collect())
+            .unwrap_or_default()
+    }
+
     /// Queues a waiter on `key` with `data`; the ticket leaves the queue when dropped.
     pub(crate) fn enqueue(self: &Arc<Self>, key: &str, data: T) -> Ticket<T> {
         let mut state = self.state();

@@ -118,3 +118,80 @@ pub async fn shutdown_releases_every_lock<B: LockBackend + ?Sized>(target: &Targ
     }
     drop(guards);
 }
+
+/// [`Locker::inspect`](crate::Locker::inspect) from a third client shows a free lock as
+/// free; then the holder (exclusive, its fencing token, time left within its ttl); where the
+/// service queues waiters, a waiting client; and where the backend has read-write locks,
+/// both readers of a read lock. A backend without it says `Unsupported`.
+pub async fn inspect_shows_holders_and_waiters<B: LockBackend + ?Sized>(target: &Target<B>) {
+    let (holder, waiter, admin) = (
+        target.locker().await,
+        target.locker().await,
+        target.locker().await,
+    );
+    let key = key("inspect");
+    match admin.inspect(&key).await {
+        Err(Error::Unsupported { .. }) => return,
+        Ok(info) => assert!(info.is_free(), "{info:?}"),
+        Err(error) => panic!("inspect of a free lock: {error}"),
+    }
+    let ttl = Duration::from_secs(30);
+    let guard = holder.lock(&key).ttl(ttl).await.expect("acquire");
+    let info = admin.inspect(&key).await.expect("inspect");
+    assert_eq!(info.holders.len(), 1, "{info:?}");
+    let held = &info.holders[0];
+    assert_eq!(held.mode, crate::LockMode::Exclusive);
+    if let (Some(shown), Some(token)) = (held.fencing_token, guard.fencing_token()) {
+        assert_eq!(shown, token);
+    }
+    if let Some(left) = held.expires_in {
+        assert!(left <= ttl && left > ttl / 2, "{left:?} left of {ttl:?}");
+    }
+    let waiting = tokio::spawn({
+        let key = key.clone();
+        async move { waiter.lock(&key).wait(Duration::from_secs(10)).await }
+    });
+    if info.waiters.is_some() {
+        let queued = async {
+            loop {
+                let info = admin.inspect(&key).await.expect("inspect");
+                let waiters = info.waiters.unwrap_or_default();
+                if let [only] = waiters.as_slice() {
+                    assert_eq!(only.mode, crate::LockMode::Exclusive);
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        };
+        tokio::time::timeout(target.expect.slack * 8, queued)
+            .await
+            .expect("the waiting client never showed as a waiter");
+    }
+    guard.release().await.expect("release");
+    let next = waiting
+        .await
+        .expect("waiter panicked")
+        .expect("the waiter gets the lock");
+    let info = admin.inspect(&key).await.expect("inspect");
+    assert_eq!(info.holders.len(), 1, "{info:?}");
+    assert_ne!(
+        info.holders[0].owner, held.owner,
+        "the new holder shows as the old one"
+    );
+    next.release().await.expect("release");
+    if target.expect.read_write {
+        let shared = super::support::key("inspect-rw");
+        let readers = (
+            holder.read_lock(&shared).await.expect("read lock"),
+            admin.read_lock(&shared).await.expect("read lock"),
+        );
+        let info = admin.inspect(&shared).await.expect("inspect");
+        assert_eq!(info.holders.len(), 2, "{info:?}");
+        assert!(
+            info.holders
+                .iter()
+                .all(|h| h.mode == crate::LockMode::Shared)
+        );
+        drop(readers);
+    }
+}

@@ -33,7 +33,9 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use admin::{max_hold_ends_a_hold, shutdown_releases_every_lock};
+pub use admin::{
+    inspect_shows_holders_and_waiters, max_hold_ends_a_hold, shutdown_releases_every_lock,
+};
 pub use contract::{
     fencing_on_request, fencing_tokens_strictly_increase, invalid_keys_are_rejected,
     non_owner_release_and_renew_refused, release_is_idempotent,
@@ -363,6 +365,7 @@ macro_rules! conformance_tests {
                 tokens_increase_across_modes,
                 max_hold_ends_a_hold,
                 shutdown_releases_every_lock,
+                inspect_shows_holders_and_waiters,
             );
         }
     };
