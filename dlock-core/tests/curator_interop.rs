@@ -53,6 +53,11 @@ async fn dlock_and_curators_mutex_wait_for_each_other() {
 
     send(&mut curator, "acquire c1 mutex /interop/mutex").await;
     said(&mut curator, "acquired c1").await;
+    let info = locker.inspect(key).await.expect("inspect");
+    assert!(
+        matches!(info.holders.as_slice(), [c1] if c1.mode == dlock_core::LockMode::Exclusive && c1.fencing_token.is_some()),
+        "inspect shows Curator's holder: {info:?}"
+    );
     let busy = locker.lock(key).wait(NOT_YET).await;
     assert!(matches!(busy, Err(Error::Busy { .. })), "{busy:?}");
     let waiter = {
@@ -127,6 +132,12 @@ async fn dlock_and_curators_semaphore_share_two_permits() {
     said(&mut curator, "acquired s1").await;
     send(&mut curator, "acquire s2 sem 2 /interop/semaphore").await;
     said(&mut curator, "acquired s2").await;
+    let info = locker.inspect(key).await.expect("inspect");
+    assert_eq!(
+        info.holders.len(),
+        2,
+        "inspect shows Curator's permits: {info:?}"
+    );
     let busy = locker.semaphore(key, 2).wait(NOT_YET).await;
     assert!(matches!(busy, Err(Error::Busy { .. })), "{busy:?}");
     let waiter = {

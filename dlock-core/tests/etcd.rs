@@ -124,7 +124,8 @@ fn first_line(child: &mut Child) -> tokio::task::JoinHandle<(String, Instant)> {
     })
 }
 
-/// `etcdctl lock` holds a name: a dlock acquire of the same name (a Locker without key
+/// `etcdctl lock` holds a name (`inspect` shows its key as the holder, with the dlock waiter
+/// queued): a dlock acquire of the same name (a Locker without key
 /// prefix) is refused by `try_lock`, queues, and gets the lock as soon as `etcdctl` releases
 /// (SIGTERM: it unlocks), long before etcdctl's 10 s lease could run out. Then the reverse:
 /// dlock holds, `etcdctl lock` queues behind it and prints its key only after dlock's release.
@@ -150,6 +151,15 @@ async fn dlock_and_etcdctl_lock_exclude_each_other() {
     })
     .await;
     assert!(!waiting.is_finished(), "granted while etcdctl holds");
+    let info = locker.inspect(name).await.expect("inspect");
+    assert_eq!(info.holders.len(), 1, "{info:?}");
+    assert_eq!(
+        format!("{name}/{}", info.holders[0].owner),
+        key,
+        "inspect names etcdctl's key as the holder"
+    );
+    assert!(info.holders[0].fencing_token.is_some(), "{info:?}");
+    assert_eq!(info.waiters.map(|w| w.len()), Some(1), "the dlock waiter");
     let released = Instant::now();
     signal(&etcdctl_holder, "TERM");
     let (guard, acquired) = waiting.await.expect("waiter");

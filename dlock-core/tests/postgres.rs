@@ -137,8 +137,9 @@ async fn restart_loses_every_guard_and_the_locker_works_again() {
     again.release().await.expect("release");
 }
 
-/// A `psql` session holding `pg_advisory_lock(<documented hash>)` blocks dlock; dlock gets
-/// the lock promptly when psql unlocks; and while dlock holds, psql's try fails.
+/// A `psql` session holding `pg_advisory_lock(<documented hash>)` blocks dlock (and
+/// `inspect` names its session as the holder, dlock's as the waiter); dlock gets the lock
+/// promptly when psql unlocks; and while dlock holds, psql's try fails.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn psql_and_dlock_exclude_each_other_on_the_documented_key() {
     let server = PostgresServer::start().await.expect("postgres");
@@ -181,6 +182,18 @@ async fn psql_and_dlock_exclude_each_other_on_the_documented_key() {
         },
     )
     .await;
+    let info = locker.inspect("report:daily").await.expect("inspect");
+    let psql_pid = holder_pid(&admin, &full_key).await;
+    assert_eq!(info.holders.len(), 1, "{info:?}");
+    assert!(
+        info.holders[0].owner.ends_with(&format!("pid {psql_pid}")),
+        "inspect names psql's session: {info:?}"
+    );
+    let waiters = info.waiters.expect("PostgreSQL shows its queue");
+    assert!(
+        matches!(waiters.as_slice(), [w] if w.owner.as_deref().is_some_and(|o| o.starts_with("dlock pid "))),
+        "the dlock waiter: {waiters:?}"
+    );
     let unlocked = Instant::now();
     let rows = psql
         .run(&format!(

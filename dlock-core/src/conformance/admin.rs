@@ -121,8 +121,9 @@ pub async fn shutdown_releases_every_lock<B: LockBackend + ?Sized>(target: &Targ
 
 /// [`Locker::inspect`](crate::Locker::inspect) from a third client shows a free lock as
 /// free; then the holder (exclusive, its fencing token, time left within its ttl); where the
-/// service queues waiters, a waiting client; and where the backend has read-write locks,
-/// both readers of a read lock. A backend without it says `Unsupported`.
+/// service queues waiters, a waiting client; then the next holder; where the backend has
+/// read-write locks, both readers of a read lock; and where it has semaphores, both permits
+/// of one. A backend that does not claim it says `Unsupported`.
 pub async fn inspect_shows_holders_and_waiters<B: LockBackend + ?Sized>(target: &Target<B>) {
     let (holder, waiter, admin) = (
         target.locker().await,
@@ -131,9 +132,12 @@ pub async fn inspect_shows_holders_and_waiters<B: LockBackend + ?Sized>(target: 
     );
     let key = key("inspect");
     match admin.inspect(&key).await {
-        Err(Error::Unsupported { .. }) => return,
-        Ok(info) => assert!(info.is_free(), "{info:?}"),
-        Err(error) => panic!("inspect of a free lock: {error}"),
+        Err(Error::Unsupported { .. }) if !target.expect.inspect => return,
+        Ok(info) if target.expect.inspect => assert!(info.is_free(), "{info:?}"),
+        other => panic!(
+            "inspect of a free lock, claimed: {}: {other:?}",
+            target.expect.inspect
+        ),
     }
     let ttl = Duration::from_secs(30);
     let guard = holder.lock(&key).ttl(ttl).await.expect("acquire");
@@ -193,5 +197,21 @@ pub async fn inspect_shows_holders_and_waiters<B: LockBackend + ?Sized>(target: 
                 .all(|h| h.mode == crate::LockMode::Shared)
         );
         drop(readers);
+    }
+    if target.expect.semaphore {
+        let semaphore = super::support::key("inspect-permits");
+        let permits = (
+            holder.semaphore(&semaphore, 2).await.expect("permit"),
+            admin.semaphore(&semaphore, 2).await.expect("permit"),
+        );
+        let info = admin.inspect(&semaphore).await.expect("inspect");
+        assert_eq!(info.holders.len(), 2, "{info:?}");
+        assert!(
+            info.holders
+                .iter()
+                .all(|h| h.mode == crate::LockMode::Permit { limit: 2 }),
+            "{info:?}"
+        );
+        drop(permits);
     }
 }

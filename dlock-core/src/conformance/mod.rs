@@ -242,6 +242,9 @@ pub struct Expectations {
     pub semaphore: bool,
     /// `force_release` is supported (used to delete a key behind its holder's back).
     pub force_release: bool,
+    /// [`inspect`](crate::backend::LockBackend::inspect) is supported (otherwise the
+    /// scenario checks that it says `Unsupported`).
+    pub inspect: bool,
     /// The short lease the timing scenarios use. It must be long enough for a few round trips.
     pub ttl: Duration,
     /// Scheduling and network slack allowed on top of every expected time.
@@ -270,6 +273,7 @@ impl Expectations {
             read_write: caps.read_write,
             semaphore: caps.semaphore,
             force_release: true,
+            inspect: true,
             ttl: Duration::from_millis(300),
             slack: Duration::from_millis(250),
             expiry_lag: Duration::ZERO,
@@ -320,6 +324,13 @@ impl Expectations {
     #[must_use]
     pub const fn force_release(mut self, supported: bool) -> Self {
         self.force_release = supported;
+        self
+    }
+
+    /// Sets [`Expectations::inspect`].
+    #[must_use]
+    pub const fn inspect(mut self, supported: bool) -> Self {
+        self.inspect = supported;
         self
     }
 }

@@ -3,12 +3,14 @@
 //!
 //! Modules: [`config`] (URL, connection), [`keys`] (key layout), [`session`] (shared leases
 //! and their keepalive), [`acquire`] (enqueue and watch the predecessor), [`watch`] (a watch
-//! closed without resets), [`release`] (renew, release, force release, background deletes). The user-facing documentation is on
+//! closed without resets), [`release`] (renew, release, force release, background deletes),
+//! [`inspect`] (holders and waiters, for operators). The user-facing documentation is on
 //! [`EtcdBackend`].
 
 mod acquire;
 mod config;
 mod errors;
+mod inspect;
 mod keys;
 mod release;
 mod session;
@@ -366,6 +368,10 @@ impl LockBackend for EtcdBackend {
 
     async fn force_release(&self, key: &str) -> Result<bool> {
         self.inner.force_release(key).await
+    }
+
+    async fn inspect(&self, key: &str) -> Result<crate::LockInfo> {
+        self.inner.inspect(key).await
     }
 
     fn capabilities(&self) -> Capabilities {

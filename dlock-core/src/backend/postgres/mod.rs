@@ -4,12 +4,14 @@
 //! Modules: [`config`] (URL, connection settings, the fence table), [`keys`] (the documented
 //! 64-bit key of a lock name, a semaphore's derived keys), [`sql`] (every statement),
 //! [`session`] (lock connections: which may take which key, their ends reported),
-//! [`acquire`] (try, wait on the server, semaphore), [`release`] (renew, release). The
-//! user-facing documentation is on [`PostgresBackend`].
+//! [`acquire`] (try, wait on the server, semaphore), [`release`] (renew, release),
+//! [`inspect`] (holders and waiters from `pg_locks`). The user-facing documentation is on
+//! [`PostgresBackend`].
 
 mod acquire;
 mod config;
 mod errors;
+mod inspect;
 mod keys;
 mod release;
 mod session;
@@ -362,6 +364,10 @@ impl LockBackend for PostgresBackend {
 
     fn lost_leases(&self) -> Option<broadcast::Receiver<LostLease>> {
         Some(self.inner.conns.losses())
+    }
+
+    async fn inspect(&self, key: &str) -> Result<crate::LockInfo> {
+        self.inner.inspect(key).await
     }
 
     fn capabilities(&self) -> Capabilities {

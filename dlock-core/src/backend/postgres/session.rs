@@ -337,6 +337,28 @@ impl Conns {
         self.checkout(ttl, pick).await
     }
 
+    /// A connection for statements that take no lock (an operator's read): any open one
+    /// that is not waiting on the server, else one as for a try of `key` with `ttl`.
+    ///
+    /// # Errors
+    ///
+    /// As [`for_try`](Self::for_try).
+    pub(super) async fn for_read(&self, ttl: Duration, key: i64) -> Result<Arc<Conn>> {
+        let open = self
+            .by_ttl()
+            .values()
+            .flatten()
+            .find(|c| !c.is_lost() && !c.state().waiting)
+            .cloned();
+        if let Some(conn) = open {
+            return Ok(conn);
+        }
+        let conn_use = self.for_try(ttl, key).await?;
+        let conn = Arc::clone(&conn_use.conn);
+        conn_use.finish();
+        Ok(conn)
+    }
+
     /// A connection of `ttl` with nothing on it, for an acquire that waits on the server,
     /// with `key` reserved.
     ///

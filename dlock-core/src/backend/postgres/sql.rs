@@ -49,6 +49,17 @@ pub(super) const IS_GRANTED: &str = "SELECT EXISTS (SELECT 1 FROM pg_locks \
 pub(super) const HELD: &str = "SELECT classid::int8, objid::int8 FROM pg_locks \
      WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND granted AND objsubid = 1";
 
+/// Every advisory lock of this database on one of the `bigint` keys `$1`, the grants first,
+/// then the waits in the order they began: key, pid, mode, granted, the session's
+/// `application_name`.
+pub(super) const INSPECT: &str = "SELECT (l.classid::int8 << 32) | l.objid::int8, l.pid, \
+     l.mode, l.granted, coalesce(a.application_name, '') \
+     FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid \
+     WHERE l.locktype = 'advisory' AND l.objsubid = 1 \
+     AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
+     AND ((l.classid::int8 << 32) | l.objid::int8) = ANY($1::int8[]) \
+     ORDER BY l.granted DESC, l.waitstart NULLS LAST, l.pid";
+
 impl Statements {
     pub(super) fn new(table: &str) -> Self {
         let upsert = |from: &str| {

@@ -375,6 +375,10 @@ impl LockBackend for RedisBackend {
         self.node.force_release(key).await
     }
 
+    async fn inspect(&self, key: &str) -> Result<crate::LockInfo> {
+        self.node.inspect(key).await
+    }
+
     fn capabilities(&self) -> Capabilities {
         Capabilities::new("redis")
             .fencing(Fencing::Volatile)

@@ -14,7 +14,7 @@ use super::keys::{self, RedisName};
 use super::millis;
 use super::scripts::{self, Lua};
 use crate::lease::{AcquireRequest, Lease};
-use crate::{Error, Result};
+use crate::{Error, HolderInfo, LockInfo, LockMode, Result};
 
 /// What one acquire attempt found.
 pub(crate) enum Attempt {
@@ -291,6 +291,60 @@ impl Node {
             })
             .await?;
         Ok(removed > 0)
+    }
+
+    /// Who holds the lock of `key`, read in one script: a writer, or the readers or permits
+    /// that have not expired. Waiters queue in the clients, so none are listed.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Refused`] when the lock's name holds another application's value.
+    pub(crate) async fn inspect(&self, key: &str) -> Result<LockInfo> {
+        let reply: Vec<Value> = self
+            .run("inspect", &scripts::INSPECT, 2, |cmd| {
+                cmd.arg(RedisName::lock(key)).arg(RedisName::limit(key));
+            })
+            .await?;
+        let mut fields = reply.into_iter();
+        let mut next = || fields.next().unwrap_or(Value::Nil);
+        let parse = |error: redis::ParsingError| {
+            Error::refused("redis", format!("inspect of `{key}`: {error}"))
+        };
+        let kind = String::from_redis_value(next()).map_err(parse)?;
+        let limit = u32::from_redis_value(next()).map_err(parse)?;
+        let mut grants = Vec::new();
+        loop {
+            match next() {
+                Value::Nil => break,
+                owner => grants.push((
+                    String::from_redis_value(owner).map_err(parse)?,
+                    i64::from_redis_value(next()).map_err(parse)?,
+                )),
+            }
+        }
+        let mode = match (kind.as_str(), limit) {
+            ("none", _) => return Ok(LockInfo::default()),
+            ("lock", _) => LockMode::Exclusive,
+            ("shares", 0) => LockMode::Shared,
+            ("shares", limit) => LockMode::Permit { limit },
+            (other, _) => {
+                return Err(errors::foreign_key(
+                    key,
+                    Value::SimpleString(format!("lock {other}")),
+                ));
+            }
+        };
+        let holders = grants
+            .into_iter()
+            .map(|(owner, left_ms)| {
+                let left = u64::try_from(left_ms).ok().map(Duration::from_millis);
+                HolderInfo::new(owner, mode).with_expires_in(left)
+            })
+            .collect();
+        Ok(LockInfo {
+            holders,
+            waiters: None,
+        })
     }
 
     /// `PING`: whether the server answers.

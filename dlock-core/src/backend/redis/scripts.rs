@@ -357,6 +357,35 @@ return removed
 ",
     )
 });
+
+/// `KEYS`: lock, semaphore limit. What holds the lock, read in one atomic step for
+/// [`inspect`](crate::backend::LockBackend::inspect): `{'lock', 0, owner, pttl}` for a writer
+/// (the owner without its waited-for mark; pttl -1 without an expiry), `{'shares', limit,
+/// owner, ms left, …}` for the readers or permits not yet expired (limit 0 for readers),
+/// `{'none', 0}` when free, and `{<type>, 0}` when the name holds another type.
+pub(super) static INSPECT: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(
+        r"
+local kind = redis.call('type', KEYS[1])['ok']
+if kind == 'string' then
+  local owner = redis.call('get', KEYS[1])
+  if string.sub(owner, -7) == '|waited' then owner = string.sub(owner, 1, -8) end
+  return {'lock', 0, owner, redis.call('pttl', KEYS[1])}
+end
+if kind ~= 'zset' then return {kind, 0} end
+local time = redis.call('time')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local reply = {'shares', tonumber(redis.call('get', KEYS[2]) or '0')}
+local shares = redis.call('zrangebyscore', KEYS[1], '(' .. now, '+inf', 'WITHSCORES')
+for i = 1, #shares, 2 do
+  reply[#reply + 1] = shares[i]
+  reply[#reply + 1] = tonumber(shares[i + 1]) - now
+end
+return reply
+",
+    )
+});
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -369,7 +398,7 @@ mod tests {
             7,
             "the acquire script compares the last 7 bytes"
         );
-        for script in [&ACQUIRE, &ACQUIRE_SHARED, &RELEASE, &RENEW] {
+        for script in [&ACQUIRE, &ACQUIRE_SHARED, &RELEASE, &RENEW, &INSPECT] {
             assert!(script.code.contains(&format!("'{mark}'")));
             assert!(!script.code.replace(mark, "").contains("waited"));
         }

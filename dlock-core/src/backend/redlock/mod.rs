@@ -510,6 +510,55 @@ impl LockBackend for RedLockBackend {
         }
     }
 
+    /// The owners that hold the lock on a majority of the masters; each expires when fewer
+    /// than a majority would still hold it (the quorum-th longest time left). No waiters:
+    /// they queue in the clients.
+    async fn inspect(&self, key: &str) -> Result<crate::LockInfo> {
+        let views = self.nodes.iter().map(|node| node.inspect(key));
+        let replies = Self::bounded_all(self.timeout / 2, views).await;
+        let mut answered = 0;
+        let mut first_error = None;
+        let mut left_by_owner: Vec<(String, Vec<Option<Duration>>)> = Vec::new();
+        for reply in replies {
+            let info = match reply {
+                Ok(info) => info,
+                Err(error) => {
+                    first_error.get_or_insert(error);
+                    continue;
+                }
+            };
+            answered += 1;
+            for holder in info.holders {
+                match left_by_owner
+                    .iter_mut()
+                    .find(|(owner, _)| *owner == holder.owner)
+                {
+                    Some((_, lefts)) => lefts.push(holder.expires_in),
+                    None => left_by_owner.push((holder.owner, vec![holder.expires_in])),
+                }
+            }
+        }
+        if answered < self.quorum {
+            return Err(first_error.unwrap_or_else(|| {
+                Error::unavailable("redlock", "no majority of masters answered")
+            }));
+        }
+        let holders = left_by_owner
+            .into_iter()
+            .filter(|(_, lefts)| lefts.len() >= self.quorum)
+            .map(|(owner, mut lefts)| {
+                // No expiry (`None`) outlasts any time left.
+                lefts.sort_unstable_by_key(|left| std::cmp::Reverse(left.unwrap_or(Duration::MAX)));
+                crate::HolderInfo::new(owner, LockMode::Exclusive)
+                    .with_expires_in(lefts[self.quorum - 1])
+            })
+            .collect();
+        Ok(crate::LockInfo {
+            holders,
+            waiters: None,
+        })
+    }
+
     fn capabilities(&self) -> Capabilities {
         Capabilities::new("redlock").max_renew_batch(usize::MAX)
     }

@@ -200,6 +200,15 @@ pub(super) fn holders(children: &[String]) -> Vec<String> {
     }
 }
 
+/// The lock nodes among `children` in Curator's order, each with whether it excludes (a
+/// mutex or write node); the first [`holders`]`.len()` of them hold.
+pub(super) fn in_order(children: &[String]) -> Vec<(&str, bool)> {
+    contenders(children)
+        .into_iter()
+        .map(|node| (node.name, node.exclusive))
+        .collect()
+}
+
 /// The children of a semaphore's `leases` in creation order (the text after `lease-`; other
 /// names last, by name).
 pub(super) fn leases_in_order(children: &[String]) -> Vec<&str> {

@@ -9,6 +9,7 @@
 mod acquire;
 mod config;
 mod errors;
+mod inspect;
 mod keys;
 mod release;
 mod session;
@@ -286,6 +287,10 @@ impl LockBackend for ZooKeeperBackend {
 
     async fn force_release(&self, key: &str) -> Result<bool> {
         self.inner.force_release(key).await
+    }
+
+    async fn inspect(&self, key: &str) -> Result<crate::LockInfo> {
+        self.inner.inspect(key).await
     }
 
     fn lost_leases(&self) -> Option<broadcast::Receiver<LostLease>> {

@@ -205,7 +205,7 @@ impl Inner {
     }
 
     /// The children of `path` (none when it does not exist).
-    async fn children(&self, session: &Session, path: &str) -> Result<Vec<String>> {
+    pub(super) async fn children(&self, session: &Session, path: &str) -> Result<Vec<String>> {
         match timed_raw(
             self.timeout,
             "get children",
@@ -279,7 +279,7 @@ impl Inner {
 
 /// One use of a session by an operation that is not a grant, ended when dropped (the
 /// operation finished, failed, or its future was dropped).
-struct InUse<'a>(&'a Arc<Inner>, &'a Arc<Session>);
+pub(super) struct InUse<'a>(pub(super) &'a Arc<Inner>, pub(super) &'a Arc<Session>);
 
 impl Drop for InUse<'_> {
     fn drop(&mut self) {
