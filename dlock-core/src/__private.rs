@@ -8,7 +8,7 @@
 //!     ::dlock_core::__private::run(
 //!         ::dlock_core::__private::Locker::global(),          // or IntoLocker::into_locker(expr)
 //!         ::std::borrow::Cow::Owned(::std::format!("order:{}", id)),
-//!         ::dlock_core::__private::Options { ttl: .., wait: .., watchdog: true, max_hold: None, fencing: None, mode: .., write_side: false },
+//!         ::dlock_core::__private::Options { ttl: .., wait: .., watchdog: true, max_hold: None, fencing: None, mode: .., write_side: false, key_template: "order:<id>" },
 //!         async move { body },
 //!     )
 //!     .await
@@ -41,6 +41,9 @@ pub struct Options {
     /// `mode = "write"`: an exclusive lock that is the write side of a read-write lock, not
     /// a mutex (see [`AcquireRequest::write_side`](crate::backend::AcquireRequest::write_side)).
     pub write_side: bool,
+    /// `key = ".."` as written: the template, for the lock's metrics
+    /// ([`LockRequest::key_template`](crate::LockRequest::key_template)).
+    pub key_template: &'static str,
 }
 
 /// The attribute's `wait` argument.
@@ -119,7 +122,9 @@ where
     } else {
         locker.lock(&key)
     };
-    let mut request = request.watchdog(options.watchdog);
+    let mut request = request
+        .watchdog(options.watchdog)
+        .key_template(options.key_template);
     if let Some(ttl) = options.ttl {
         request = request.ttl(ttl);
     }

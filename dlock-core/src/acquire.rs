@@ -16,6 +16,7 @@ use crate::hold::Hold;
 use crate::keeper::LeaseKeeper;
 use crate::lease::{AcquireOutcome, AcquireRequest, Lease, OwnerId};
 use crate::lease_watch::LeaseWatch;
+use crate::meter::{self, Meter};
 use crate::reentrancy::{HolderId, Reentrancy};
 use crate::{Error, LockMode, LostReason, Result};
 
@@ -73,6 +74,8 @@ pub(crate) struct AcquireOptions<'a> {
     pub(crate) mode: LockMode,
     /// An exclusive hold is the write side of a read-write lock, not a mutex.
     pub(crate) write_side: bool,
+    /// The template the key was built from: its metrics' `key` label.
+    pub(crate) key_template: Option<&'a str>,
 }
 
 /// What [`LockerState::check`] found valid in a request.
@@ -114,19 +117,21 @@ impl LockerState {
             fencing_token = tracing::field::Empty,
         );
         let started = Instant::now();
+        let meter = self.meter(&options);
         let acquired = self
-            .acquire_inner(options, started)
+            .acquire_inner(options, &meter, started)
             .instrument(span.clone())
             .await;
+        let outcome = match &acquired {
+            Ok(guard) if guard.is_nested() => "reentered",
+            Ok(_) => "acquired",
+            Err(Error::Busy { .. }) => "busy",
+            Err(_) => "failed",
+        };
+        meter.acquired(outcome, started.elapsed());
         if !span.is_disabled() {
             let waited = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
             span.record("waited_us", waited);
-            let outcome = match &acquired {
-                Ok(guard) if guard.is_nested() => "reentered",
-                Ok(_) => "acquired",
-                Err(Error::Busy { .. }) => "busy",
-                Err(_) => "failed",
-            };
             span.record("outcome", outcome);
             if let Some(token) = acquired.as_ref().ok().and_then(LockGuard::fencing_token) {
                 span.record("fencing_token", token);
@@ -135,9 +140,21 @@ impl LockerState {
         acquired
     }
 
+    /// The metrics labels of a request: backend, mode, and the key template (or the raw
+    /// key where the config opts in, else `*`).
+    fn meter(&self, options: &AcquireOptions<'_>) -> Meter {
+        let key = match options.key_template {
+            Some(template) => template,
+            None if self.config.metrics_raw_keys => options.key,
+            None => meter::ANY_KEY,
+        };
+        Meter::new(self.capabilities.name, options.mode, key)
+    }
+
     async fn acquire_inner(
         &self,
         options: AcquireOptions<'_>,
+        meter: &Meter,
         started: Instant,
     ) -> Result<LockGuard> {
         if self.shut_down.load(Ordering::SeqCst) {
@@ -150,8 +167,8 @@ impl LockerState {
         {
             return Ok(guard);
         }
-        let lease = self.grant(&options, checked, started).await?;
-        self.keep(&options, lease, holder, started)
+        let lease = self.grant(&options, checked, meter, started).await?;
+        self.keep(&options, lease, holder, meter.clone(), started)
     }
 
     /// Validates `options` against the settings and the backend, before any round trip.
@@ -307,6 +324,7 @@ impl LockerState {
         &self,
         options: &AcquireOptions<'_>,
         checked: Checked,
+        meter: &Meter,
         started: Instant,
     ) -> Result<Lease> {
         let grant = self.grants.fetch_add(1, Ordering::Relaxed) + 1;
@@ -319,6 +337,7 @@ impl LockerState {
         .with_mode(options.mode)
         .with_write_side(options.write_side && options.mode == LockMode::Exclusive);
         let wait = options.wait.unwrap_or(self.config.wait);
+        let _waiting = (wait != Some(Duration::ZERO)).then(|| meter.waiting());
         let operation_timeout = self.keeper.operation_timeout();
         let outcome = match wait {
             Some(wait) => {
@@ -400,6 +419,7 @@ impl LockerState {
         options: &AcquireOptions<'_>,
         lease: Lease,
         holder: HolderId,
+        meter: Meter,
         started: Instant,
     ) -> Result<LockGuard> {
         // The backend may grant less than asked (a negotiated session timeout): trust the
@@ -410,6 +430,7 @@ impl LockerState {
             self.config.key_prefix.len(),
             ttl,
             lease.valid_from,
+            meter,
         ));
         let cadence = options.watchdog.then(|| self.cadence(ttl));
         let max_hold = options.max_hold.or(self.config.max_hold);

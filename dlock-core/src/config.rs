@@ -23,6 +23,7 @@ use crate::{Error, Result};
 /// | `operation_timeout` | `DLOCK_OPERATION_TIMEOUT`  | `5s`                   |
 /// | `fencing`           | `DLOCK_FENCING`            | `false`                |
 /// | `max_hold`          | `DLOCK_MAX_HOLD`           | none: renewed while held |
+/// | `metrics_raw_keys`  | `DLOCK_METRICS_RAW_KEYS`   | `false`                |
 ///
 /// # Examples
 ///
@@ -75,6 +76,11 @@ pub struct DlockConfig {
     /// guard lives. Per lock: [`LockRequest::max_hold`](crate::LockRequest::max_hold).
     #[serde(with = "humantime_serde")]
     pub max_hold: Option<Duration>,
+    /// With the `metrics` feature: label a lock's metrics with its raw key when the request
+    /// names no key template (the attribute and the layer always do). Off by default: one
+    /// time series per key (`order:1`, `order:2`, …) can flood a metrics store; a request
+    /// without a template is labelled `key="*"`.
+    pub metrics_raw_keys: bool,
 }
 
 impl Default for DlockConfig {
@@ -88,12 +94,13 @@ impl Default for DlockConfig {
             operation_timeout: Duration::from_secs(5),
             fencing: false,
             max_hold: None,
+            metrics_raw_keys: false,
         }
     }
 }
 
 /// The environment variables [`DlockConfig::from_env`] reads.
-const ENV_VARS: [&str; 8] = [
+const ENV_VARS: [&str; 9] = [
     "DLOCK_URL",
     "DLOCK_KEY_PREFIX",
     "DLOCK_TTL",
@@ -102,6 +109,7 @@ const ENV_VARS: [&str; 8] = [
     "DLOCK_OPERATION_TIMEOUT",
     "DLOCK_FENCING",
     "DLOCK_MAX_HOLD",
+    "DLOCK_METRICS_RAW_KEYS",
 ];
 
 impl DlockConfig {
@@ -165,6 +173,7 @@ impl DlockConfig {
                         _ => Some(parse_duration(name, &value)?),
                     };
                 }
+                "DLOCK_METRICS_RAW_KEYS" => config.metrics_raw_keys = parse_bool(name, &value)?,
                 _ => unreachable!("ENV_VARS and this match list the same names"),
             }
         }
@@ -263,6 +272,7 @@ fn env_name(field: &str) -> &'static str {
         "watchdog_interval" => "DLOCK_WATCHDOG_INTERVAL",
         "fencing" => "DLOCK_FENCING",
         "max_hold" => "DLOCK_MAX_HOLD",
+        "metrics_raw_keys" => "DLOCK_METRICS_RAW_KEYS",
         _ => "DLOCK_OPERATION_TIMEOUT",
     }
 }
@@ -349,6 +359,7 @@ mod tests {
             ("DLOCK_OPERATION_TIMEOUT", "750ms"),
             ("DLOCK_FENCING", "true"),
             ("DLOCK_MAX_HOLD", "1h"),
+            ("DLOCK_METRICS_RAW_KEYS", "true"),
         ]))
         .unwrap();
         assert_eq!(
@@ -362,6 +373,7 @@ mod tests {
                 operation_timeout: Duration::from_millis(750),
                 fencing: true,
                 max_hold: Some(Duration::from_secs(3600)),
+                metrics_raw_keys: true,
             }
         );
         let forever = DlockConfig::from_vars(vars(&[("DLOCK_WAIT", "forever")])).unwrap();

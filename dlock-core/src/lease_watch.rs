@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 
 use crate::LostReason;
+use crate::meter::Meter;
 
 /// The safety margin subtracted from every lease: clocks on two machines may run at slightly
 /// different rates (RedLock's analysis uses 1 % of the ttl plus 2 ms).
@@ -28,18 +29,29 @@ pub(crate) struct LeaseWatch {
     lost_signal: Notify,
     /// Set when the grant was given back: from then on nothing waits for a loss.
     released: AtomicBool,
+    /// The lock's metrics, and when it was granted.
+    meter: Meter,
+    granted_at: Instant,
+    /// Set when the hold ended (lost or released), so it is counted once.
+    ended: AtomicBool,
 }
 
 impl LeaseWatch {
     /// A watch whose local deadline is `valid_from + ttl - drift`, for the lock whose full
-    /// key is `full_key` (the user's key being its suffix after `prefix_len` bytes).
+    /// key is `full_key` (the user's key being its suffix after `prefix_len` bytes), counted
+    /// as held in `meter` from now on.
     pub(crate) fn new(
         full_key: Arc<str>,
         prefix_len: usize,
         ttl: Duration,
         valid_from: Instant,
+        meter: Meter,
     ) -> Self {
+        meter.held();
         Self {
+            meter,
+            granted_at: Instant::now(),
+            ended: AtomicBool::new(false),
             user_key_at: prefix_len.min(full_key.len()),
             full_key,
             ttl,
@@ -52,6 +64,18 @@ impl LeaseWatch {
 
     fn deadline_from(ttl: Duration, sent_at: Instant) -> Instant {
         sent_at + ttl.saturating_sub(drift_margin(ttl))
+    }
+
+    /// The lock's metrics.
+    pub(crate) const fn meter(&self) -> &Meter {
+        &self.meter
+    }
+
+    /// Counts the end of the hold, once: lost or released.
+    fn ended(&self, outcome: &'static str) {
+        if !self.ended.swap(true, Ordering::SeqCst) {
+            self.meter.hold_ended(outcome, self.granted_at.elapsed());
+        }
     }
 
     pub(crate) fn user_key(&self) -> &str {
@@ -90,6 +114,10 @@ impl LeaseWatch {
     /// Marks the lease lost (the first reason wins) and wakes everyone waiting on it.
     pub(crate) fn mark_lost(&self, reason: LostReason) {
         if self.reason.set(reason).is_ok() {
+            if let Some(reason) = self.reason.get() {
+                self.meter.lost(reason);
+            }
+            self.ended("lost");
             let reason = self.reason.get().map_or(String::new(), ToString::to_string);
             // A shutdown is asked for; every other loss means work ran or may run unprotected.
             if self.lost_reason() == Some(LostReason::Shutdown) {
@@ -108,6 +136,7 @@ impl LeaseWatch {
 
     /// Records that the grant was given back: [`lost`](Self::lost) stays pending from now on.
     pub(crate) fn released(&self) {
+        self.ended("released");
         self.released.store(true, Ordering::SeqCst);
         self.lost_signal.notify_waiters();
     }

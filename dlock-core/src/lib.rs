@@ -1,11 +1,11 @@
 //! Distributed locks for async Rust services.
 //!
 //! A [`Locker`] takes locks on string keys from one backend — in-process memory by default;
-//! Redis, etcd, ZooKeeper; PostgreSQL as it lands — and gives back a [`LockGuard`]. While the
+//! Redis (single node, Cluster, RedLock), etcd, ZooKeeper, PostgreSQL — and gives back a [`LockGuard`]. While the
 //! guard lives, the Locker's watchdog renews the lease; if the lease is lost anyway, the guard
 //! says so ([`LockGuard::lost`]) and [`LockGuard::run`] cancels the protected work. A grant
 //! carries a fencing token for the protected resource to check (always on memory, etcd and
-//! ZooKeeper; on Redis when asked, [`LockRequest::fencing`]). A task that holds a key can lock it again
+//! ZooKeeper; on Redis and PostgreSQL when asked, [`LockRequest::fencing`]). A task that holds a key can lock it again
 //! and re-enters at once.
 //!
 //! ```
@@ -34,10 +34,32 @@
 //! | `redis`       | no      | `backend::RedisBackend`: `redis://`, `redis+cluster://` URLs       |
 //! | `etcd`        | no      | `backend::EtcdBackend`: `etcd://` URLs, interoperable with `etcdctl lock` |
 //! | `zookeeper`   | no      | `backend::ZooKeeperBackend`: `zk://` URLs, interoperable with Apache Curator's locks |
+//! | `redlock`     | no      | `backend::RedLockBackend`: `redlock://` URLs, one lock over N Redis masters |
+//! | `postgres`    | no      | `backend::PostgresBackend`: `postgres://` URLs, advisory locks `psql` can take too |
+//! | `metrics`     | no      | the metrics below, on the [`metrics`](https://docs.rs/metrics) facade |
 //! | `macros`      | no      | the `#[distributed_lock]` attribute on `async fn`s                 |
 //! | `conformance` | no      | `dlock_core::conformance`, the suite every backend must pass       |
 //! | `harness`     | no      | `dlock_core::harness`, real test servers started from system binaries |
-
+//!
+//! # Metrics
+//!
+//! With the `metrics` feature, dlock records on the `metrics` facade — nothing until the
+//! application installs a recorder (`metrics-exporter-prometheus`, an OpenTelemetry bridge).
+//! Names follow OpenTelemetry's rules (durations in seconds; Prometheus shows
+//! `dlock.acquire.duration` as `dlock_acquire_duration_seconds`):
+//!
+//! | metric | kind | labels besides `backend`, `mode`, `key` |
+//! |---|---|---|
+//! | `dlock.acquire.duration` | histogram, s | `outcome`: `acquired`, `reentered`, `busy`, `failed` |
+//! | `dlock.hold.duration` | histogram, s | `outcome`: `released`, `lost` |
+//! | `dlock.lock.count` | gauge | `state`: `held`, `waiting` |
+//! | `dlock.renewals` | counter | `outcome`: `renewed`, `lost`, `failed` |
+//! | `dlock.lost` | counter | `reason`: `not_owner`, `expired`, `max_hold`, `shutdown`, `session_lost` |
+//!
+//! `mode` is `exclusive`, `shared` or `permit`; `key` is the key **template** the attribute
+//! or the layer names (`order:<id>`, [`LockRequest::key_template`]), never the raw key unless
+//! [`DlockConfig::metrics_raw_keys`] asks for it (one series per key floods a metrics
+//! store); `*` for a request without a template.
 //!
 //! The crate root is the user's API; [`backend`] holds the backend contract, the values that
 //! cross it and the built-in backends, for implementors.
@@ -63,6 +85,7 @@ mod hold;
 mod keeper;
 mod key;
 mod lease_watch;
+mod meter;
 mod reentrancy;
 mod watchdog;
 

@@ -46,6 +46,7 @@ impl<'a> LockRequest<'a> {
                 max_hold: None,
                 mode,
                 write_side: false,
+                key_template: None,
             },
         }
     }
@@ -212,6 +213,28 @@ impl LockRequest<'_> {
     /// ```
     pub const fn reentrant(mut self, reentrant: bool) -> Self {
         self.options.reentrant = reentrant;
+        self
+    }
+}
+
+impl<'a> LockRequest<'a> {
+    /// Names the template the key was built from (`order:<id>`): with the `metrics` feature,
+    /// the `key` label of this lock's metrics, so that every order shares one time series.
+    /// The attribute and the layer set it; without it the label is `*` (or the raw key, if
+    /// [`DlockConfig::metrics_raw_keys`](crate::DlockConfig::metrics_raw_keys) says so).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> dlock_core::Result<()> {
+    /// let locker = dlock_core::Locker::memory();
+    /// let id = 42;
+    /// let key = format!("order:{id}");
+    /// let guard = locker.lock(&key).key_template("order:<id>").await?;
+    /// # drop(guard); Ok(()) }
+    /// ```
+    pub const fn key_template(mut self, template: &'a str) -> Self {
+        self.options.key_template = Some(template);
         self
     }
 }

@@ -416,10 +416,12 @@ async fn renew_batch(shared: Arc<Shared>, settings: Settings, batch: Vec<Lease>)
                 entry.watch.renewed((*valid_from).min(Instant::now()));
                 entry.next_renewal = sent_at + cadence;
                 renewed += 1;
+                entry.watch.meter().renewal("renewed");
                 tracing::trace!(key = %entry.watch.user_key(), "dlock: lease renewed");
             }
             Some(RenewOutcome::NotOwner) => {
                 lost += 1;
+                entry.watch.meter().renewal("lost");
                 entry.watch.mark_lost(LostReason::NotOwner);
                 entries.remove(&lease.owner);
             }
@@ -429,6 +431,7 @@ async fn renew_batch(shared: Arc<Shared>, settings: Settings, batch: Vec<Lease>)
                     _ => "the backend returned too few outcomes".to_owned(),
                 };
                 retried += 1;
+                entry.watch.meter().renewal("failed");
                 // Retry soon, but never hammer: a third of the cadence, at least 10 ms.
                 entry.next_renewal = Instant::now() + (cadence / 3).max(Duration::from_millis(10));
                 tracing::warn!(key = %entry.watch.user_key(), %error, "dlock: lease renewal failed; retrying until the lease deadline");

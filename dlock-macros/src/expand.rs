@@ -240,6 +240,8 @@ fn gen_options(args: &LockArgs) -> TokenStream {
         (Some(Mode::Write) | None, None) => quote! { #krate::LockMode::Exclusive },
     };
     let write_side = args.mode == Some(Mode::Write);
+    // The literal as written (`order:<id>`): the `key` label of the lock's metrics.
+    let key_template = args.key.as_ref().map(|key| &key.lit);
     quote! {
         #krate::__private::Options {
             ttl: #ttl,
@@ -249,6 +251,7 @@ fn gen_options(args: &LockArgs) -> TokenStream {
             fencing: #fencing,
             mode: #mode,
             write_side: #write_side,
+            key_template: #key_template,
         }
     }
 }

@@ -1,6 +1,7 @@
 //! Where a request's lock key comes from.
 
 use std::fmt;
+use std::sync::Arc;
 
 use http::Request;
 
@@ -26,6 +27,14 @@ pub trait MakeLockKey<B> {
     ///
     /// [`KeyError`] when the key cannot be built; the layer answers `500` and logs it.
     fn make_key(&mut self, request: &mut Request<B>) -> Result<Option<String>, KeyError>;
+
+    /// The template every key is built from (`order:{id}`), if there is one: the `key` label
+    /// of the lock's metrics (feature `metrics` of `dlock-core`). `None` by default; a
+    /// [`PathKey`](crate::PathKey) gives its template. The layer's
+    /// [`key_template`](crate::DistributedLockLayer::key_template) overrides it.
+    fn key_template(&self) -> Option<Arc<str>> {
+        None
+    }
 }
 
 impl<B, F> MakeLockKey<B> for F

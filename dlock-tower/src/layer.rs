@@ -53,6 +53,7 @@ pub(crate) struct Settings {
     pub(crate) wait: Duration,
     pub(crate) watchdog: bool,
     pub(crate) max_hold: Option<Duration>,
+    pub(crate) key_template: Option<Arc<str>>,
     pub(crate) mode: ModeChoice,
     pub(crate) on_busy: Reject,
     pub(crate) on_error: Reject,
@@ -71,6 +72,7 @@ impl<K> DistributedLockLayer<K> {
                 wait: Duration::ZERO,
                 watchdog: true,
                 max_hold: None,
+                key_template: None,
                 mode: ModeChoice::Every(LockMode::Exclusive),
                 on_busy: Reject::new(locked_response),
                 on_error: Reject::new(unavailable_response),
@@ -85,6 +87,7 @@ impl<K> DistributedLockLayer<K> {
             wait: self.settings.wait,
             watchdog: self.settings.watchdog,
             max_hold: self.settings.max_hold,
+            key_template: self.settings.key_template.clone(),
             mode: self.settings.mode,
             on_busy: self.settings.on_busy.clone(),
             on_error: self.settings.on_error.clone(),
@@ -129,6 +132,26 @@ impl<K> DistributedLockLayer<K> {
     /// ```
     pub fn max_hold(self, max_hold: Duration) -> Self {
         self.with(|s| s.max_hold = Some(max_hold))
+    }
+
+    /// Names the template the keys are built from, for the `key` label of the locks'
+    /// metrics (`dlock-core`'s `metrics` feature) instead of `*`: one time series for every
+    /// key the layer makes. A [`PathKey`](crate::PathKey) names its own template.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use dlock_tower::DistributedLockLayer;
+    ///
+    /// let layer = DistributedLockLayer::new(dlock_core::Locker::memory(), |req: &http::Request<()>| {
+    ///     Some(format!("import:{}", req.uri().path()))
+    /// })
+    /// .key_template("import:<path>");
+    /// # drop(layer);
+    /// ```
+    pub fn key_template(self, template: impl Into<Arc<str>>) -> Self {
+        let template = template.into();
+        self.with(|s| s.key_template = Some(template))
     }
 
     /// Locks every request in `mode`. Defaults to [`LockMode::Exclusive`]: one request per key

@@ -3,6 +3,8 @@
 use std::fmt;
 
 use axum::extract::{FromRequestParts, RawPathParams};
+use std::sync::Arc;
+
 use dlock_core::key_template::{KeyTemplate, Part as TemplatePart};
 use http::Request;
 
@@ -30,7 +32,7 @@ use crate::key::{KeyError, MakeLockKey};
 /// ```
 #[derive(Clone, PartialEq, Eq)]
 pub struct PathKey {
-    template: String,
+    template: Arc<str>,
     parts: Vec<Part>,
 }
 
@@ -104,7 +106,7 @@ impl PathKey {
             })
             .collect::<Result<_, _>>()?;
         Ok(Self {
-            template: template.to_owned(),
+            template: Arc::from(template),
             parts,
         })
     }
@@ -177,6 +179,11 @@ impl fmt::Debug for PathKey {
 }
 
 impl<B> MakeLockKey<B> for PathKey {
+    /// The template as written (`order:{id}`).
+    fn key_template(&self) -> Option<Arc<str>> {
+        Some(Arc::clone(&self.template))
+    }
+
     fn make_key(&mut self, request: &mut Request<B>) -> Result<Option<String>, KeyError> {
         // The parameters live in the request's extensions, which axum's extractor reads from
         // request parts: lend it the extensions and take them back.
@@ -223,6 +230,13 @@ mod tests {
                 Part::Param("x".into())
             ]
         );
+    }
+
+    #[test]
+    fn the_template_is_the_metrics_key_label() {
+        let key = path_key("order:{id}");
+        let template = MakeLockKey::<()>::key_template(&key);
+        assert_eq!(template.as_deref(), Some("order:{id}"));
     }
 
     #[test]

@@ -96,7 +96,9 @@ where
         match self.make_key.make_key(&mut request) {
             Ok(Some(key)) => {
                 let mode = self.settings.mode.for_method(request.method());
-                let acquire = acquire(Arc::clone(&self.settings), key.clone(), mode);
+                let template =
+                    (self.settings.key_template.clone()).or_else(|| self.make_key.key_template());
+                let acquire = acquire(Arc::clone(&self.settings), key.clone(), mode, template);
                 ResponseFuture::acquiring(acquire, key, inner, request, Arc::clone(&self.settings))
             }
             Ok(None) => ResponseFuture::passthrough(inner, request, Arc::clone(&self.settings)),
@@ -110,7 +112,12 @@ where
 
 type Acquire = std::pin::Pin<Box<dyn std::future::Future<Output = LockResult<LockGuard>> + Send>>;
 
-fn acquire(settings: Arc<Settings>, key: String, mode: LockMode) -> Acquire {
+fn acquire(
+    settings: Arc<Settings>,
+    key: String,
+    mode: LockMode,
+    template: Option<Arc<str>>,
+) -> Acquire {
     Box::pin(async move {
         // One exclusive mode for every request is a mutex; exclusive next to shared is the
         // write side of a read-write lock (the two differ only in a backend's layout).
@@ -129,6 +136,9 @@ fn acquire(settings: Arc<Settings>, key: String, mode: LockMode) -> Acquire {
         }
         if let Some(max_hold) = settings.max_hold {
             request = request.max_hold(max_hold);
+        }
+        if let Some(template) = &template {
+            request = request.key_template(template);
         }
         request.await
     })
