@@ -89,6 +89,7 @@ impl LockerState {
     /// The state of a new Locker over `backend` with (valid) `config`.
     pub(crate) fn new(backend: Arc<dyn LockBackend>, config: DlockConfig) -> Self {
         let capabilities = backend.capabilities();
+        Meter::describe();
         let id = OwnerId::random("locker").as_str()["locker:".len()..].to_owned();
         Self {
             id,

@@ -45,6 +45,36 @@ impl Meter {
         Self {}
     }
 
+    /// Describes every metric (unit and help text) to the recorder installed now; a
+    /// recorder installed later sees the metrics without descriptions.
+    pub(crate) fn describe() {
+        #[cfg(feature = "metrics")]
+        {
+            use metrics::Unit;
+            metrics::describe_histogram!(
+                "dlock.acquire.duration",
+                Unit::Seconds,
+                "Time from asking for a lock to the grant or the failure"
+            );
+            metrics::describe_histogram!(
+                "dlock.hold.duration",
+                Unit::Seconds,
+                "Time from a grant to its release or loss"
+            );
+            metrics::describe_gauge!(
+                "dlock.lock.count",
+                Unit::Count,
+                "Locks held, and acquires waiting, by this process"
+            );
+            metrics::describe_counter!(
+                "dlock.renewals",
+                Unit::Count,
+                "Lease renewals by the watchdog, by outcome"
+            );
+            metrics::describe_counter!("dlock.lost", Unit::Count, "Leases lost, by reason");
+        }
+    }
+
     #[cfg(feature = "metrics")]
     fn with(&self, name: &'static str, value: &'static str) -> Vec<metrics::Label> {
         let mut labels = Vec::with_capacity(self.labels.len() + 1);

@@ -98,6 +98,25 @@ async fn orders_macro_passes_on_memory() {
 }
 
 #[tokio::test]
+async fn observability_prints_the_scrape_and_the_inspect_view() {
+    let out = run(env!("CARGO_BIN_EXE_observability"), None, &[]).await;
+    assert!(
+        out.starts_with("dlock observability on `memory://`"),
+        "{out}"
+    );
+    for expected in [
+        r#"dlock_acquire_duration_seconds_count{backend="memory",mode="exclusive",key="order:<id>",outcome="acquired"} 20"#,
+        r#"dlock_acquire_duration_seconds_count{backend="memory",mode="exclusive",key="report:<name>",outcome="busy"} 1"#,
+        r#"dlock_lost_total{backend="memory",mode="exclusive",key="report:<name>",reason="not_owner"} 1"#,
+        "  holder  ",
+        "  waiter  ",
+        "all shown",
+    ] {
+        assert!(out.contains(expected), "missing {expected:?} in:\n{out}");
+    }
+}
+
+#[tokio::test]
 async fn rwlock_passes_on_memory() {
     let out = run(env!("CARGO_BIN_EXE_rwlock"), None, &[]).await;
     assert!(out.starts_with("a read-write lock on `memory://`"), "{out}");
@@ -218,12 +237,31 @@ fn the_readme_commands_name_existing_binaries_and_features() {
                 );
             }
         }
-        let needs_features = bin == "dlock-bench"
+        // A binary's `required-features` must be on the line; a non-memory URL needs its
+        // backend's feature; nothing else needs any.
+        let required: Vec<&str> = manifest["bin"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|b| b["name"].as_str() == Some(bin))
+            .filter_map(|b| b.get("required-features")?.as_array())
+            .flatten()
+            .filter_map(|f| f.as_str())
+            .collect();
+        let listed: Vec<&str> =
+            after("--features").map_or_else(Vec::new, |l| l.split(',').collect());
+        for feature in &required {
+            assert!(
+                listed.contains(feature),
+                "`{bin}` needs `--features {feature}`: {line}"
+            );
+        }
+        let needs_features = !required.is_empty()
             || (line.contains("DLOCK_URL=") && !line.contains("DLOCK_URL=memory"));
         assert_eq!(
-            after("--features").is_some(),
+            !listed.is_empty(),
             needs_features,
-            "features (bench and non-memory URLs need one, nothing else does): {line}"
+            "features (a binary's required features and non-memory URLs need one, nothing else does): {line}"
         );
     }
 }
