@@ -208,23 +208,20 @@ impl LockerState {
     /// The backend's view of `key`'s lock, within the operation timeout.
     pub(crate) async fn inspect(&self, key: &str) -> Result<crate::LockInfo> {
         let full_key = crate::key::full_key(&self.config.key_prefix, key)?;
-        tokio::time::timeout(
-            self.keeper.operation_timeout(),
-            self.keeper.backend().inspect(&full_key),
-        )
-        .await
-        .unwrap_or_else(|_| Err(self.keeper.timeout("inspect")))
+        let backend = self.keeper.backend();
+        self.keeper
+            .bounded("inspect", backend.inspect(&full_key))
+            .await
     }
 
     /// Deletes `key`'s lock whoever holds it, within the operation timeout.
     pub(crate) async fn force_release(&self, key: &str) -> Result<bool> {
         let full_key = crate::key::full_key(&self.config.key_prefix, key)?;
-        let released = tokio::time::timeout(
-            self.keeper.operation_timeout(),
-            self.keeper.backend().force_release(&full_key),
-        )
-        .await
-        .unwrap_or_else(|_| Err(self.keeper.timeout("force_release")))?;
+        let backend = self.keeper.backend();
+        let released = self
+            .keeper
+            .bounded("force_release", backend.force_release(&full_key))
+            .await?;
         tracing::info!(%key, released, "dlock: force-released");
         Ok(released)
     }

@@ -58,6 +58,18 @@ impl LeaseKeeper {
         self.operation_timeout
     }
 
+    /// `request`'s answer, or [`Error::Timeout`] for `operation` when it takes longer than
+    /// the operation timeout.
+    pub(crate) async fn bounded<T>(
+        &self,
+        operation: &'static str,
+        request: impl Future<Output = Result<T>>,
+    ) -> Result<T> {
+        tokio::time::timeout(self.operation_timeout, request)
+            .await
+            .unwrap_or_else(|_| Err(self.timeout(operation)))
+    }
+
     /// [`Error::Timeout`] for `operation`, after the operation timeout.
     pub(crate) const fn timeout(&self, operation: &'static str) -> Error {
         Error::Timeout {
@@ -80,10 +92,10 @@ impl LeaseKeeper {
             backend = self.name,
             outcome = tracing::field::Empty,
         );
-        let outcome = tokio::time::timeout(self.operation_timeout, self.backend.release(lease))
+        let outcome = self
+            .bounded("release", self.backend.release(lease))
             .instrument(span.clone())
-            .await
-            .unwrap_or_else(|_| Err(self.timeout("release")));
+            .await;
         span.record(
             "outcome",
             match &outcome {
