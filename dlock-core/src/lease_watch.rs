@@ -113,14 +113,13 @@ impl LeaseWatch {
 
     /// Marks the lease lost (the first reason wins) and wakes everyone waiting on it.
     pub(crate) fn mark_lost(&self, reason: LostReason) {
-        if self.reason.set(reason).is_ok() {
-            if let Some(reason) = self.reason.get() {
-                self.meter.lost(reason);
-            }
+        if self.reason.set(reason).is_ok()
+            && let Some(reason) = self.reason.get()
+        {
+            self.meter.lost(reason);
             self.ended("lost");
-            let reason = self.reason.get().map_or(String::new(), ToString::to_string);
             // A shutdown is asked for; every other loss means work ran or may run unprotected.
-            if self.lost_reason() == Some(LostReason::Shutdown) {
+            if *reason == LostReason::Shutdown {
                 tracing::debug!(key = %self.user_key(), %reason, "dlock: lease lost");
             } else {
                 tracing::warn!(key = %self.user_key(), %reason, "dlock: lease lost");
