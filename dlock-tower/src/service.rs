@@ -96,8 +96,11 @@ where
         match self.make_key.make_key(&mut request) {
             Ok(Some(key)) => {
                 let mode = self.settings.mode.for_method(request.method());
-                let template =
-                    (self.settings.key_template.clone()).or_else(|| self.make_key.key_template());
+                let template = self
+                    .settings
+                    .key_template
+                    .clone()
+                    .or_else(|| self.make_key.key_template());
                 let acquire = acquire(Arc::clone(&self.settings), key.clone(), mode, template);
                 ResponseFuture::acquiring(acquire, key, inner, request, Arc::clone(&self.settings))
             }
