@@ -32,6 +32,13 @@ pub(crate) mod redis;
 pub(crate) mod redlock;
 #[cfg(any(feature = "etcd", feature = "zookeeper", feature = "postgres"))]
 mod session_end;
+#[cfg(any(
+    feature = "redis",
+    feature = "etcd",
+    feature = "zookeeper",
+    feature = "postgres"
+))]
+pub(crate) mod tls_files;
 mod url;
 #[cfg(any(feature = "memory", feature = "redis"))]
 mod waiters;

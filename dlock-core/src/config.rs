@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::backend::BackendUrl;
 use crate::backend_spec::{BackendSpec, redact};
-use crate::{Error, Result};
+use crate::{Error, Result, TlsConfig};
 
 /// Everything a [`Locker`](crate::Locker) needs: which backend, and the defaults of every lock.
 ///
@@ -24,6 +24,9 @@ use crate::{Error, Result};
 /// | `fencing`           | `DLOCK_FENCING`            | `false`                |
 /// | `max_hold`          | `DLOCK_MAX_HOLD`           | none: renewed while held |
 /// | `metrics_raw_keys`  | `DLOCK_METRICS_RAW_KEYS`   | `false`                |
+/// | `tls.ca_file`       | `DLOCK_TLS_CA_FILE`        | the system's roots     |
+/// | `tls.cert_file`     | `DLOCK_TLS_CERT_FILE`      | none: no client certificate |
+/// | `tls.key_file`      | `DLOCK_TLS_KEY_FILE`       | none                   |
 ///
 /// # Examples
 ///
@@ -81,6 +84,10 @@ pub struct DlockConfig {
     /// time series per key (`order:1`, `order:2`, …) can flood a metrics store; a request
     /// without a template is labelled `key="*"`.
     pub metrics_raw_keys: bool,
+    /// The files of TLS connections (CA, client certificate and key); the URL says whether
+    /// to use TLS (`rediss://`, `etcds://`, `zks://`, `sslmode=verify-full`, …) and its own
+    /// `tls_*_file` options win over these. See [`TlsConfig`].
+    pub tls: TlsConfig,
 }
 
 impl Default for DlockConfig {
@@ -95,12 +102,13 @@ impl Default for DlockConfig {
             fencing: false,
             max_hold: None,
             metrics_raw_keys: false,
+            tls: TlsConfig::default(),
         }
     }
 }
 
 /// The environment variables [`DlockConfig::from_env`] reads.
-const ENV_VARS: [&str; 9] = [
+const ENV_VARS: [&str; 12] = [
     "DLOCK_URL",
     "DLOCK_KEY_PREFIX",
     "DLOCK_TTL",
@@ -110,6 +118,9 @@ const ENV_VARS: [&str; 9] = [
     "DLOCK_FENCING",
     "DLOCK_MAX_HOLD",
     "DLOCK_METRICS_RAW_KEYS",
+    "DLOCK_TLS_CA_FILE",
+    "DLOCK_TLS_CERT_FILE",
+    "DLOCK_TLS_KEY_FILE",
 ];
 
 impl DlockConfig {
@@ -174,6 +185,9 @@ impl DlockConfig {
                     };
                 }
                 "DLOCK_METRICS_RAW_KEYS" => config.metrics_raw_keys = parse_bool(name, &value)?,
+                "DLOCK_TLS_CA_FILE" => config.tls.ca_file = non_empty_path(value),
+                "DLOCK_TLS_CERT_FILE" => config.tls.cert_file = non_empty_path(value),
+                "DLOCK_TLS_KEY_FILE" => config.tls.key_file = non_empty_path(value),
                 _ => unreachable!("ENV_VARS and this match list the same names"),
             }
         }
@@ -254,12 +268,14 @@ impl DlockConfig {
         }
         crate::key::validate_prefix(&self.key_prefix)
             .map_err(|reason| Error::config(name("key_prefix"), &self.key_prefix, reason))?;
-        BackendUrl::parse(&self.backend.to_url()).map_err(|e| match e {
+        self.tls.validate_as(&name)?;
+        let url = BackendUrl::parse(&self.backend.to_url()).map_err(|e| match e {
             Error::Config { value, reason, .. } => {
                 Error::config(name("backend"), redact(&value), reason)
             }
             other => other,
-        })
+        })?;
+        Ok(url.with_tls_defaults(&self.tls))
     }
 }
 
@@ -273,8 +289,16 @@ fn env_name(field: &str) -> &'static str {
         "fencing" => "DLOCK_FENCING",
         "max_hold" => "DLOCK_MAX_HOLD",
         "metrics_raw_keys" => "DLOCK_METRICS_RAW_KEYS",
+        "tls.ca_file" => "DLOCK_TLS_CA_FILE",
+        "tls.cert_file" => "DLOCK_TLS_CERT_FILE",
+        "tls.key_file" => "DLOCK_TLS_KEY_FILE",
         _ => "DLOCK_OPERATION_TIMEOUT",
     }
+}
+
+/// A path from an environment variable; empty means none.
+fn non_empty_path(value: String) -> Option<std::path::PathBuf> {
+    (!value.is_empty()).then(|| value.into())
 }
 
 /// Parses a humantime duration, naming `field` on failure.

@@ -77,6 +77,7 @@ mod mode;
 mod protected;
 mod request;
 mod scope;
+mod tls;
 
 // The mechanisms the core owns: the acquire steps, holds and reentrancy, the lease keeper and
 // its watchdog, lease deadlines, keys.
@@ -114,6 +115,7 @@ pub use locker::Locker;
 pub use mode::LockMode;
 pub use protected::Protected;
 pub use request::LockRequest;
+pub use tls::TlsConfig;
 
 #[cfg(feature = "macros")]
 #[doc(inline)]

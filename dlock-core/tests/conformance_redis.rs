@@ -1,12 +1,13 @@
 //! The conformance suite against real Redis: one `redis-server`, and a 3-master Redis Cluster,
-//! each started by the harness for the test and stopped after it.
+//! each in plain text and over mutual TLS, started by the harness for the test and stopped
+//! after it.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use dlock_core::backend::{BackendUrl, RedisBackend};
 use dlock_core::conformance::{Expectations, Target};
-use dlock_core::harness::{RedisCluster, RedisServer};
+use dlock_core::harness::{RedisCluster, RedisServer, TestCerts};
 
 const TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -43,5 +44,26 @@ async fn cluster() -> Target<RedisBackend> {
     target(cluster, url).await
 }
 
+/// The server's TLS port, trusting the test CA and presenting a client certificate (the
+/// server requires one).
+async fn single_tls() -> Target<RedisBackend> {
+    let certs = TestCerts::generate().expect("certificates");
+    let server = RedisServer::start_tls(&certs).await.expect("redis-server");
+    let url = format!("{}?{}", server.tls_url(), certs.url_query());
+    target((server, certs), url).await
+}
+
+/// A cluster whose nodes talk TLS to each other and to clients.
+async fn cluster_tls() -> Target<RedisBackend> {
+    let certs = TestCerts::generate().expect("certificates");
+    let cluster = RedisCluster::start_tls(3, &certs)
+        .await
+        .expect("redis cluster");
+    let url = format!("{}?{}", cluster.tls_url(), certs.url_query());
+    target((cluster, certs), url).await
+}
+
 dlock_core::conformance_tests!(redis_single, single());
+dlock_core::conformance_tests!(redis_single_tls, single_tls());
+dlock_core::conformance_tests!(redis_cluster_tls, cluster_tls());
 dlock_core::conformance_tests!(redis_cluster, cluster());

@@ -1,20 +1,38 @@
 //! The conformance suite against RedLock over five independent `redis-server`s (and over
-//! three, the fewest it accepts), started by the harness for each test and stopped after it.
+//! three, the fewest it accepts; and over three speaking mutual TLS only), started by the
+//! harness for each test and stopped after it.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use dlock_core::backend::{BackendUrl, RedLockBackend};
 use dlock_core::conformance::{Expectations, Target};
-use dlock_core::harness::RedisNodes;
+use dlock_core::harness::{RedisNodes, TestCerts};
 
 const TIMEOUT: Duration = Duration::from_secs(2);
 
 /// A target whose clients are new `RedLockBackend`s (a Locker each: its own connections and
 /// subscriptions on every master) over `masters` fresh servers.
 async fn masters(count: usize) -> Target<RedLockBackend> {
-    let nodes = Arc::new(RedisNodes::start(count).await.expect("redis-servers"));
-    let url = BackendUrl::parse(&nodes.url()).expect("harness URL");
+    let nodes = RedisNodes::start(count).await.expect("redis-servers");
+    let url = nodes.url();
+    target(nodes, url).await
+}
+
+/// Three masters reached over TLS, trusting the test CA and presenting a client certificate
+/// (each server requires one).
+async fn tls_masters() -> Target<RedLockBackend> {
+    let certs = TestCerts::generate().expect("certificates");
+    let nodes = RedisNodes::start_tls(3, &certs)
+        .await
+        .expect("redis-servers");
+    let url = format!("{}?{}", nodes.tls_url(), certs.url_query());
+    target((nodes, certs), url).await
+}
+
+async fn target<S: Send + Sync + 'static>(nodes: S, url: String) -> Target<RedLockBackend> {
+    let nodes = Arc::new(nodes);
+    let url = BackendUrl::parse(&url).expect("harness URL");
     let probe = RedLockBackend::connect(&url, TIMEOUT)
         .await
         .expect("connect");
@@ -39,3 +57,4 @@ async fn masters(count: usize) -> Target<RedLockBackend> {
 
 dlock_core::conformance_tests!(redlock_five, masters(5));
 dlock_core::conformance_tests!(redlock_three, masters(3));
+dlock_core::conformance_tests!(redlock_tls, tls_masters());

@@ -155,7 +155,7 @@ impl BackendKind {
             "memory" => Self::Memory,
             "redis" | "rediss" => Self::Redis,
             "redis+cluster" | "rediss+cluster" => Self::RedisCluster,
-            "redlock" => Self::RedLock,
+            "redlock" | "redlocks" => Self::RedLock,
             "etcd" | "etcds" => Self::Etcd,
             "zk" | "zookeeper" => Self::ZooKeeper,
             "postgres" | "postgresql" => Self::Postgres,
@@ -200,6 +200,8 @@ pub struct BackendUrl {
     url: String,
     /// What the URL says, parsed once.
     settings: Settings,
+    /// The TLS files from the URL's query, then from the config.
+    tls: crate::TlsConfig,
 }
 
 /// Shows the URL with its password redacted, like every error that names it.
@@ -209,6 +211,7 @@ impl fmt::Debug for BackendUrl {
             .field("kind", &self.kind)
             .field("url", &crate::backend_spec::redact(&self.url))
             .field("settings", &self.settings)
+            .field("tls", &self.tls)
             .finish()
     }
 }
@@ -266,6 +269,13 @@ impl BackendUrl {
                 kind.feature()
             )));
         }
+        // The TLS files are the same options on every backend: taken out here, so that each
+        // backend's parser sees only its own.
+        let (without_tls, tls) =
+            crate::TlsConfig::take_from_query(url, kind == BackendKind::Postgres);
+        tls.validate_as(|field| format!("backend `{field}` option"))?;
+        let full_url = url;
+        let url = without_tls.as_str();
         // Hosts and options are checked by each backend when it connects; here only that the
         // URL is well-formed. Several hosts (`h1:p1,h2:p2`) are checked one by one.
         if kind != BackendKind::RedLock {
@@ -299,9 +309,31 @@ impl BackendUrl {
         };
         Ok(Self {
             kind,
-            url: url.to_owned(),
+            url: full_url.to_owned(),
             settings,
+            tls,
         })
+    }
+
+    /// This URL with every TLS file its query does not name taken from `config`.
+    #[must_use]
+    pub(crate) fn with_tls_defaults(mut self, config: &crate::TlsConfig) -> Self {
+        self.tls = self.tls.or(config);
+        self
+    }
+
+    /// The TLS files of the URL's connections (used only if the URL asks for TLS).
+    #[cfg_attr(
+        not(any(
+            feature = "redis",
+            feature = "etcd",
+            feature = "zookeeper",
+            feature = "postgres"
+        )),
+        allow(dead_code)
+    )]
+    pub(crate) const fn tls(&self) -> &crate::TlsConfig {
+        &self.tls
     }
 
     /// The backend the URL selects.

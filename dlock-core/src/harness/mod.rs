@@ -32,6 +32,7 @@ mod process;
 mod proxy;
 mod redis;
 mod redis_cluster;
+mod tls;
 mod wire;
 mod zookeeper;
 
@@ -42,6 +43,7 @@ pub use postgres::{PostgresServer, PsqlSession};
 pub use proxy::{ProxyMode, TcpProxy};
 pub use redis::{RedisNodes, RedisServer};
 pub use redis_cluster::RedisCluster;
+pub use tls::{SERVER_NAME, TestCerts};
 pub use zookeeper::{ZkEnsemble, ZkServer};
 
 /// The result type of the harness.

@@ -7,6 +7,7 @@ use super::process::{
     STARTUP_TIMEOUT, ServerProcess, Spec, find_binary, probe, process_methods, retry_startup,
     temp_dir,
 };
+use super::tls::TestCerts;
 use super::wire::{redis_ping, resp_command};
 use super::{HarnessError, Result, ports};
 
@@ -18,6 +19,8 @@ use super::{HarnessError, Result, ports};
 #[derive(Debug)]
 pub struct RedisServer {
     process: ServerProcess,
+    /// The TLS port of a server started with [`start_tls`](Self::start_tls).
+    tls_port: Option<u16>,
     _dir: TempDir,
 }
 
@@ -42,16 +45,60 @@ impl RedisServer {
     /// As [`start`](Self::start).
     pub async fn start_with(args: &[&str]) -> Result<Self> {
         let binary = find_binary("redis-server")?;
-        retry_startup(|| Self::launch(&binary, args, ports::free_port)).await
+        retry_startup(|| Self::launch(&binary, args, None, ports::free_port)).await
+    }
+
+    /// Like [`start`](Self::start), also listening for TLS on a second port
+    /// ([`tls_url`](Self::tls_url)) with `certs`' server certificate, and requiring a client
+    /// certificate signed by their CA there (`--tls-auth-clients yes`).
+    ///
+    /// # Errors
+    ///
+    /// As [`start`](Self::start).
+    pub async fn start_tls(certs: &TestCerts) -> Result<Self> {
+        let binary = find_binary("redis-server")?;
+        retry_startup(|| Self::launch(&binary, &[], Some(certs), ports::free_port)).await
     }
 
     /// Starts one server on a port from `pick_port`, without retrying.
     pub(crate) async fn launch(
         binary: &std::path::Path,
         args: &[&str],
+        tls: Option<&TestCerts>,
         pick_port: fn() -> std::io::Result<u16>,
     ) -> Result<Self> {
         let port = pick_port()?;
+        let mut tls_args = Vec::new();
+        let tls_port = match tls {
+            Some(certs) => {
+                let tls_port = ports::free_port()?;
+                let file = |path: std::path::PathBuf| path.to_string_lossy().into_owned();
+                tls_args = vec![
+                    "--tls-port".to_owned(),
+                    tls_port.to_string(),
+                    "--tls-cert-file".to_owned(),
+                    file(certs.server_cert_file()),
+                    "--tls-key-file".to_owned(),
+                    file(certs.server_key_file()),
+                    "--tls-ca-cert-file".to_owned(),
+                    file(certs.ca_file()),
+                    "--tls-auth-clients".to_owned(),
+                    "yes".to_owned(),
+                ];
+                if args.contains(&"--cluster-enabled") {
+                    // Nodes talk TLS to each other and announce their TLS ports; the bus
+                    // stays on `port + 10000` (by default it would follow the TLS port).
+                    tls_args.extend([
+                        "--tls-cluster".to_owned(),
+                        "yes".to_owned(),
+                        "--cluster-port".to_owned(),
+                        (port + 10_000).to_string(),
+                    ]);
+                }
+                Some(tls_port)
+            }
+            None => None,
+        };
         let dir = temp_dir("redis")?;
         let server = format!("redis-server on 127.0.0.1:{port}");
         // Loopback only, no persistence, in the temp dir; `args` may override any of it.
@@ -65,11 +112,37 @@ impl RedisServer {
                 ("--daemonize", "no"),
                 ("--protected-mode", "no"),
             ])
-            .args(args);
+            .args(tls_args.iter().map(String::as_str))
+            .args(args.iter().copied());
         let process =
             ServerProcess::start(spec, port, probe(move || redis_ping(port)), STARTUP_TIMEOUT)
                 .await?;
-        Ok(Self { process, _dir: dir })
+        Ok(Self {
+            process,
+            tls_port,
+            _dir: dir,
+        })
+    }
+
+    /// `rediss://127.0.0.1:TLS_PORT` of a server started with [`start_tls`](Self::start_tls).
+    ///
+    /// # Panics
+    ///
+    /// If the server does not listen for TLS.
+    #[must_use]
+    pub fn tls_url(&self) -> String {
+        format!("rediss://{}", self.tls_addr())
+    }
+
+    /// `127.0.0.1:TLS_PORT`.
+    ///
+    /// # Panics
+    ///
+    /// If the server does not listen for TLS.
+    #[must_use]
+    pub fn tls_addr(&self) -> String {
+        let port = self.tls_port.expect("a server started with `start_tls`");
+        format!("127.0.0.1:{port}")
     }
 
     /// `redis://127.0.0.1:PORT`
@@ -118,6 +191,31 @@ impl RedisNodes {
             nodes.push(RedisServer::start().await?);
         }
         Ok(Self { nodes })
+    }
+
+    /// Like [`start`](Self::start), each server also listening for TLS
+    /// ([`RedisServer::start_tls`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`start`](Self::start).
+    pub async fn start_tls(n: usize, certs: &TestCerts) -> Result<Self> {
+        let mut nodes = Vec::with_capacity(n);
+        for _ in 0..n {
+            nodes.push(RedisServer::start_tls(certs).await?);
+        }
+        Ok(Self { nodes })
+    }
+
+    /// `redlocks://127.0.0.1:t1,127.0.0.1:t2,...`: every master over TLS.
+    ///
+    /// # Panics
+    ///
+    /// If the servers were not started with [`start_tls`](Self::start_tls).
+    #[must_use]
+    pub fn tls_url(&self) -> String {
+        let addrs: Vec<String> = self.nodes.iter().map(RedisServer::tls_addr).collect();
+        format!("redlocks://{}", addrs.join(","))
     }
 
     /// The servers.

@@ -7,6 +7,7 @@ use tokio::process::Command;
 
 use super::process::{STARTUP_TIMEOUT, find_binary, poll_until, retry_startup};
 use super::redis::{RedisServer, join_addrs};
+use super::tls::TestCerts;
 use super::wire::resp_command;
 use super::{HarnessError, Result, ports};
 
@@ -47,13 +48,41 @@ impl RedisCluster {
         );
         let server = find_binary("redis-server")?;
         let cli = find_binary("redis-cli")?;
-        retry_startup(|| Self::launch(&server, &cli, masters)).await
+        retry_startup(|| Self::launch(&server, &cli, masters, None)).await
     }
 
-    async fn launch(server: &Path, cli: &Path, masters: usize) -> Result<Self> {
+    /// Like [`start`](Self::start), every node also listening for TLS with `certs`
+    /// ([`RedisServer::start_tls`]) and the nodes talking TLS to each other
+    /// (`--tls-cluster yes`), so that the cluster announces its TLS ports.
+    ///
+    /// # Panics
+    ///
+    /// As [`start`](Self::start).
+    ///
+    /// # Errors
+    ///
+    /// As [`start`](Self::start).
+    pub async fn start_tls(masters: usize, certs: &TestCerts) -> Result<Self> {
+        assert!(
+            masters >= 3,
+            "a Redis Cluster needs at least 3 masters, not {masters}"
+        );
+        let server = find_binary("redis-server")?;
+        let cli = find_binary("redis-cli")?;
+        retry_startup(|| Self::launch(&server, &cli, masters, Some(certs))).await
+    }
+
+    async fn launch(
+        server: &Path,
+        cli: &Path,
+        masters: usize,
+        tls: Option<&TestCerts>,
+    ) -> Result<Self> {
         let mut nodes = Vec::with_capacity(masters);
         for _ in 0..masters {
-            nodes.push(RedisServer::launch(server, CLUSTER_ARGS, ports::free_cluster_port).await?);
+            nodes.push(
+                RedisServer::launch(server, CLUSTER_ARGS, tls, ports::free_cluster_port).await?,
+            );
         }
         let cluster = Self { nodes };
         cluster.create(cli).await?;
@@ -150,6 +179,17 @@ impl RedisCluster {
     #[must_use]
     pub fn url(&self) -> String {
         format!("redis+cluster://{}", join_addrs(&self.nodes))
+    }
+
+    /// `rediss+cluster://127.0.0.1:t1,127.0.0.1:t2,...`: the TLS ports.
+    ///
+    /// # Panics
+    ///
+    /// If the cluster was not started with [`start_tls`](Self::start_tls).
+    #[must_use]
+    pub fn tls_url(&self) -> String {
+        let addrs: Vec<String> = self.nodes.iter().map(RedisServer::tls_addr).collect();
+        format!("rediss+cluster://{}", addrs.join(","))
     }
 }
 

@@ -10,13 +10,15 @@ use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::{
-    Cmd, ConnectionInfo, IntoConnectionInfo, ProtocolVersion, PushInfo, RedisFuture, Value,
+    Client, ClientTlsConfig, Cmd, ConnectionAddr, ConnectionInfo, IntoConnectionInfo,
+    ProtocolVersion, PushInfo, RedisFuture, TlsCertificates, Value,
 };
 use tokio::sync::mpsc::UnboundedSender;
 
+use crate::backend::tls_files::TlsFiles;
 use crate::backend::{BackendKind, BackendUrl};
 use crate::backend_spec::redact;
-use crate::{Error, Result};
+use crate::{Error, Result, TlsConfig};
 
 /// What a `redis://` or `redis+cluster://` URL says, parsed once by
 /// [`BackendUrl::parse`](crate::backend::BackendUrl::parse).
@@ -140,10 +142,11 @@ pub(super) async fn open(
     let settings = url
         .redis()
         .ok_or_else(|| Error::config("backend", redact(url.as_str()), "not a `redis://` URL"))?;
+    let certs = certificates(settings.infos(), url.tls())?;
     let connecting = async {
         match settings {
-            RedisUrl::Cluster(nodes) => open_cluster(nodes, timeout, pushes).await,
-            RedisUrl::Single(info) => open_single(info, timeout, pushes).await,
+            RedisUrl::Cluster(nodes) => open_cluster(nodes, certs, timeout, pushes).await,
+            RedisUrl::Single(info) => open_single(info, certs, timeout, pushes).await,
         }
     };
     tokio::time::timeout(timeout, connecting)
@@ -173,12 +176,72 @@ fn resp3_url(url: &str) -> String {
     }
 }
 
+impl RedisUrl {
+    /// The connection settings of every server the URL names.
+    fn infos(&self) -> &[ConnectionInfo] {
+        match self {
+            Self::Single(info) => std::slice::from_ref(info),
+            Self::Cluster(nodes) => nodes,
+        }
+    }
+}
+
+/// The TLS files of connections to `servers` (`rediss://`), read once; `None` for plain
+/// text, where naming files is a config error (the user expects TLS).
+///
+/// # Errors
+///
+/// [`Error::Config`] naming a file that cannot be read or does not parse, or files named
+/// for a `redis://` URL.
+pub(crate) fn certificates(
+    servers: &[ConnectionInfo],
+    tls: &TlsConfig,
+) -> Result<Option<TlsCertificates>> {
+    let uses_tls = servers
+        .iter()
+        .any(|info| matches!(info.addr(), ConnectionAddr::TcpTls { .. }));
+    if !uses_tls {
+        if let Some(file) = [&tls.ca_file, &tls.cert_file].into_iter().flatten().next() {
+            return Err(Error::config(
+                "backend",
+                servers
+                    .first()
+                    .map(|info| info.addr().to_string())
+                    .unwrap_or_default(),
+                format!(
+                    "TLS file `{}` is set but the URL is plain text: use `rediss://` (`rediss+cluster://`, `redlocks://`)",
+                    file.display()
+                ),
+            ));
+        }
+        return Ok(None);
+    }
+    crate::backend::tls_files::ensure_crypto_provider();
+    let files = TlsFiles::read(tls)?;
+    Ok(Some(TlsCertificates {
+        root_cert: files.ca_pem().map(<[u8]>::to_vec),
+        client_tls: files.identity.map(|identity| ClientTlsConfig {
+            client_cert: identity.cert_pem,
+            client_key: identity.key_pem,
+        }),
+    }))
+}
+
+/// A client for one server, with `certs` when it speaks TLS.
+fn client(info: &ConnectionInfo, certs: Option<TlsCertificates>) -> redis::RedisResult<Client> {
+    match certs {
+        Some(certs) => Client::build_with_tls(info.clone(), certs),
+        None => Client::open(info.clone()),
+    }
+}
+
 async fn open_single(
     info: &ConnectionInfo,
+    certs: Option<TlsCertificates>,
     timeout: Duration,
     pushes: Option<UnboundedSender<PushInfo>>,
 ) -> redis::RedisResult<Conn> {
-    let client = redis::Client::open(info.clone())?;
+    let client = client(info, certs)?;
     let manager =
         ConnectionManager::new_with_config(client, manager_config(timeout, pushes)).await?;
     Ok(Conn::Single(manager))
@@ -193,10 +256,11 @@ async fn open_single(
 #[cfg(feature = "redlock")]
 pub(crate) fn open_lazy(
     info: &ConnectionInfo,
+    certs: Option<TlsCertificates>,
     timeout: Duration,
     pushes: Option<UnboundedSender<PushInfo>>,
 ) -> Result<Conn> {
-    let lazy = redis::Client::open(info.clone()).and_then(|client| {
+    let lazy = client(info, certs).and_then(|client| {
         ConnectionManager::new_lazy_with_config(client, manager_config(timeout, pushes))
     });
     lazy.map(Conn::Single)
@@ -249,6 +313,7 @@ fn cluster_nodes(url: &str) -> Vec<String> {
 
 async fn open_cluster(
     nodes: &[ConnectionInfo],
+    certs: Option<TlsCertificates>,
     timeout: Duration,
     pushes: Option<UnboundedSender<PushInfo>>,
 ) -> redis::RedisResult<Conn> {
@@ -257,6 +322,9 @@ async fn open_cluster(
         .connection_timeout(timeout)
         .response_timeout(timeout)
         .retries(2);
+    if let Some(certs) = certs {
+        builder = builder.certs(certs);
+    }
     if let Some(pushes) = pushes {
         builder = builder.push_sender(pushes);
     }

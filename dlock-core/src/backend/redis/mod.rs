@@ -104,9 +104,9 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use redis::aio::ConnectionLike;
 
-#[cfg(feature = "redlock")]
-pub(crate) use self::conn::open_lazy;
 pub(crate) use self::conn::{Conn, RedisUrl};
+#[cfg(feature = "redlock")]
+pub(crate) use self::conn::{certificates, open_lazy};
 pub(crate) use self::node::{Attempt, HandOver, Node};
 #[cfg(feature = "redlock")]
 pub(crate) use self::notify::MAX_SERVERS as MAX_SUBSCRIPTION_SERVERS;

@@ -68,7 +68,13 @@ impl RedLockUrl {
     /// share of the ttl (`1%`–`50%`) nor a duration (`50ms`).
     pub(crate) fn parse(url: &str) -> Result<Self> {
         let bad = |reason: String| Error::config("backend", redact(url), reason);
-        let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+        let (scheme, rest) = url.split_once("://").unwrap_or(("redlock", url));
+        // `redlocks://`: every master over TLS.
+        let node_scheme = if scheme.eq_ignore_ascii_case("redlocks") {
+            "rediss"
+        } else {
+            "redis"
+        };
         let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
         let (authority, tail) = rest.split_at(authority_end);
         let (path, query) = tail.split_once('?').unwrap_or((tail, ""));
@@ -104,7 +110,7 @@ impl RedLockUrl {
         let nodes = entries
             .iter()
             .map(|entry| {
-                let node = format!("redis://{entry}{path}{query}");
+                let node = format!("{node_scheme}://{entry}{path}{query}");
                 match RedisUrl::parse(&node, BackendKind::Redis) {
                     Ok(RedisUrl::Single(info)) => Ok(*info),
                     Ok(RedisUrl::Cluster(_)) => Err(bad(format!("master `{entry}` is a cluster"))),

@@ -15,7 +15,7 @@ use tokio::task::JoinHandle;
 
 pub(crate) use self::config::RedLockUrl;
 use self::quorum::{Answer, Verdict, decide};
-use crate::backend::redis::{Attempt, Node, Waiters, channel_of, open_lazy};
+use crate::backend::redis::{Attempt, Node, Waiters, certificates, channel_of, open_lazy};
 use crate::backend::{BackendUrl, Capabilities, LockBackend};
 use crate::lease::{AcquireOutcome, AcquireRequest, Lease, OwnerId, ReleaseOutcome, RenewOutcome};
 use crate::lease_watch::drift_margin;
@@ -116,10 +116,14 @@ impl RedLockBackend {
         let mut nodes = Vec::with_capacity(settings.nodes.len());
         let mut subscribers = Vec::with_capacity(settings.nodes.len());
         let mut pushes = Vec::with_capacity(settings.nodes.len());
+        let certs = certificates(&settings.nodes, url.tls())?;
         for info in &settings.nodes {
             let (pushes_tx, pushes_rx) = tokio::sync::mpsc::unbounded_channel();
-            nodes.push(Node::new(open_lazy(info, timeout, None)?, timeout));
-            subscribers.push(open_lazy(info, timeout, Some(pushes_tx))?);
+            nodes.push(Node::new(
+                open_lazy(info, certs.clone(), timeout, None)?,
+                timeout,
+            ));
+            subscribers.push(open_lazy(info, certs.clone(), timeout, Some(pushes_tx))?);
             pushes.push(pushes_rx);
         }
         let id = OwnerId::random("redlock-locker");
