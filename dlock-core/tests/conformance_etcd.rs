@@ -1,5 +1,5 @@
-//! The conformance suite against real etcd: one member, and a 3-member cluster, each started by
-//! the harness for the test and stopped after it.
+//! The conformance suite against real etcd: one member (in plain text and over mutual TLS),
+//! and a 3-member cluster, each started by the harness for the test and stopped after it.
 //!
 //! etcd leases are whole seconds and at least 1.5 × the election timeout (the harness uses 1 s),
 //! so the timing scenarios run with a 3 s ttl; a crashed client's lease ends when etcd's lessor
@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use dlock_core::backend::{BackendUrl, EtcdBackend};
 use dlock_core::conformance::{Expectations, Target};
-use dlock_core::harness::{EtcdCluster, EtcdServer};
+use dlock_core::harness::{EtcdCluster, EtcdServer, TestCerts};
 
 const TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -63,5 +63,15 @@ async fn cluster() -> Target<EtcdBackend> {
     target(cluster, url).await
 }
 
+/// The member's TLS port, trusting the test CA and presenting a client certificate (the
+/// member requires one).
+async fn single_tls() -> Target<EtcdBackend> {
+    let certs = TestCerts::generate().expect("certificates");
+    let server = EtcdServer::start_tls(&certs).await.expect("etcd");
+    let url = format!("{}?{}", server.tls_url(), certs.url_query());
+    target((server, certs), url).await
+}
+
 dlock_core::conformance_tests!(etcd_single, single());
+dlock_core::conformance_tests!(etcd_single_tls, single_tls());
 dlock_core::conformance_tests!(etcd_cluster, cluster());

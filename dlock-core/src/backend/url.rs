@@ -582,11 +582,6 @@ mod tests {
                     .is_some()
             );
         }
-        #[cfg(feature = "etcd")]
-        {
-            let error = BackendUrl::parse("etcds://127.0.0.1:2379").unwrap_err();
-            assert!(error.to_string().contains("TLS"), "{error}");
-        }
         assert_eq!(
             BackendUrl::parse("memory://jobs/")
                 .unwrap()

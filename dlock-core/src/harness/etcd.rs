@@ -10,6 +10,7 @@ use super::process::{
     STARTUP_TIMEOUT, ServerProcess, Spec, find_binary, poll_for, probe, process_methods,
     retry_startup, temp_dir,
 };
+use super::tls::TestCerts;
 use super::wire::{http, json_string_field};
 use super::{HarnessError, Result, ports};
 
@@ -25,6 +26,8 @@ pub struct EtcdServer {
     process: ServerProcess,
     name: String,
     peer_port: u16,
+    /// The TLS client port of a member started with [`start_tls`](Self::start_tls).
+    tls_port: Option<u16>,
     _dir: TempDir,
 }
 
@@ -38,8 +41,31 @@ impl EtcdServer {
     /// [`HarnessError::MissingBinary`] if `etcd` is not installed, [`HarnessError::Startup`] if
     /// it did not start (after one retry on new ports).
     pub async fn start() -> Result<Self> {
-        let mut members = start_members(1).await?;
+        let mut members = start_members(1, None).await?;
         Ok(members.remove(0))
+    }
+
+    /// Like [`start`](Self::start), also serving clients over TLS on a second port
+    /// ([`tls_url`](Self::tls_url)) with `certs`' server certificate, where it requires a
+    /// client certificate signed by their CA (`--client-cert-auth`).
+    ///
+    /// # Errors
+    ///
+    /// As [`start`](Self::start).
+    pub async fn start_tls(certs: &TestCerts) -> Result<Self> {
+        let mut members = start_members(1, Some(certs)).await?;
+        Ok(members.remove(0))
+    }
+
+    /// `etcds://127.0.0.1:TLS_PORT` of a member started with [`start_tls`](Self::start_tls).
+    ///
+    /// # Panics
+    ///
+    /// If the member does not serve TLS.
+    #[must_use]
+    pub fn tls_url(&self) -> String {
+        let port = self.tls_port.expect("a member started with `start_tls`");
+        format!("etcds://127.0.0.1:{port}")
     }
 
     /// The member name (`m0`, `m1`, ...).
@@ -103,7 +129,7 @@ impl EtcdCluster {
     pub async fn start(members: usize) -> Result<Self> {
         assert!(members > 0, "an etcd cluster needs at least one member");
         Ok(Self {
-            members: start_members(members).await?,
+            members: start_members(members, None).await?,
         })
     }
 
@@ -166,9 +192,9 @@ impl EtcdCluster {
 }
 
 /// Starts `n` members of one new cluster (retrying once on new ports) and waits for all.
-async fn start_members(n: usize) -> Result<Vec<EtcdServer>> {
+async fn start_members(n: usize, tls: Option<&TestCerts>) -> Result<Vec<EtcdServer>> {
     let etcd = find_binary("etcd")?;
-    retry_startup(|| launch_members(&etcd, n)).await
+    retry_startup(|| launch_members(&etcd, n, tls)).await
 }
 
 /// One member's name and ports.
@@ -176,15 +202,17 @@ struct Plan {
     name: String,
     client_port: u16,
     peer_port: u16,
+    tls_port: Option<u16>,
 }
 
-async fn launch_members(etcd: &Path, n: usize) -> Result<Vec<EtcdServer>> {
+async fn launch_members(etcd: &Path, n: usize, tls: Option<&TestCerts>) -> Result<Vec<EtcdServer>> {
     let plans = (0..n)
         .map(|i| {
             Ok(Plan {
                 name: format!("m{i}"),
                 client_port: ports::free_port()?,
                 peer_port: ports::free_port()?,
+                tls_port: tls.map(|_| ports::free_port()).transpose()?,
             })
         })
         .collect::<std::io::Result<Vec<_>>>()?;
@@ -196,7 +224,7 @@ async fn launch_members(etcd: &Path, n: usize) -> Result<Vec<EtcdServer>> {
     let token = cluster_token();
     let members = plans
         .into_iter()
-        .map(|plan| spawn_member(etcd, plan, &initial_cluster, &token))
+        .map(|plan| spawn_member(etcd, plan, &initial_cluster, &token, tls))
         .collect::<Result<Vec<_>>>()?;
     for member in &members {
         member.process.wait_ready().await?;
@@ -204,26 +232,50 @@ async fn launch_members(etcd: &Path, n: usize) -> Result<Vec<EtcdServer>> {
     Ok(members)
 }
 
-fn spawn_member(etcd: &Path, plan: Plan, initial_cluster: &str, token: &str) -> Result<EtcdServer> {
+fn spawn_member(
+    etcd: &Path,
+    plan: Plan,
+    initial_cluster: &str,
+    token: &str,
+    tls: Option<&TestCerts>,
+) -> Result<EtcdServer> {
     let dir = temp_dir("etcd")?;
-    let client_url = format!("http://127.0.0.1:{}", plan.client_port);
+    let mut client_url = format!("http://127.0.0.1:{}", plan.client_port);
+    let mut tls_flags = Vec::new();
+    if let (Some(certs), Some(tls_port)) = (tls, plan.tls_port) {
+        // Plain HTTP stays for the readiness probe; clients of the TLS port need a
+        // certificate the CA signed.
+        client_url.push_str(&format!(",https://127.0.0.1:{tls_port}"));
+        let file = |path: std::path::PathBuf| path.to_string_lossy().into_owned();
+        tls_flags = vec![
+            "--cert-file".to_owned(),
+            file(certs.server_cert_file()),
+            "--key-file".to_owned(),
+            file(certs.server_key_file()),
+            "--trusted-ca-file".to_owned(),
+            file(certs.ca_file()),
+            "--client-cert-auth".to_owned(),
+        ];
+    }
     let peer_url = format!("http://127.0.0.1:{}", plan.peer_port);
     let server = format!("etcd member {} on {client_url}", plan.name);
-    let spec = Spec::new(server, etcd, dir.path()).flags([
-        ("--name", &plan.name),
-        ("--data-dir", &dir.path().join("data").to_string_lossy()),
-        ("--listen-client-urls", &client_url),
-        ("--advertise-client-urls", &client_url),
-        ("--listen-peer-urls", &peer_url),
-        ("--initial-advertise-peer-urls", &peer_url),
-        ("--initial-cluster", initial_cluster),
-        ("--initial-cluster-token", token),
-        ("--initial-cluster-state", "new"),
-        ("--heartbeat-interval", HEARTBEAT_MS),
-        ("--election-timeout", ELECTION_TIMEOUT_MS),
-        ("--logger", "zap"),
-        ("--log-outputs", "stderr"),
-    ]);
+    let spec = Spec::new(server, etcd, dir.path())
+        .flags([
+            ("--name", &plan.name),
+            ("--data-dir", &dir.path().join("data").to_string_lossy()),
+            ("--listen-client-urls", &client_url),
+            ("--advertise-client-urls", &client_url),
+            ("--listen-peer-urls", &peer_url),
+            ("--initial-advertise-peer-urls", &peer_url),
+            ("--initial-cluster", initial_cluster),
+            ("--initial-cluster-token", token),
+            ("--initial-cluster-state", "new"),
+            ("--heartbeat-interval", HEARTBEAT_MS),
+            ("--election-timeout", ELECTION_TIMEOUT_MS),
+            ("--logger", "zap"),
+            ("--log-outputs", "stderr"),
+        ])
+        .args(tls_flags);
     let port = plan.client_port;
     let process =
         ServerProcess::spawn(spec, port, probe(move || is_healthy(port)), STARTUP_TIMEOUT)?;
@@ -231,6 +283,7 @@ fn spawn_member(etcd: &Path, plan: Plan, initial_cluster: &str, token: &str) -> 
         process,
         name: plan.name,
         peer_port: plan.peer_port,
+        tls_port: plan.tls_port,
         _dir: dir,
     })
 }

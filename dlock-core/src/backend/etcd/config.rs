@@ -7,11 +7,12 @@
 
 use std::time::Duration;
 
-use etcd_client::{Client, ConnectOptions, GetOptions};
+use etcd_client::{Certificate, Client, ConnectOptions, GetOptions, Identity, TlsOptions};
 
+use crate::backend::tls_files::TlsFiles;
 use crate::backend::url::HostsUrl;
 use crate::backend_spec::redact;
-use crate::{Error, Result};
+use crate::{Error, Result, TlsConfig};
 
 /// HTTP/2 pings on busy connections, so a member that vanished without closing its sockets is
 /// noticed. etcd refuses pings more often than every 5 s (`--grpc-keepalive-min-time`), and
@@ -29,6 +30,8 @@ pub(crate) struct EtcdUrl {
     pub(super) namespace: String,
     /// User and password for etcd's auth.
     pub(super) user: Option<(String, String)>,
+    /// `etcds://`: every member over TLS (`https://` endpoints).
+    tls: bool,
 }
 
 impl std::fmt::Debug for EtcdUrl {
@@ -37,6 +40,7 @@ impl std::fmt::Debug for EtcdUrl {
             .field("endpoints", &self.endpoints)
             .field("namespace", &self.namespace)
             .field("user", &self.user.as_ref().map(|(user, _)| user))
+            .field("tls", &self.tls)
             .finish()
     }
 }
@@ -49,35 +53,74 @@ impl EtcdUrl {
         let (scheme, _) = raw
             .split_once("://")
             .ok_or_else(|| bad("expected `etcd://host:2379`"))?;
-        match scheme.to_ascii_lowercase().as_str() {
-            "etcd" => {}
-            "etcds" => {
-                return Err(bad(
-                    "TLS (`etcds://`) is not supported by this build; use `etcd://` on a trusted network",
-                ));
-            }
+        let tls = match scheme.to_ascii_lowercase().as_str() {
+            "etcd" => false,
+            "etcds" => true,
             _ => return Err(bad("not an `etcd://` URL")),
-        }
+        };
         let parts = HostsUrl::parse(
             raw,
             DEFAULT_PORT,
             "hosts, optional user:password@, optional /namespace",
         )?;
-        let endpoints = parts.hosts.iter().map(|h| format!("http://{h}")).collect();
+        let protocol = if tls { "https" } else { "http" };
+        let endpoints = parts
+            .hosts
+            .iter()
+            .map(|h| format!("{protocol}://{h}"))
+            .collect();
         Ok(Self {
             endpoints,
             namespace: parts.path,
             user: parts.user,
+            tls,
         })
+    }
+
+    /// The TLS settings of an `etcds://` URL from `files`: their CA (else the system's
+    /// roots) and client certificate; `None` for `etcd://`, where naming files is an error.
+    fn tls_options(&self, files: &TlsConfig) -> Result<Option<TlsOptions>> {
+        if !self.tls {
+            if let Some(file) = [&files.ca_file, &files.cert_file]
+                .into_iter()
+                .flatten()
+                .next()
+            {
+                return Err(Error::config(
+                    "backend",
+                    self.endpoints.join(","),
+                    format!(
+                        "TLS file `{}` is set but the URL is plain text: use `etcds://`",
+                        file.display()
+                    ),
+                ));
+            }
+            return Ok(None);
+        }
+        let files = TlsFiles::read(files)?;
+        let options = match files.ca_pem() {
+            Some(pem) => TlsOptions::new().ca_certificate(Certificate::from_pem(pem)),
+            None => TlsOptions::new().with_native_roots(),
+        };
+        Ok(Some(match files.identity {
+            Some(identity) => {
+                options.identity(Identity::from_pem(identity.cert_pem, identity.key_pem))
+            }
+            None => options,
+        }))
     }
 
     /// Connects and checks, within `timeout`, that the cluster answers a linearizable read
     /// (so it has a leader and a quorum).
-    pub(super) async fn connect(&self, timeout: Duration) -> Result<Client> {
+    pub(super) async fn connect(&self, tls: &TlsConfig, timeout: Duration) -> Result<Client> {
         let mut options = ConnectOptions::new()
             .with_connect_timeout(timeout)
             .with_keep_alive(HTTP2_PING_INTERVAL, timeout)
             .with_keep_alive_while_idle(false);
+        let without_client_cert = self.tls && tls.cert_file.is_none();
+        if let Some(tls) = self.tls_options(tls)? {
+            options = options.with_tls(tls);
+        }
         if let Some((user, password)) = &self.user {
             // A long-lived process outlives etcd's auth token (`--auth-token-ttl`): fetch a
             // new one when it expires.
@@ -110,9 +153,32 @@ impl EtcdUrl {
                     .await
             }
         })
-        .await?;
+        .await
+        .map_err(|error| match error {
+            // A TLS 1.3 server that wants a client certificate closes the connection after
+            // the handshake, and the client sees only that.
+            Error::Unavailable { source, .. }
+                if without_client_cert && closed_during_tls(&source.to_string()) =>
+            {
+                Error::unavailable(
+                    "etcd",
+                    format!(
+                        "{source}; the server closed the TLS connection: if it requires a client certificate (`--client-cert-auth`), set tls.cert_file and tls.key_file"
+                    ),
+                )
+            }
+            other => other,
+        })?;
         Ok(client)
     }
+}
+
+/// Whether a failed first request looks like a server that hung up right after the TLS
+/// handshake (what a TLS 1.3 server that wanted a client certificate does).
+fn closed_during_tls(message: &str) -> bool {
+    ["connection closed", "broken pipe", "CertificateRequired"]
+        .iter()
+        .any(|sign| message.contains(sign))
 }
 
 #[cfg(test)]
@@ -145,6 +211,9 @@ mod tests {
         let plain = parse("etcd://127.0.0.1:2379").unwrap();
         assert_eq!(plain.namespace, "");
         assert_eq!(plain.user, None);
+
+        let tls = parse("etcds://h1,h2:2380?tls_ca_file=/etc/ca.pem").unwrap();
+        assert_eq!(tls.endpoints, ["https://h1:2379", "https://h2:2380"]);
     }
 
     #[test]
@@ -168,7 +237,6 @@ mod tests {
     #[test]
     fn rejects_tls_queries_and_empty_hosts_without_showing_the_password() {
         for (url, expected) in [
-            ("etcds://h:2379", "TLS"),
             ("etcd://h:2379?timeout=1s", "no query options"),
             ("etcd://a:1,,b:2", "at least one"),
             ("etcd://u:secret@h:2379?x=1", "no query options"),

@@ -285,7 +285,7 @@ impl EtcdBackend {
     /// # Errors
     ///
     /// [`Error::Config`] for a URL that is not `etcd://[user:password@]host:port,...[/namespace]`
-    /// (TLS, `etcds://`, is not supported); [`Error::Unavailable`] / [`Error::Timeout`] when the
+    /// or a TLS file that cannot be read; [`Error::Unavailable`] / [`Error::Timeout`] when the
     /// cluster cannot be reached within `timeout`; [`Error::Refused`] when it refuses the
     /// credentials.
     ///
@@ -302,6 +302,7 @@ impl EtcdBackend {
     /// ```
     pub async fn connect(url: &BackendUrl, timeout: Duration) -> Result<Self> {
         let background = Background::here("etcd://", "EtcdBackend")?;
+        let tls = url.tls();
         let url = match url.etcd() {
             Some(settings) => settings.clone(),
             None => {
@@ -312,7 +313,7 @@ impl EtcdBackend {
                 ));
             }
         };
-        let client = url.connect(timeout).await?;
+        let client = url.connect(tls, timeout).await?;
         let inner = Arc::new(Inner {
             sessions: Sessions::new(client.clone(), timeout),
             client,
