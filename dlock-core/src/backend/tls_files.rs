@@ -142,6 +142,7 @@ impl TlsFiles {
 /// that build their rustls config with `ClientConfig::builder()` (redis, ZooKeeper) need one
 /// when a build has both ring and aws-lc-rs; done at the first TLS connect, not at start, so
 /// that an application installing its own provider first keeps it.
+#[cfg(any(feature = "redis", feature = "zookeeper"))]
 pub(crate) fn ensure_crypto_provider() {
     if rustls::crypto::CryptoProvider::get_default().is_none() {
         // Err: another thread installed one first, which is as good.
