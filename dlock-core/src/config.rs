@@ -384,6 +384,9 @@ mod tests {
             ("DLOCK_FENCING", "true"),
             ("DLOCK_MAX_HOLD", "1h"),
             ("DLOCK_METRICS_RAW_KEYS", "true"),
+            ("DLOCK_TLS_CA_FILE", "/etc/dlock/ca.pem"),
+            ("DLOCK_TLS_CERT_FILE", "/etc/dlock/client.pem"),
+            ("DLOCK_TLS_KEY_FILE", "/etc/dlock/client.key"),
         ]))
         .unwrap();
         assert_eq!(
@@ -398,8 +401,15 @@ mod tests {
                 fencing: true,
                 max_hold: Some(Duration::from_secs(3600)),
                 metrics_raw_keys: true,
+                tls: TlsConfig {
+                    ca_file: Some("/etc/dlock/ca.pem".into()),
+                    cert_file: Some("/etc/dlock/client.pem".into()),
+                    key_file: Some("/etc/dlock/client.key".into()),
+                },
             }
         );
+        let half = DlockConfig::from_vars(vars(&[("DLOCK_TLS_KEY_FILE", "k.pem")])).unwrap_err();
+        assert!(half.to_string().contains("`DLOCK_TLS_CERT_FILE`"), "{half}");
         let forever = DlockConfig::from_vars(vars(&[("DLOCK_WAIT", "forever")])).unwrap();
         assert_eq!(forever.wait, None);
     }

@@ -1,5 +1,5 @@
-//! The conformance suite against a real PostgreSQL, started by the harness for each test and
-//! stopped after it.
+//! The conformance suite against a real PostgreSQL (in plain text and over mutual TLS),
+//! started by the harness for each test and stopped after it.
 //!
 //! PostgreSQL frees a session's advisory locks when its connection closes: a crashed client
 //! (its runtime shut down, its sockets closed) frees its locks at once, which the suite
@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use dlock_core::backend::{BackendUrl, PostgresBackend};
 use dlock_core::conformance::{Expectations, Target};
-use dlock_core::harness::PostgresServer;
+use dlock_core::harness::{PostgresServer, TestCerts};
 
 const TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -20,8 +20,30 @@ const TIMEOUT: Duration = Duration::from_secs(2);
 /// queued (`pg_locks` rows not granted), so a waiter counts only once it is in the server's
 /// queue.
 async fn single() -> Target<PostgresBackend> {
-    let server = Arc::new(PostgresServer::start().await.expect("postgres"));
-    let url = BackendUrl::parse(&server.url()).expect("harness URL");
+    let server = PostgresServer::start().await.expect("postgres");
+    let (admin_url, url) = (server.url(), server.url());
+    target(server, &admin_url, &url).await
+}
+
+/// Every client connection over TLS, checking the server's name and presenting a client
+/// certificate for the user (the server requires one on TLS sessions).
+async fn single_tls() -> Target<PostgresBackend> {
+    let certs = TestCerts::generate().expect("certificates");
+    let server = PostgresServer::start_tls(&certs).await.expect("postgres");
+    let url = format!("{}&{}", server.tls_url(), certs.url_query());
+    let admin_url = server.url();
+    target((server, certs), &admin_url, &url).await
+}
+
+/// The target of clients on `url`, counting queued waiters through a plain connection to
+/// `admin_url`; keeps `server` alive as long as the target.
+async fn target<S: Send + Sync + 'static>(
+    server: S,
+    admin_url: &str,
+    url: &str,
+) -> Target<PostgresBackend> {
+    let server = Arc::new(server);
+    let url = BackendUrl::parse(url).expect("harness URL");
     let probe = PostgresBackend::connect(&url, TIMEOUT)
         .await
         .expect("connect");
@@ -30,7 +52,7 @@ async fn single() -> Target<PostgresBackend> {
         .slack(Duration::from_millis(500))
         .frees_on_disconnect(true)
         .force_release(false);
-    let (admin, connection) = tokio_postgres::connect(&server.url(), tokio_postgres::NoTls)
+    let (admin, connection) = tokio_postgres::connect(admin_url, tokio_postgres::NoTls)
         .await
         .expect("admin connection");
     tokio::spawn(connection);
@@ -79,3 +101,4 @@ async fn single() -> Target<PostgresBackend> {
 }
 
 dlock_core::conformance_tests!(pg_single, single());
+dlock_core::conformance_tests!(pg_single_tls, single_tls());

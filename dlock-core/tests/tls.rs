@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use dlock_core::harness::{EtcdServer, RedisServer, TestCerts};
+use dlock_core::harness::{EtcdServer, PostgresServer, RedisServer, TestCerts};
 use dlock_core::{BackendSpec, DlockConfig, Error, Locker};
 
 const OPERATION_TIMEOUT: Duration = Duration::from_secs(1);
@@ -108,4 +108,53 @@ async fn etcd_tls_problems_are_clear_errors_within_the_operation_timeout() {
     let right = format!("{tls_url}?{}", certs.url_query());
     let locker = Locker::connect_url(&right).await.unwrap();
     drop(locker.lock("tls").await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_tls_problems_are_clear_errors_within_the_operation_timeout() {
+    let certs = TestCerts::generate().unwrap();
+    let server = PostgresServer::start_tls(&certs).await.unwrap();
+    let tls_url = server.tls_url();
+
+    let wrong_ca = format!("{tls_url}&{}", query(&certs, &certs.other_ca_file()));
+    assert_fails(&wrong_ca, &["UnknownIssuer", "unknown issuer"]).await;
+    // `require` checks the chain too.
+    let require = wrong_ca.replace("verify-full", "require");
+    assert_fails(&require, &["UnknownIssuer", "unknown issuer"]).await;
+
+    let by_other_name = tls_url.replace("127.0.0.1", "localhost");
+    let wrong_name = format!("{by_other_name}&{}", query(&certs, &certs.ca_file()));
+    assert_fails(&wrong_name, &["NotValidForName", "not valid for name"]).await;
+    // `verify-ca` does not check the name.
+    let any_name = wrong_name.replace("verify-full", "verify-ca");
+    drop(Locker::connect_url(&any_name).await.unwrap());
+
+    // libpq's own option names.
+    let no_client_cert = format!("{tls_url}&sslrootcert={}", certs.ca_file().display());
+    assert_fails(&no_client_cert, &["certificate"]).await;
+
+    let missing = format!("{tls_url}&sslrootcert=/nonexistent/ca.pem");
+    assert_fails(&missing, &["/nonexistent/ca.pem"]).await;
+
+    let plain = format!("{}?sslrootcert={}", server.url(), certs.ca_file().display());
+    assert_fails(&plain, &["does not ask for TLS"]).await;
+
+    // The right files connect, and the server sees every dlock session as TLS.
+    let right = format!("{tls_url}&{}", certs.url_query());
+    let locker = Locker::connect_url(&right).await.unwrap();
+    let guard = locker.lock("tls").await.unwrap();
+    let mut psql = server.psql().await.unwrap();
+    let sessions = psql
+        .run(
+            "SELECT count(*) FILTER (WHERE ssl), count(*) FROM pg_stat_ssl \
+             JOIN pg_stat_activity USING (pid) WHERE application_name = 'dlock';",
+        )
+        .await
+        .unwrap();
+    let (over_tls, all) = sessions[0].split_once('|').unwrap();
+    assert!(
+        all != "0" && over_tls == all,
+        "TLS sessions|all: {sessions:?}"
+    );
+    drop(guard);
 }

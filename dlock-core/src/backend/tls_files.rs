@@ -23,7 +23,15 @@ pub(crate) struct TlsFiles {
 /// A client certificate chain and its private key.
 #[derive(Debug)]
 pub(crate) struct Identity {
+    #[cfg_attr(
+        not(any(feature = "redis", feature = "etcd", feature = "zookeeper")),
+        allow(dead_code)
+    )]
     pub(crate) cert_pem: Vec<u8>,
+    #[cfg_attr(
+        not(any(feature = "redis", feature = "etcd", feature = "zookeeper")),
+        allow(dead_code)
+    )]
     pub(crate) key_pem: Vec<u8>,
     #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     pub(crate) chain: Vec<CertificateDer<'static>>,
@@ -73,6 +81,10 @@ impl TlsFiles {
     }
 
     /// The CA file's PEM, if one was named.
+    #[cfg_attr(
+        not(any(feature = "redis", feature = "etcd", feature = "zookeeper")),
+        allow(dead_code)
+    )]
     pub(crate) fn ca_pem(&self) -> Option<&[u8]> {
         self.ca.as_ref().map(|(pem, _)| pem.as_slice())
     }

@@ -12,6 +12,7 @@ use super::process::{
     STARTUP_TIMEOUT, ServerProcess, Spec, find_binary, is_executable, probe, process_methods,
     retry_startup, temp_dir,
 };
+use super::tls::TestCerts;
 use super::wire::postgres_accepts;
 use super::{HarnessError, Result, ports};
 
@@ -49,16 +50,38 @@ impl PostgresServer {
     pub async fn start() -> Result<Self> {
         let bin_dir = find_bin_dir()?;
         let user = server_user()?;
-        retry_startup(|| Self::launch(&bin_dir, user)).await
+        retry_startup(|| Self::launch(&bin_dir, user, None)).await
     }
 
-    async fn launch(bin_dir: &Path, user: Option<(u32, u32)>) -> Result<Self> {
+    /// Like [`start`](Self::start), with TLS on (`ssl=on`, `certs`' server certificate): a
+    /// TLS session must present a client certificate that their CA signed for the user
+    /// (`hostssl … clientcert=verify-full`); plain-text sessions are still accepted (the
+    /// readiness probe is one). [`tls_url`](Self::tls_url) asks for `verify-full`.
+    ///
+    /// # Errors
+    ///
+    /// As [`start`](Self::start).
+    pub async fn start_tls(certs: &TestCerts) -> Result<Self> {
+        let bin_dir = find_bin_dir()?;
+        let user = server_user()?;
+        retry_startup(|| Self::launch(&bin_dir, user, Some(certs))).await
+    }
+
+    async fn launch(
+        bin_dir: &Path,
+        user: Option<(u32, u32)>,
+        tls: Option<&TestCerts>,
+    ) -> Result<Self> {
         let dir = temp_dir("postgres")?;
         if let Some((uid, gid)) = user {
             std::os::unix::fs::chown(dir.path(), Some(uid), Some(gid))?;
         }
         let data = dir.path().join("data");
         init_cluster(bin_dir, dir.path(), &data, user).await?;
+        let tls_settings = match tls {
+            Some(certs) => enable_tls(certs, dir.path(), &data, user)?,
+            None => Vec::new(),
+        };
         let port = ports::free_port()?;
         let server = format!("postgres on 127.0.0.1:{port}");
         let spec = Spec::new(server, bin_dir.join("postgres"), dir.path())
@@ -71,6 +94,7 @@ impl PostgresServer {
                 ("-c", "synchronous_commit=off"),
                 ("-c", "full_page_writes=off"),
             ])
+            .args(tls_settings)
             .user(user);
         let ready = probe(move || postgres_accepts(port, SUPERUSER));
         let process = ServerProcess::start(spec, port, ready, STARTUP_TIMEOUT).await?;
@@ -88,6 +112,13 @@ impl PostgresServer {
             "postgres://{SUPERUSER}@127.0.0.1:{}/{SUPERUSER}",
             self.port()
         )
+    }
+
+    /// [`url`](Self::url) with `sslmode=verify-full`, for a server started with
+    /// [`start_tls`](Self::start_tls) (the TLS files are the caller's to add).
+    #[must_use]
+    pub fn tls_url(&self) -> String {
+        format!("{}?sslmode=verify-full", self.url())
     }
 
     /// The directory of the PostgreSQL binaries used (`psql` is there too).
@@ -177,6 +208,39 @@ async fn init_cluster(
         .args(["--auth=trust", "--no-sync", "--encoding=UTF8", "--locale=C"])
         .user(user);
     spec.run(INITDB_TIMEOUT).await
+}
+
+/// Copies `certs`' server files into `dir` (the server refuses a key that others can read, and
+/// must be able to read its files), makes TLS sessions need a client certificate for their
+/// user, and gives the server settings that turn TLS on.
+fn enable_tls(
+    certs: &TestCerts,
+    dir: &Path,
+    data: &Path,
+    user: Option<(u32, u32)>,
+) -> Result<Vec<String>> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let mut settings = vec!["-c".to_owned(), "ssl=on".to_owned()];
+    for (setting, from, name) in [
+        ("ssl_cert_file", certs.server_cert_file(), "server.crt"),
+        ("ssl_key_file", certs.server_key_file(), "server.key"),
+        ("ssl_ca_file", certs.ca_file(), "ca.crt"),
+    ] {
+        let to = dir.join(name);
+        std::fs::copy(from, &to)?;
+        std::fs::set_permissions(&to, std::fs::Permissions::from_mode(0o600))?;
+        if let Some((uid, gid)) = user {
+            std::os::unix::fs::chown(&to, Some(uid), Some(gid))?;
+        }
+        settings.extend(["-c".to_owned(), format!("{setting}={}", to.display())]);
+    }
+    let hba = data.join("pg_hba.conf");
+    let rules = std::fs::read_to_string(&hba)?;
+    std::fs::write(
+        &hba,
+        format!("hostssl all all 127.0.0.1/32 trust clientcert=verify-full\n{rules}"),
+    )?;
+    Ok(settings)
 }
 
 /// The highest-versioned `/usr/lib/postgresql/<version>/bin` with `initdb` and `postgres`, or

@@ -5,11 +5,26 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use tokio_postgres::config::SslMode;
-use tokio_postgres::{Client, Config, NoTls};
+use tokio_postgres::tls::MakeTlsConnect;
+use tokio_postgres::{Client, Config, Socket};
+use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::errors::timed;
 use super::keys;
-use crate::{Error, Result};
+use crate::backend::tls_files::TlsFiles;
+use crate::tls::take_query_option;
+use crate::{Error, Result, TlsConfig};
+
+/// A client config for a connector that never makes a TLS connection (`sslmode=disable`
+/// connections ask for none): it trusts nothing.
+fn plain_text_only() -> rustls::ClientConfig {
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("ring supports the default protocol versions")
+        .with_root_certificates(rustls::RootCertStore::empty())
+        .with_no_client_auth()
+}
 
 /// The URL query option naming the fence table (dlock's own; the others are libpq's).
 const FENCE_TABLE_OPTION: &str = "dlock_fence_table";
@@ -25,7 +40,31 @@ pub(crate) struct PgUrl {
     config: Config,
     /// The fence table as written in SQL (quoted).
     pub(super) fence_table: String,
+    /// What `sslmode` asks for.
+    tls: SslChoice,
+    /// The TLS connector, made by [`with_tls`](Self::with_tls) from the TLS files (until
+    /// then, and for plain text, one that is never used).
+    connector: MakeRustlsConnect,
 }
+
+/// libpq's `sslmode`, as dlock treats it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SslChoice {
+    /// `disable`, `allow`, `prefer` or none: plain text. dlock does not try TLS on the
+    /// chance that the server offers it, as a connection that might be plain text protects
+    /// nothing: ask for it with one of the others.
+    Plain,
+    /// `require` and `verify-ca`: TLS with a certificate chain leading to the CA (libpq
+    /// checks nothing under `require` when it has no root certificate; dlock always checks),
+    /// whatever name it is for.
+    VerifyChain,
+    /// `verify-full`: the chain, and the certificate is for the host the URL names.
+    VerifyFull,
+}
+
+/// A lock connection's driver (its socket plain or TLS, as the URL says).
+pub(super) type PgConnection =
+    tokio_postgres::Connection<Socket, <MakeRustlsConnect as MakeTlsConnect<Socket>>::Stream>;
 
 /// tokio-postgres' `Config` shows the password as `_`; the rest is useful when debugging.
 impl std::fmt::Debug for PgUrl {
@@ -36,6 +75,7 @@ impl std::fmt::Debug for PgUrl {
             .field("ports", &self.config.get_ports())
             .field("dbname", &self.config.get_dbname())
             .field("fence_table", &self.fence_table)
+            .field("tls", &self.tls)
             .finish_non_exhaustive()
     }
 }
@@ -49,7 +89,20 @@ impl PgUrl {
     pub(crate) fn parse(raw: &str) -> Result<Self> {
         let bad =
             |reason: String| Error::config("backend", crate::backend_spec::redact(raw), reason);
-        let (without_ours, fence_table) = take_option(raw, FENCE_TABLE_OPTION);
+        let (without_ours, fence_table) = take_query_option(raw, FENCE_TABLE_OPTION);
+        let (without_ours, sslmode) = take_query_option(&without_ours, "sslmode");
+        let tls = match sslmode.as_deref() {
+            None | Some("disable" | "allow" | "prefer") => SslChoice::Plain,
+            Some("require" | "verify-ca") => SslChoice::VerifyChain,
+            Some("verify-full") => SslChoice::VerifyFull,
+            Some(other) => {
+                return Err(Error::config(
+                    "backend `sslmode` option",
+                    other,
+                    "expected disable, allow, prefer, require, verify-ca or verify-full",
+                ));
+            }
+        };
         let fence_table = keys::quoted_table(fence_table.as_deref().unwrap_or(DEFAULT_FENCE_TABLE))
             .map_err(|reason| bad(format!("`{FENCE_TABLE_OPTION}`: {reason}")))?;
         let mut config = Config::from_str(&without_ours)
@@ -67,16 +120,62 @@ impl PgUrl {
                 "expected a host: `postgres://user@host:5432/database`".to_owned()
             ));
         }
-        if matches!(config.get_ssl_mode(), SslMode::Require) {
-            return Err(bad(
-                "`sslmode=require`: TLS to PostgreSQL is not supported yet (use `sslmode=disable` or `prefer`)"
-                    .to_owned(),
-            ));
-        }
+        config.ssl_mode(if tls == SslChoice::Plain {
+            SslMode::Disable
+        } else {
+            SslMode::Require
+        });
         Ok(Self {
             config,
             fence_table,
+            tls,
+            connector: MakeRustlsConnect::new(plain_text_only()),
         })
+    }
+
+    /// This URL with its TLS connector made from `files` (the URL's `sslrootcert`, `sslcert`,
+    /// `sslkey` or `tls_*_file` options, then the config's).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] for a file that cannot be read or used, or files named for a URL
+    /// that does not ask for TLS.
+    pub(super) fn with_tls(&self, files: &TlsConfig) -> Result<Self> {
+        let mut url = self.clone();
+        if self.tls == SslChoice::Plain {
+            if let Some(file) = [&files.ca_file, &files.cert_file]
+                .into_iter()
+                .flatten()
+                .next()
+            {
+                return Err(Error::config(
+                    "backend",
+                    self.hosts(),
+                    format!(
+                        "TLS file `{}` is set but the URL does not ask for TLS: add `sslmode=verify-full`",
+                        file.display()
+                    ),
+                ));
+            }
+            return Ok(url);
+        }
+        let config = TlsFiles::read(files)?.client_config(self.tls == SslChoice::VerifyFull)?;
+        url.connector = MakeRustlsConnect::new(config);
+        Ok(url)
+    }
+
+    /// The hosts, comma-separated, for messages.
+    fn hosts(&self) -> String {
+        let hosts = self.config.get_hosts().iter().map(|host| match host {
+            tokio_postgres::config::Host::Tcp(name) => name.clone(),
+            tokio_postgres::config::Host::Unix(path) => path.display().to_string(),
+        });
+        hosts.collect::<Vec<_>>().join(",")
+    }
+
+    /// The connector of this URL's connections (and of their cancel requests).
+    pub(super) fn connector(&self) -> MakeRustlsConnect {
+        self.connector.clone()
     }
 
     /// The settings of a lock connection whose locks have lease `ttl`, every round trip of
@@ -130,12 +229,9 @@ impl PgUrl {
         &self,
         ttl: Duration,
         timeout: Duration,
-    ) -> Result<(
-        Client,
-        tokio_postgres::Connection<tokio_postgres::Socket, tokio_postgres::tls::NoTlsStream>,
-    )> {
+    ) -> Result<(Client, PgConnection)> {
         let config = self.lock_connection(ttl, timeout);
-        timed(timeout, "connect", config.connect(NoTls)).await
+        timed(timeout, "connect", config.connect(self.connector())).await
     }
 
     /// Checks that the server answers, is PostgreSQL 14 or later, and that the fence table
@@ -147,7 +243,8 @@ impl PgUrl {
     /// As [`open`](Self::open); [`Error::Refused`] for an older server or a fence table that
     /// cannot be created.
     pub(super) async fn prepare(&self, timeout: Duration) -> Result<()> {
-        let (client, connection) = timed(timeout, "connect", self.config.connect(NoTls)).await?;
+        let (client, connection) =
+            timed(timeout, "connect", self.config.connect(self.connector())).await?;
         let driver = tokio::spawn(connection);
         let prepared = async {
             let version: i32 = timed(
@@ -191,35 +288,6 @@ impl PgUrl {
     }
 }
 
-/// `raw` without the query option `name`, and that option's (percent-decoded) value.
-fn take_option(raw: &str, name: &str) -> (String, Option<String>) {
-    let Some((base, query)) = raw.split_once('?') else {
-        return (raw.to_owned(), None);
-    };
-    let mut value = None;
-    let kept: Vec<&str> = query
-        .split('&')
-        .filter(|pair| {
-            let (key, v) = pair.split_once('=').unwrap_or((pair, ""));
-            if key == name {
-                value = Some(
-                    percent_encoding::percent_decode_str(v)
-                        .decode_utf8_lossy()
-                        .into_owned(),
-                );
-                false
-            } else {
-                true
-            }
-        })
-        .collect();
-    if kept.is_empty() {
-        (base.to_owned(), value)
-    } else {
-        (format!("{base}?{}", kept.join("&")), value)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -252,7 +320,7 @@ mod tests {
                 "postgres://app:pw@h/db?dlock_fence_table=a.b.c",
                 "dlock_fence_table",
             ),
-            ("postgres://app:pw@h/db?sslmode=require", "TLS"),
+            ("postgres://app:pw@h/db?sslmode=requier", "sslmode"),
         ] {
             let error = PgUrl::parse(raw).unwrap_err().to_string();
             assert!(error.contains(says), "{raw}: {error}");
@@ -287,20 +355,35 @@ mod tests {
     }
 
     #[test]
+    fn sslmode_picks_plain_text_or_what_tls_checks() {
+        for (mode, expected) in [
+            ("", SslChoice::Plain),
+            ("?sslmode=disable", SslChoice::Plain),
+            ("?sslmode=prefer", SslChoice::Plain),
+            ("?sslmode=require", SslChoice::VerifyChain),
+            ("?sslmode=verify-ca", SslChoice::VerifyChain),
+            ("?sslmode=verify-full", SslChoice::VerifyFull),
+        ] {
+            let url = PgUrl::parse(&format!("postgres://u@h/db{mode}")).unwrap();
+            assert_eq!(url.tls, expected, "{mode}");
+        }
+    }
+
+    #[test]
     fn takes_only_its_own_option() {
         assert_eq!(
-            take_option(
+            take_query_option(
                 "postgres://h/db?a=1&dlock_fence_table=x%2Ey&b=2",
                 FENCE_TABLE_OPTION
             ),
             ("postgres://h/db?a=1&b=2".to_owned(), Some("x.y".to_owned()))
         );
         assert_eq!(
-            take_option("postgres://h/db?dlock_fence_table=t", FENCE_TABLE_OPTION),
+            take_query_option("postgres://h/db?dlock_fence_table=t", FENCE_TABLE_OPTION),
             ("postgres://h/db".to_owned(), Some("t".to_owned()))
         );
         assert_eq!(
-            take_option("postgres://h/db", FENCE_TABLE_OPTION),
+            take_query_option("postgres://h/db", FENCE_TABLE_OPTION),
             ("postgres://h/db".to_owned(), None)
         );
     }

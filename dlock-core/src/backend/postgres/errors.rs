@@ -24,7 +24,21 @@ pub(super) fn from_pg(error: tokio_postgres::Error) -> Error {
 pub(super) fn describe(error: &tokio_postgres::Error) -> String {
     match error.as_db_error() {
         Some(db) => format!("{}: {} ({})", db.severity(), db.message(), db.code().code()),
-        None => error.to_string(),
+        None => {
+            // The causes too: a failed TLS handshake shows only that it failed, and its
+            // source says why (`invalid peer certificate: UnknownIssuer`).
+            let mut described = error.to_string();
+            let mut source = std::error::Error::source(error);
+            while let Some(cause) = source {
+                let cause_text = cause.to_string();
+                if !described.contains(&cause_text) {
+                    described.push_str(": ");
+                    described.push_str(&cause_text);
+                }
+                source = cause.source();
+            }
+            described
+        }
     }
 }
 

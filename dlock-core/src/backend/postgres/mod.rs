@@ -281,6 +281,7 @@ impl PostgresBackend {
                 "not a `postgres://` URL",
             ));
         };
+        let settings = settings.with_tls(url.tls())?;
         settings.prepare(timeout).await?;
         Ok(Self {
             inner: Arc::new(Inner {

@@ -20,10 +20,11 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
 use tokio::sync::{Notify, broadcast};
-use tokio_postgres::{AsyncMessage, CancelToken, Client, NoTls, Statement};
+use tokio_postgres::{AsyncMessage, CancelToken, Client, Statement};
+use tokio_postgres_rustls::MakeRustlsConnect;
 use tokio_util::sync::CancellationToken;
 
-use super::config::PgUrl;
+use super::config::{PgConnection, PgUrl};
 use crate::Result;
 use crate::backend::background::Background;
 use crate::backend::session_end::SessionEnd;
@@ -41,6 +42,8 @@ pub(super) struct Conn {
     ttl: Duration,
     state: Mutex<ConnState>,
     cancel: CancelToken,
+    /// How the cancel request connects (TLS if the connection is).
+    connector: MakeRustlsConnect,
     /// Tells the task polling the connection to drop it (closing the socket).
     closing: CancellationToken,
     /// Whether it ended, and the grants on it to report then.
@@ -149,9 +152,11 @@ impl Conn {
         // Cancel a statement waiting on the server first (a blocked backend reads its socket
         // only every `client_connection_check_interval`), then drop the socket.
         let cancel = self.cancel.clone();
+        let connector = self.connector.clone();
         let closing = self.closing.clone();
         runtime.spawn(async move {
-            let _ = tokio::time::timeout(Duration::from_secs(1), cancel.cancel_query(NoTls)).await;
+            let _ =
+                tokio::time::timeout(Duration::from_secs(1), cancel.cancel_query(connector)).await;
             closing.cancel();
         });
     }
@@ -409,6 +414,7 @@ impl Conns {
         let (client, connection) = self.url.open(ttl, self.timeout).await?;
         let conn = Arc::new(Conn {
             cancel: client.cancel_token(),
+            connector: self.url.connector(),
             client,
             ttl,
             state: Mutex::new(ConnState {
@@ -476,10 +482,7 @@ fn reserve(conn: Arc<Conn>, key: i64, dedicated: bool) -> ConnUse {
 /// Polls `connection` until it ends, passing notifications on; then reports every grant on it
 /// lost.
 async fn drive(
-    mut connection: tokio_postgres::Connection<
-        tokio_postgres::Socket,
-        tokio_postgres::tls::NoTlsStream,
-    >,
+    mut connection: PgConnection,
     conn: Weak<Conn>,
     closing: CancellationToken,
     losses: broadcast::Sender<LostLease>,
