@@ -62,6 +62,20 @@ check_zookeeper() {
     [[ -f $ZOOKEEPER_JAR ]] && quietly java -cp "$ZOOKEEPER_JAR" org.apache.zookeeper.version.VersionInfoMain
 }
 
+# ZooKeeper over TLS (the harness's TLS servers) runs Netty's server, whose codec classes are
+# not on the classpath zookeeper.jar's manifest names: the harness adds this jar.
+NETTY_CODEC_JAR=/usr/share/java/netty-codec.jar
+check_zookeeper_tls() {
+    [[ -f $NETTY_CODEC_JAR ]] && java_probe '
+public class Probe {
+    public static void main(String[] args) throws Exception {
+        Class.forName("io.netty.handler.codec.ByteToMessageDecoder");
+        Class.forName("io.netty.handler.ssl.SslHandler");
+        Class.forName("org.apache.zookeeper.server.NettyServerCnxnFactory");
+    }
+}' "$ZOOKEEPER_JAR:$NETTY_CODEC_JAR"
+}
+
 # Runs javac and java on a probe program in a temp dir: compiles `$1` (a class named Probe)
 # against the classpath `$2`, then runs it; true when both succeed.
 java_probe() {
@@ -125,6 +139,7 @@ PIECES=(
     "check_etcdctl|etcd-client|etcdctl (etcd's own lock client)"
     "check_zookeeper|zookeeper|ZooKeeper ($ZOOKEEPER_JAR on a JVM that loads it)"
     "check_javac|default-jdk-headless|javac (compiles the Curator interop tests' Java program)"
+    "check_zookeeper_tls|libnetty-java|Netty's codec jar ($NETTY_CODEC_JAR, for ZooKeeper over TLS)"
     "check_curator|libcurator-recipes-java|Apache Curator 5 (its lock recipes, compiled against and run on the JVM)"
     "check_postgres_server|postgresql|PostgreSQL server (initdb, postgres and the postgres user)"
     "check_psql|postgresql-client|psql"

@@ -1,5 +1,6 @@
-//! The conformance suite against real ZooKeeper: a standalone server, and a 3-server ensemble,
-//! each started by the harness for the test and stopped after it.
+//! The conformance suite against real ZooKeeper: a standalone server (in plain text and over
+//! mutual TLS), and a 3-server ensemble, each started by the harness for the test and stopped
+//! after it.
 //!
 //! The harness runs ZooKeeper with `tickTime=500` and session timeouts from 1 s: the timing
 //! scenarios run with a 2 s ttl (the session timeout the server grants). The server expires a
@@ -10,7 +11,7 @@ use std::time::Duration;
 
 use dlock_core::backend::{BackendUrl, ZooKeeperBackend};
 use dlock_core::conformance::{Expectations, Target};
-use dlock_core::harness::{ZkEnsemble, ZkServer};
+use dlock_core::harness::{TestCerts, ZkEnsemble, ZkServer};
 
 const TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -57,6 +58,15 @@ async fn target<S: Send + Sync + 'static>(server: S, url: String) -> Target<ZooK
     })
 }
 
+/// The server's TLS port, trusting the test CA and presenting a client certificate (the
+/// server requires one).
+async fn single_tls() -> Target<ZooKeeperBackend> {
+    let certs = TestCerts::generate().expect("certificates");
+    let server = ZkServer::start_tls(&certs).await.expect("zookeeper");
+    let url = format!("{}?{}", server.tls_url(), certs.url_query());
+    target((server, certs), url).await
+}
+
 async fn single() -> Target<ZooKeeperBackend> {
     let server = ZkServer::start().await.expect("zookeeper");
     let url = server.url();
@@ -71,3 +81,4 @@ async fn ensemble() -> Target<ZooKeeperBackend> {
 
 dlock_core::conformance_tests!(zk_single, single());
 dlock_core::conformance_tests!(zk_ensemble, ensemble());
+dlock_core::conformance_tests!(zk_single_tls, single_tls());

@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use dlock_core::harness::{EtcdServer, PostgresServer, RedisServer, TestCerts};
+use dlock_core::harness::{EtcdServer, PostgresServer, RedisServer, TestCerts, ZkServer};
 use dlock_core::{BackendSpec, DlockConfig, Error, Locker};
 
 const OPERATION_TIMEOUT: Duration = Duration::from_secs(1);
@@ -157,4 +157,35 @@ async fn postgres_tls_problems_are_clear_errors_within_the_operation_timeout() {
         "TLS sessions|all: {sessions:?}"
     );
     drop(guard);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zookeeper_tls_problems_are_clear_errors_within_the_operation_timeout() {
+    let certs = TestCerts::generate().unwrap();
+    let server = ZkServer::start_tls(&certs).await.unwrap();
+    let tls_url = server.tls_url();
+
+    let wrong_ca = format!("{tls_url}?{}", query(&certs, &certs.other_ca_file()));
+    assert_fails(&wrong_ca, &["UnknownIssuer", "unknown issuer"]).await;
+
+    let by_other_name = tls_url.replace("127.0.0.1", "localhost");
+    let wrong_name = format!("{by_other_name}?{}", query(&certs, &certs.ca_file()));
+    assert_fails(&wrong_name, &["NotValidForName", "not valid for name"]).await;
+
+    let no_client_cert = format!("{tls_url}?tls_ca_file={}", certs.ca_file().display());
+    assert_fails(&no_client_cert, &["client certificate"]).await;
+
+    let no_ca = format!(
+        "{tls_url}?tls_cert_file={}&tls_key_file={}",
+        certs.client_cert_file().display(),
+        certs.client_key_file().display()
+    );
+    assert_fails(&no_ca, &["needs the CA"]).await;
+
+    let plain = format!("{}?tls_ca_file={}", server.url(), certs.ca_file().display());
+    assert_fails(&plain, &["plain text"]).await;
+
+    let right = format!("{tls_url}?{}", certs.url_query());
+    let locker = Locker::connect_url(&right).await.unwrap();
+    drop(locker.lock("tls").await.unwrap());
 }

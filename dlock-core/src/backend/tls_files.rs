@@ -3,7 +3,7 @@
 //! the client config of the backends that build their own).
 
 use std::path::Path;
-#[cfg(feature = "postgres")]
+#[cfg(any(feature = "postgres", feature = "zookeeper"))]
 use std::sync::Arc;
 
 use rustls::pki_types::pem::PemObject;
@@ -33,9 +33,15 @@ pub(crate) struct Identity {
         allow(dead_code)
     )]
     pub(crate) key_pem: Vec<u8>,
-    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    #[cfg_attr(
+        not(any(feature = "postgres", feature = "zookeeper")),
+        allow(dead_code)
+    )]
     pub(crate) chain: Vec<CertificateDer<'static>>,
-    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    #[cfg_attr(
+        not(any(feature = "postgres", feature = "zookeeper")),
+        allow(dead_code)
+    )]
     pub(crate) key: PrivateKeyDer<'static>,
 }
 
@@ -95,7 +101,7 @@ impl TlsFiles {
     /// # Errors
     ///
     /// [`Error::Config`] when no root can be loaded or rustls refuses a certificate or key.
-    #[cfg(feature = "postgres")]
+    #[cfg(any(feature = "postgres", feature = "zookeeper"))]
     pub(crate) fn client_config(&self, check_name: bool) -> Result<rustls::ClientConfig> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let mut roots = rustls::RootCertStore::empty();
@@ -185,11 +191,11 @@ fn certificates(field: &str, path: &Path, pem: &[u8]) -> Result<Vec<CertificateD
 
 /// libpq's `sslmode=verify-ca`: the chain must lead to a trusted root, whatever name the
 /// certificate is for.
-#[cfg(feature = "postgres")]
+#[cfg(any(feature = "postgres", feature = "zookeeper"))]
 #[derive(Debug)]
 struct AnyName(Arc<rustls::client::WebPkiServerVerifier>);
 
-#[cfg(feature = "postgres")]
+#[cfg(any(feature = "postgres", feature = "zookeeper"))]
 impl rustls::client::danger::ServerCertVerifier for AnyName {
     fn verify_server_cert(
         &self,

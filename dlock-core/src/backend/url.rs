@@ -157,7 +157,7 @@ impl BackendKind {
             "redis+cluster" | "rediss+cluster" => Self::RedisCluster,
             "redlock" | "redlocks" => Self::RedLock,
             "etcd" | "etcds" => Self::Etcd,
-            "zk" | "zookeeper" => Self::ZooKeeper,
+            "zk" | "zks" | "zookeeper" => Self::ZooKeeper,
             "postgres" | "postgresql" => Self::Postgres,
             _ => return None,
         })

@@ -10,6 +10,7 @@ use super::process::{
     STARTUP_TIMEOUT, ServerProcess, Spec, find_binary, poll_for, probe, process_methods,
     retry_startup, temp_dir,
 };
+use super::tls::TestCerts;
 use super::wire::four_letter_word;
 use super::{HarnessError, Result, ports};
 
@@ -17,6 +18,9 @@ use super::{HarnessError, Result, ports};
 const ZOOKEEPER_JAR: &str = "/usr/share/java/zookeeper.jar";
 /// An slf4j binding, so that the server logs to stderr (there is none on the jar's classpath).
 const SLF4J_SIMPLE_JAR: &str = "/usr/share/java/slf4j-simple.jar";
+/// Netty's codecs: ZooKeeper's TLS port runs on Netty, whose codec jar the server jar's
+/// manifest does not name.
+const NETTY_CODEC_JAR: &str = "/usr/share/java/netty-codec.jar";
 /// An ensemble needs its quorum to elect a leader: more time than a single server.
 const ENSEMBLE_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -26,6 +30,8 @@ const ENSEMBLE_TIMEOUT: Duration = Duration::from_secs(30);
 pub struct ZkServer {
     process: ServerProcess,
     myid: u32,
+    /// The TLS client port of a server started with [`start_tls`](Self::start_tls).
+    secure_port: Option<u16>,
     _dir: TempDir,
 }
 
@@ -39,8 +45,31 @@ impl ZkServer {
     /// [`HarnessError::MissingBinary`] if `java` or ZooKeeper's jar is not installed,
     /// [`HarnessError::Startup`] if it did not start (after one retry on new ports).
     pub async fn start() -> Result<Self> {
-        let mut members = start_members(1).await?;
+        let mut members = start_members(1, None).await?;
         Ok(members.remove(0))
+    }
+
+    /// Like [`start`](Self::start), also serving clients over TLS on a second port
+    /// ([`tls_url`](Self::tls_url)) with `certs`' server certificate, where it requires a
+    /// client certificate signed by their CA (ZooKeeper's default `ssl.clientAuth=need`).
+    ///
+    /// # Errors
+    ///
+    /// As [`start`](Self::start); [`HarnessError::MissingBinary`] without Netty's codec jar.
+    pub async fn start_tls(certs: &TestCerts) -> Result<Self> {
+        let mut members = start_members(1, Some(certs)).await?;
+        Ok(members.remove(0))
+    }
+
+    /// `zks://127.0.0.1:SECURE_PORT` of a server started with [`start_tls`](Self::start_tls).
+    ///
+    /// # Panics
+    ///
+    /// If the server does not serve TLS.
+    #[must_use]
+    pub fn tls_url(&self) -> String {
+        let port = self.secure_port.expect("a server started with `start_tls`");
+        format!("zks://127.0.0.1:{port}")
     }
 
     /// `127.0.0.1:PORT`
@@ -91,7 +120,7 @@ impl ZkEnsemble {
             "a ZooKeeper ensemble needs at least one member"
         );
         Ok(Self {
-            members: start_members(members).await?,
+            members: start_members(members, None).await?,
         })
     }
 
@@ -158,7 +187,8 @@ struct Java {
 }
 
 impl Java {
-    fn find() -> Result<Self> {
+    /// With `tls`, Netty's codec jar goes on the classpath (and must exist).
+    fn find(tls: bool) -> Result<Self> {
         let java = find_binary("java")?;
         if !Path::new(ZOOKEEPER_JAR).is_file() {
             return Err(HarnessError::MissingBinary {
@@ -173,6 +203,18 @@ impl Java {
         if Path::new(SLF4J_SIMPLE_JAR).is_file() {
             classpath = format!("{classpath}:{SLF4J_SIMPLE_JAR}");
         }
+        if tls {
+            if !Path::new(NETTY_CODEC_JAR).is_file() {
+                return Err(HarnessError::MissingBinary {
+                    binary: "netty-codec.jar".to_owned(),
+                    hint: format!(
+                        "{NETTY_CODEC_JAR} is missing (Debian package `libnetty-java`), needed for ZooKeeper over TLS: {}",
+                        super::error::INSTALL_HINT
+                    ),
+                });
+            }
+            classpath = format!("{classpath}:{NETTY_CODEC_JAR}");
+        }
         Ok(Self { java, classpath })
     }
 }
@@ -183,14 +225,15 @@ struct Plan {
     client_port: u16,
     peer_port: u16,
     election_port: u16,
+    secure_port: Option<u16>,
 }
 
-async fn start_members(n: usize) -> Result<Vec<ZkServer>> {
-    let java = Java::find()?;
-    retry_startup(|| launch_members(&java, n)).await
+async fn start_members(n: usize, tls: Option<&TestCerts>) -> Result<Vec<ZkServer>> {
+    let java = Java::find(tls.is_some())?;
+    retry_startup(|| launch_members(&java, n, tls)).await
 }
 
-async fn launch_members(java: &Java, n: usize) -> Result<Vec<ZkServer>> {
+async fn launch_members(java: &Java, n: usize, tls: Option<&TestCerts>) -> Result<Vec<ZkServer>> {
     let plans = (1..=n)
         .map(|myid| {
             Ok(Plan {
@@ -198,6 +241,7 @@ async fn launch_members(java: &Java, n: usize) -> Result<Vec<ZkServer>> {
                 client_port: ports::free_port()?,
                 peer_port: ports::free_port()?,
                 election_port: ports::free_port()?,
+                secure_port: tls.map(|_| ports::free_port()).transpose()?,
             })
         })
         .collect::<std::io::Result<Vec<_>>>()?;
@@ -208,7 +252,7 @@ async fn launch_members(java: &Java, n: usize) -> Result<Vec<ZkServer>> {
     };
     let members = plans
         .iter()
-        .map(|plan| spawn_member(java, plan, &servers, n == 1))
+        .map(|plan| spawn_member(java, plan, &servers, n == 1, tls))
         .collect::<Result<Vec<_>>>()?;
     for member in &members {
         member.process.wait_ready().await?;
@@ -227,13 +271,31 @@ fn server_lines(plans: &[Plan]) -> String {
     lines.collect()
 }
 
-fn spawn_member(java: &Java, plan: &Plan, servers: &str, standalone: bool) -> Result<ZkServer> {
+fn spawn_member(
+    java: &Java,
+    plan: &Plan,
+    servers: &str,
+    standalone: bool,
+    tls: Option<&TestCerts>,
+) -> Result<ZkServer> {
     let dir = temp_dir("zookeeper")?;
     let data = dir.path().join("data");
     std::fs::create_dir(&data)?;
     std::fs::write(data.join("myid"), format!("{}\n", plan.myid))?;
     let config = dir.path().join("zoo.cfg");
-    std::fs::write(&config, zoo_cfg(&data, plan.client_port, servers))?;
+    let mut settings = zoo_cfg(&data, plan.client_port, servers);
+    if let (Some(certs), Some(port)) = (tls, plan.secure_port) {
+        // The plain port stays (the readiness probe's four-letter words use it). The key
+        // store is the server's certificate and key in one PEM file.
+        settings.push_str(&format!(
+            "secureClientPort={port}\nsecureClientPortAddress=127.0.0.1\n\
+             serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory\n\
+             ssl.keyStore.location={}\nssl.trustStore.location={}\n",
+            certs.server_keystore_file().display(),
+            certs.ca_file().display()
+        ));
+    }
+    std::fs::write(&config, settings)?;
     let server = format!(
         "ZooKeeper server {} on 127.0.0.1:{}",
         plan.myid, plan.client_port
@@ -258,11 +320,22 @@ fn spawn_member(java: &Java, plan: &Plan, servers: &str, standalone: bool) -> Re
     } else {
         ENSEMBLE_TIMEOUT
     };
-    let check = probe(move || is_serving(port));
+    let secure_port = plan.secure_port;
+    let check = probe(move || async move {
+        // The TLS port opens after the plain one.
+        is_serving(port).await
+            && match secure_port {
+                Some(secure) => tokio::net::TcpStream::connect(("127.0.0.1", secure))
+                    .await
+                    .is_ok(),
+                None => true,
+            }
+    });
     let process = ServerProcess::spawn(spec, port, check, timeout)?;
     Ok(ZkServer {
         process,
         myid: plan.myid,
+        secure_port: plan.secure_port,
         _dir: dir,
     })
 }

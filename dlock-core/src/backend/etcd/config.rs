@@ -176,9 +176,14 @@ impl EtcdUrl {
 /// Whether a failed first request looks like a server that hung up right after the TLS
 /// handshake (what a TLS 1.3 server that wanted a client certificate does).
 fn closed_during_tls(message: &str) -> bool {
-    ["connection closed", "broken pipe", "CertificateRequired"]
-        .iter()
-        .any(|sign| message.contains(sign))
+    [
+        "connection closed",
+        "broken pipe",
+        "CertificateRequired",
+        "BadCertificate",
+    ]
+    .iter()
+    .any(|sign| message.contains(sign))
 }
 
 #[cfg(test)]

@@ -5,14 +5,18 @@
 //! ZooKeeper `digest` auth, and an optional chroot under which every lock path lives (created
 //! if missing). Percent-encoding is decoded in credentials and chroot.
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use zookeeper_client::{Acls, Client, CreateMode};
+use tokio::io::AsyncReadExt as _;
+
+use zookeeper_client::{Acls, Client, CreateMode, TlsOptions};
 
 use super::errors::timed;
+use crate::backend::tls_files::TlsFiles;
 use crate::backend::url::HostsUrl;
 use crate::backend_spec::redact;
-use crate::{Error, Result};
+use crate::{Error, Result, TlsConfig};
 
 const DEFAULT_PORT: u16 = 2181;
 
@@ -25,7 +29,29 @@ pub(crate) struct ZkUrl {
     pub(super) chroot: Option<String>,
     /// User and password for `digest` auth.
     pub(super) user: Option<(String, String)>,
+    /// `zks://`: every server over TLS.
+    tls: bool,
+    /// The PEM files of TLS sessions, read by [`with_tls`](Self::with_tls).
+    pem: Option<Arc<ZkPem>>,
 }
+
+/// A TLS session's CA and client certificate, PEM; and the same as a rustls config, for a
+/// handshake of dlock's own that explains a failed connect.
+#[derive(Debug)]
+struct ZkPem {
+    ca: String,
+    identity: Option<(String, String)>,
+    diagnosis: Arc<rustls::ClientConfig>,
+}
+
+/// The same files.
+impl PartialEq for ZkPem {
+    fn eq(&self, other: &Self) -> bool {
+        self.ca == other.ca && self.identity == other.identity
+    }
+}
+
+impl Eq for ZkPem {}
 
 impl std::fmt::Debug for ZkUrl {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -33,6 +59,7 @@ impl std::fmt::Debug for ZkUrl {
             .field("hosts", &self.hosts)
             .field("chroot", &self.chroot)
             .field("user", &self.user.as_ref().map(|(user, _)| user))
+            .field("tls", &self.tls)
             .finish()
     }
 }
@@ -45,9 +72,11 @@ impl ZkUrl {
         let (scheme, _) = raw
             .split_once("://")
             .ok_or_else(|| bad("expected `zk://host:2181`"))?;
-        if !matches!(scheme.to_ascii_lowercase().as_str(), "zk" | "zookeeper") {
-            return Err(bad("not a `zk://` URL"));
-        }
+        let tls = match scheme.to_ascii_lowercase().as_str() {
+            "zk" | "zookeeper" => false,
+            "zks" => true,
+            _ => return Err(bad("not a `zk://` URL")),
+        };
         let parts = HostsUrl::parse(
             raw,
             DEFAULT_PORT,
@@ -73,7 +102,54 @@ impl ZkUrl {
             hosts: parts.hosts.join(","),
             chroot,
             user: parts.user,
+            tls,
+            pem: None,
         })
+    }
+
+    /// This URL with the TLS files its sessions use read from `files`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] for a file that cannot be read or used, no CA file for `zks://`
+    /// (ZooKeeper's client has no system roots), or files named for a `zk://` URL.
+    pub(super) fn with_tls(&self, files: &TlsConfig) -> Result<Self> {
+        let mut url = self.clone();
+        if !self.tls {
+            if let Some(file) = [&files.ca_file, &files.cert_file]
+                .into_iter()
+                .flatten()
+                .next()
+            {
+                return Err(Error::config(
+                    "backend",
+                    &self.hosts,
+                    format!(
+                        "TLS file `{}` is set but the URL is plain text: use `zks://`",
+                        file.display()
+                    ),
+                ));
+            }
+            return Ok(url);
+        }
+        let read = TlsFiles::read(files)?;
+        let text = |pem: &[u8]| String::from_utf8_lossy(pem).into_owned();
+        let ca = read.ca_pem().map(text).ok_or_else(|| {
+            Error::config(
+                "tls.ca_file",
+                "",
+                "`zks://` needs the CA that signed the servers' certificates: ZooKeeper's client has no system roots",
+            )
+        })?;
+        let diagnosis = Arc::new(read.client_config(true)?);
+        url.pem = Some(Arc::new(ZkPem {
+            diagnosis,
+            ca,
+            identity: read
+                .identity
+                .map(|identity| (text(&identity.cert_pem), text(&identity.key_pem))),
+        }));
+        Ok(url)
     }
 
     /// Opens a session asking for `session_timeout`, within `timeout`. The chroot must exist.
@@ -93,7 +169,36 @@ impl ZkUrl {
             Some(chroot) => format!("{}{chroot}", self.hosts),
             None => self.hosts.clone(),
         };
-        timed(timeout, "connect", connector.connect(&hosts)).await
+        let Some(pem) = &self.pem else {
+            return timed(timeout, "connect", connector.connect(&hosts)).await;
+        };
+        crate::backend::tls_files::ensure_crypto_provider();
+        let bad_file = |field: &str, error: zookeeper_client::Error| {
+            Error::config(field, "", format!("ZooKeeper's client refused it: {error}"))
+        };
+        let mut options = TlsOptions::new()
+            .with_pem_ca(&pem.ca)
+            .map_err(|error| bad_file("tls.ca_file", error))?;
+        if let Some((cert, key)) = &pem.identity {
+            options = options
+                .with_pem_identity(cert, key)
+                .map_err(|error| bad_file("tls.key_file", error))?;
+        }
+        let connecting = connector.with_tls(options).secure_connect(&hosts);
+        match timed(timeout, "connect", connecting).await {
+            Err(Error::Unavailable { source, .. }) => {
+                // The client says only "no available hosts": find out why with a handshake.
+                let why = match handshake_failure(&self.hosts, &pem.diagnosis, timeout).await {
+                    Some(why) if pem.identity.is_none() && why.contains("alert") => format!(
+                        "{source}: {why}; if the server requires a client certificate, set tls.cert_file and tls.key_file"
+                    ),
+                    Some(why) => format!("{source}: {why}"),
+                    None => source.to_string(),
+                };
+                Err(Error::unavailable("zookeeper", why))
+            }
+            other => other,
+        }
     }
 
     /// Checks, within `timeout`, that the ensemble answers and accepts the credentials, and
@@ -119,6 +224,47 @@ impl ZkUrl {
         };
         timed(timeout, "connect", check).await
     }
+}
+
+/// The first TLS error a handshake with one of `hosts` (`h1:p1,h2:p2`) fails with, with the
+/// files of `config`; `None` if each handshake succeeds or no host answers within `timeout`.
+async fn handshake_failure(
+    hosts: &str,
+    config: &Arc<rustls::ClientConfig>,
+    timeout: Duration,
+) -> Option<String> {
+    let connector = tokio_rustls::TlsConnector::from(Arc::clone(config));
+    for host in hosts.split(',') {
+        let name = host
+            .rsplit_once(':')
+            .map_or(host, |(name, _)| name)
+            .trim_start_matches('[')
+            .trim_end_matches(']');
+        let Ok(server_name) = rustls::pki_types::ServerName::try_from(name.to_owned()) else {
+            continue;
+        };
+        let attempt = async {
+            let stream = tokio::net::TcpStream::connect(host).await.ok()?;
+            match connector.connect(server_name, stream).await {
+                Err(error) => Some(error.to_string()),
+                // Under TLS 1.3 a server refuses the client's certificate (or its absence)
+                // in an alert after the handshake; ZooKeeper's server sends nothing before
+                // the client's first request, so anything read is that alert.
+                Ok(mut tls) => {
+                    let mut byte = [0_u8; 1];
+                    let read = tls.read(&mut byte);
+                    match tokio::time::timeout(Duration::from_millis(200), read).await {
+                        Ok(Err(error)) => Some(error.to_string()),
+                        _ => None,
+                    }
+                }
+            }
+        };
+        if let Ok(Some(why)) = tokio::time::timeout(timeout, attempt).await {
+            return Some(why);
+        }
+    }
+    None
 }
 
 #[cfg(test)]

@@ -234,6 +234,7 @@ impl ZooKeeperBackend {
                 "not a `zk://` URL",
             ));
         };
+        let settings = settings.with_tls(url.tls())?;
         settings.prepare(timeout).await?;
         Ok(Self {
             inner: Arc::new(Inner {
