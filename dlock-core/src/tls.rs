@@ -25,8 +25,8 @@ use crate::{Error, Result};
 /// ```
 /// use dlock_core::DlockConfig;
 ///
+/// // With `backend = "rediss://cache.internal:6380"` (the `redis` feature):
 /// let config = DlockConfig::from_toml_str(r#"
-///     backend = "rediss://cache.internal:6380"
 ///     [tls]
 ///     ca_file = "/etc/dlock/ca.pem"
 ///     cert_file = "/etc/dlock/client.pem"

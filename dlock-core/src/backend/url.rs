@@ -544,6 +544,22 @@ mod tests {
     }
 
     #[test]
+    fn tls_files_come_from_the_query_then_the_config() {
+        let url = BackendUrl::parse("memory://t?tls_ca_file=%2Furl%2Fca.pem").unwrap();
+        assert_eq!(url.memory_table_name(), "t");
+        let config = crate::TlsConfig {
+            ca_file: Some("/config/ca.pem".into()),
+            cert_file: Some("/config/c.pem".into()),
+            key_file: Some("/config/k.pem".into()),
+        };
+        let url = url.with_tls_defaults(&config);
+        assert_eq!(url.tls().ca_file, Some("/url/ca.pem".into()));
+        assert_eq!(url.tls().cert_file, Some("/config/c.pem".into()));
+        let half = BackendUrl::parse("memory://?tls_cert_file=c.pem").unwrap_err();
+        assert!(half.to_string().contains("tls.key_file"), "{half}");
+    }
+
+    #[test]
     fn host_lists_are_checked_host_by_host() {
         assert!(check_hosts("redis+cluster://a:1,b:2,c:3").is_ok());
         assert!(check_hosts("etcd://u:p@a:2379,b:2379/prefix?x=1").is_ok());
