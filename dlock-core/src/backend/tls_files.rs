@@ -156,6 +156,34 @@ impl TlsFiles {
     }
 }
 
+/// Refuses TLS files named for a plain-text URL (`shown`): a user who names a CA expects TLS,
+/// not a connection that ignores it. `use_instead` says how to ask for TLS.
+///
+/// # Errors
+///
+/// [`Error::Config`] naming the first file.
+pub(crate) fn refuse_for_plain_text(
+    files: &TlsConfig,
+    shown: impl Into<String>,
+    use_instead: &str,
+) -> Result<()> {
+    match [&files.ca_file, &files.cert_file]
+        .into_iter()
+        .flatten()
+        .next()
+    {
+        Some(file) => Err(Error::config(
+            "backend",
+            shown,
+            format!(
+                "TLS file `{}` is set but the URL is plain text: {use_instead}",
+                file.display()
+            ),
+        )),
+        None => Ok(()),
+    }
+}
+
 /// Makes ring the process's rustls crypto provider unless one is installed already. Clients
 /// that build their rustls config with `ClientConfig::builder()` (redis, ZooKeeper) need one
 /// when a build has both ring and aws-lc-rs; done at the first TLS connect, not at start, so

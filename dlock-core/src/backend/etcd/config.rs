@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use etcd_client::{Certificate, Client, ConnectOptions, GetOptions, Identity, TlsOptions};
 
-use crate::backend::tls_files::TlsFiles;
+use crate::backend::tls_files::{TlsFiles, refuse_for_plain_text};
 use crate::backend::url::HostsUrl;
 use crate::backend_spec::redact;
 use crate::{Error, Result, TlsConfig};
@@ -81,20 +81,7 @@ impl EtcdUrl {
     /// roots) and client certificate; `None` for `etcd://`, where naming files is an error.
     fn tls_options(&self, files: &TlsConfig) -> Result<Option<TlsOptions>> {
         if !self.tls {
-            if let Some(file) = [&files.ca_file, &files.cert_file]
-                .into_iter()
-                .flatten()
-                .next()
-            {
-                return Err(Error::config(
-                    "backend",
-                    self.endpoints.join(","),
-                    format!(
-                        "TLS file `{}` is set but the URL is plain text: use `etcds://`",
-                        file.display()
-                    ),
-                ));
-            }
+            refuse_for_plain_text(files, self.endpoints.join(","), "use `etcds://`")?;
             return Ok(None);
         }
         let files = TlsFiles::read(files)?;

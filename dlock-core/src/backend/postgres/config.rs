@@ -11,7 +11,7 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::errors::timed;
 use super::keys;
-use crate::backend::tls_files::TlsFiles;
+use crate::backend::tls_files::{TlsFiles, refuse_for_plain_text};
 use crate::tls::take_query_option;
 use crate::{Error, Result, TlsConfig};
 
@@ -143,20 +143,7 @@ impl PgUrl {
     pub(super) fn with_tls(&self, files: &TlsConfig) -> Result<Self> {
         let mut url = self.clone();
         if self.tls == SslChoice::Plain {
-            if let Some(file) = [&files.ca_file, &files.cert_file]
-                .into_iter()
-                .flatten()
-                .next()
-            {
-                return Err(Error::config(
-                    "backend",
-                    self.hosts(),
-                    format!(
-                        "TLS file `{}` is set but the URL does not ask for TLS: add `sslmode=verify-full`",
-                        file.display()
-                    ),
-                ));
-            }
+            refuse_for_plain_text(files, self.hosts(), "add `sslmode=verify-full`")?;
             return Ok(url);
         }
         let config = TlsFiles::read(files)?.client_config(self.tls == SslChoice::VerifyFull)?;

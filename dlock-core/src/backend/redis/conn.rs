@@ -15,7 +15,7 @@ use redis::{
 };
 use tokio::sync::mpsc::UnboundedSender;
 
-use crate::backend::tls_files::TlsFiles;
+use crate::backend::tls_files::{TlsFiles, refuse_for_plain_text};
 use crate::backend::{BackendKind, BackendUrl};
 use crate::backend_spec::redact;
 use crate::{Error, Result, TlsConfig};
@@ -201,19 +201,12 @@ pub(crate) fn certificates(
         .iter()
         .any(|info| matches!(info.addr(), ConnectionAddr::TcpTls { .. }));
     if !uses_tls {
-        if let Some(file) = [&tls.ca_file, &tls.cert_file].into_iter().flatten().next() {
-            return Err(Error::config(
-                "backend",
-                servers
-                    .first()
-                    .map(|info| info.addr().to_string())
-                    .unwrap_or_default(),
-                format!(
-                    "TLS file `{}` is set but the URL is plain text: use `rediss://` (`rediss+cluster://`, `redlocks://`)",
-                    file.display()
-                ),
-            ));
-        }
+        let shown = servers.first().map(|info| info.addr().to_string());
+        refuse_for_plain_text(
+            tls,
+            shown.unwrap_or_default(),
+            "use `rediss://` (`rediss+cluster://`, `redlocks://`)",
+        )?;
         return Ok(None);
     }
     crate::backend::tls_files::ensure_crypto_provider();

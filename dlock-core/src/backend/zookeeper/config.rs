@@ -13,7 +13,7 @@ use tokio::io::AsyncReadExt as _;
 use zookeeper_client::{Acls, Client, CreateMode, TlsOptions};
 
 use super::errors::timed;
-use crate::backend::tls_files::TlsFiles;
+use crate::backend::tls_files::{TlsFiles, refuse_for_plain_text};
 use crate::backend::url::HostsUrl;
 use crate::backend_spec::redact;
 use crate::{Error, Result, TlsConfig};
@@ -116,20 +116,7 @@ impl ZkUrl {
     pub(super) fn with_tls(&self, files: &TlsConfig) -> Result<Self> {
         let mut url = self.clone();
         if !self.tls {
-            if let Some(file) = [&files.ca_file, &files.cert_file]
-                .into_iter()
-                .flatten()
-                .next()
-            {
-                return Err(Error::config(
-                    "backend",
-                    &self.hosts,
-                    format!(
-                        "TLS file `{}` is set but the URL is plain text: use `zks://`",
-                        file.display()
-                    ),
-                ));
-            }
+            refuse_for_plain_text(files, &self.hosts, "use `zks://`")?;
             return Ok(url);
         }
         let read = TlsFiles::read(files)?;
