@@ -149,7 +149,7 @@ pub(crate) fn redact(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_owned();
     };
-    if scheme.eq_ignore_ascii_case("redlock") {
+    if scheme.eq_ignore_ascii_case("redlock") || scheme.eq_ignore_ascii_case("redlocks") {
         // Each master has credentials of its own.
         let entries: Vec<String> = rest.split(',').map(redact_userinfo).collect();
         return format!("{scheme}://{}", entries.join(","));

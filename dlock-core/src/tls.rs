@@ -13,8 +13,9 @@ use crate::{Error, Result};
 /// Whether a connection uses TLS is the URL's choice (`rediss://`, `rediss+cluster://`,
 /// `redlocks://`, `etcds://`, `zks://`, `postgres://…?sslmode=verify-full`); these files only
 /// say how. Without `ca_file` the system's trusted roots are used (ZooKeeper, whose client
-/// has none, needs one). The server's name is always checked against its certificate, except
-/// under PostgreSQL's `sslmode=verify-ca`.
+/// has none, needs one). The server's name is checked against its certificate, except under
+/// PostgreSQL's `sslmode=require` and `verify-ca` (which check the chain only). The files are
+/// read when a Locker connects: a rotated certificate takes a new Locker.
 ///
 /// Each field can also come from the URL's query (`?tls_ca_file=/etc/ca.pem`; for PostgreSQL
 /// also libpq's `sslrootcert`, `sslcert`, `sslkey`), which wins over the config, or from

@@ -20,8 +20,7 @@ pub(crate) struct TlsFiles {
     pub(crate) identity: Option<Identity>,
 }
 
-/// A client certificate chain and its private key.
-#[derive(Debug)]
+/// A client certificate chain and its private key (`Debug` shows neither).
 pub(crate) struct Identity {
     #[cfg_attr(
         not(any(feature = "redis", feature = "etcd", feature = "zookeeper")),
@@ -43,6 +42,14 @@ pub(crate) struct Identity {
         allow(dead_code)
     )]
     pub(crate) key: PrivateKeyDer<'static>,
+}
+
+impl std::fmt::Debug for Identity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Identity")
+            .field("chain", &self.chain.len())
+            .finish_non_exhaustive()
+    }
 }
 
 impl TlsFiles {

@@ -260,7 +260,7 @@ impl BackendUrl {
         })?;
         let kind = BackendKind::from_scheme(&scheme.to_ascii_lowercase()).ok_or_else(|| {
             bad(format!(
-                "unknown backend `{scheme}`; known: memory, redis, redis+cluster, redlock, etcd, zk, postgres"
+                "unknown backend `{scheme}`; known: memory, redis, rediss, redis+cluster, rediss+cluster, redlock, redlocks, etcd, etcds, zk, zks, postgres"
             ))
         })?;
         if !kind.is_built_in() {

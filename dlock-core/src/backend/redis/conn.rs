@@ -287,7 +287,10 @@ fn cluster_nodes(url: &str) -> Vec<String> {
         .rsplit_once('@')
         .map_or(("", rest), |(user, hosts)| (user, hosts));
     let hosts = hosts.split(['/', '?']).next().unwrap_or_default();
-    let scheme = if url.starts_with("rediss") {
+    let scheme = if url
+        .get(..6)
+        .is_some_and(|scheme| scheme.eq_ignore_ascii_case("rediss"))
+    {
         "rediss"
     } else {
         "redis"
@@ -352,6 +355,11 @@ mod tests {
         assert_eq!(
             cluster_nodes("redis+cluster://u:p@a:1,b:2/"),
             ["redis://u:p@a:1", "redis://u:p@b:2"]
+        );
+        // TLS whatever the scheme's case.
+        assert_eq!(
+            cluster_nodes("Rediss+Cluster://a:1,b:2"),
+            ["rediss://a:1", "rediss://b:2"]
         );
     }
 }

@@ -19,6 +19,8 @@ use crate::backend_spec::redact;
 use crate::{Error, Result, TlsConfig};
 
 const DEFAULT_PORT: u16 = 2181;
+/// The port of `zks://` hosts that name none (ZooKeeper's documentation's `secureClientPort`).
+const DEFAULT_TLS_PORT: u16 = 2281;
 
 /// What a `zk://` URL says.
 #[derive(Clone, PartialEq, Eq)]
@@ -36,12 +38,19 @@ pub(crate) struct ZkUrl {
 }
 
 /// A TLS session's CA and client certificate, PEM; and the same as a rustls config, for a
-/// handshake of dlock's own that explains a failed connect.
-#[derive(Debug)]
+/// handshake of dlock's own that explains a failed connect. `Debug` shows no key.
 struct ZkPem {
     ca: String,
     identity: Option<(String, String)>,
     diagnosis: Arc<rustls::ClientConfig>,
+}
+
+impl std::fmt::Debug for ZkPem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ZkPem")
+            .field("client_certificate", &self.identity.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 /// The same files.
@@ -79,7 +88,7 @@ impl ZkUrl {
         };
         let parts = HostsUrl::parse(
             raw,
-            DEFAULT_PORT,
+            if tls { DEFAULT_TLS_PORT } else { DEFAULT_PORT },
             "hosts, optional user:password@, optional /chroot",
         )?;
         let chroot = parts.path.trim_end_matches('/');
@@ -171,11 +180,18 @@ impl ZkUrl {
                 .with_pem_identity(cert, key)
                 .map_err(|error| bad_file("tls.key_file", error))?;
         }
+        let deadline = tokio::time::Instant::now() + timeout;
         let connecting = connector.with_tls(options).secure_connect(&hosts);
         match timed(timeout, "connect", connecting).await {
             Err(Error::Unavailable { source, .. }) => {
-                // The client says only "no available hosts": find out why with a handshake.
-                let why = match handshake_failure(&self.hosts, &pem.diagnosis, timeout).await {
+                // The client says only "no available hosts": find out why with a handshake,
+                // in what is left of the operation timeout.
+                let diagnosis = handshake_failure(&self.hosts, &pem.diagnosis);
+                let why = match tokio::time::timeout_at(deadline, diagnosis)
+                    .await
+                    .ok()
+                    .flatten()
+                {
                     Some(why) if pem.identity.is_none() && why.contains("alert") => format!(
                         "{source}: {why}; if the server requires a client certificate, set tls.cert_file and tls.key_file"
                     ),
@@ -214,12 +230,9 @@ impl ZkUrl {
 }
 
 /// The first TLS error a handshake with one of `hosts` (`h1:p1,h2:p2`) fails with, with the
-/// files of `config`; `None` if each handshake succeeds or no host answers within `timeout`.
-async fn handshake_failure(
-    hosts: &str,
-    config: &Arc<rustls::ClientConfig>,
-    timeout: Duration,
-) -> Option<String> {
+/// files of `config`; `None` if each handshake succeeds or no host answers (the caller
+/// bounds the time).
+async fn handshake_failure(hosts: &str, config: &Arc<rustls::ClientConfig>) -> Option<String> {
     let connector = tokio_rustls::TlsConnector::from(Arc::clone(config));
     for host in hosts.split(',') {
         let name = host
@@ -247,7 +260,7 @@ async fn handshake_failure(
                 }
             }
         };
-        if let Ok(Some(why)) = tokio::time::timeout(timeout, attempt).await {
+        if let Some(why) = attempt.await {
             return Some(why);
         }
     }
@@ -279,6 +292,10 @@ mod tests {
         assert_eq!(plain.chroot, None);
         assert_eq!(plain.user, None);
         assert_eq!(parse("zk://h/").unwrap().chroot, None);
+
+        let tls = parse("zks://h1,h2:3000/app").unwrap();
+        assert!(tls.tls);
+        assert_eq!(tls.hosts, "h1:2281,h2:3000");
     }
 
     #[test]
