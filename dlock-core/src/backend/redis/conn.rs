@@ -134,15 +134,14 @@ impl Conn {
 }
 
 /// Opens a connection; with `pushes`, pub/sub messages are delivered there.
+/// `certs` are [`url_certificates`]' (read once for all of a backend's connections).
 pub(super) async fn open(
     url: &BackendUrl,
+    certs: Option<TlsCertificates>,
     timeout: Duration,
     pushes: Option<UnboundedSender<PushInfo>>,
 ) -> Result<Conn> {
-    let settings = url
-        .redis()
-        .ok_or_else(|| Error::config("backend", redact(url.as_str()), "not a `redis://` URL"))?;
-    let certs = certificates(settings.infos(), url.tls())?;
+    let settings = redis_settings(url)?;
     let connecting = async {
         match settings {
             RedisUrl::Cluster(nodes) => open_cluster(nodes, certs, timeout, pushes).await,
@@ -157,6 +156,20 @@ pub(super) async fn open(
             after: timeout,
         })?
         .map_err(super::errors::from_redis)
+}
+
+/// The TLS files of `url`'s connections, read once; `None` for plain text.
+///
+/// # Errors
+///
+/// As [`certificates`]; [`Error::Config`] for a URL that is not `redis://`.
+pub(super) fn url_certificates(url: &BackendUrl) -> Result<Option<TlsCertificates>> {
+    certificates(redis_settings(url)?.infos(), url.tls())
+}
+
+fn redis_settings(url: &BackendUrl) -> Result<&RedisUrl> {
+    url.redis()
+        .ok_or_else(|| Error::config("backend", redact(url.as_str()), "not a `redis://` URL"))
 }
 
 /// `redis://...` with RESP3 switched on (pub/sub pushes need it).

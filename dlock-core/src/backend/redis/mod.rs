@@ -166,8 +166,9 @@ impl RedisBackend {
     pub async fn connect(url: &BackendUrl, timeout: Duration) -> Result<Self> {
         let (pushes_tx, pushes_rx) = tokio::sync::mpsc::unbounded_channel();
         let id = OwnerId::random("redis-locker");
-        let conn = conn::open(url, timeout, None).await?;
-        let subscriber = conn::open(url, timeout, Some(pushes_tx)).await?;
+        let certs = conn::url_certificates(url)?;
+        let conn = conn::open(url, certs.clone(), timeout, None).await?;
+        let subscriber = conn::open(url, certs, timeout, Some(pushes_tx)).await?;
         let backend = Self {
             node: Node::new(conn, timeout),
             waiters: Waiters::start(
