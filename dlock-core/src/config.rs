@@ -157,7 +157,47 @@ impl DlockConfig {
     /// assert!(err.to_string().starts_with("invalid config `DLOCK_TTL` = `ten`"), "{err}");
     /// ```
     pub fn from_vars(lookup: impl Fn(&str) -> Option<String>) -> Result<Self> {
-        let mut config = Self::default();
+        Self::default().with_vars(lookup)
+    }
+
+    /// This config, overridden by the `DLOCK_*` variables that are set: a file's settings
+    /// under the environment's, as the `dlock` command line reads them.
+    ///
+    /// # Errors
+    ///
+    /// As [`from_env`](Self::from_env).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let from_file = dlock_core::DlockConfig::from_toml_str(r#"ttl = "10s""#).unwrap();
+    /// let config = from_file.with_env().unwrap();
+    /// assert!(config.ttl > std::time::Duration::ZERO);
+    /// ```
+    pub fn with_env(self) -> Result<Self> {
+        self.with_vars(|name| std::env::var(name).ok())
+    }
+
+    /// Like [`with_env`](Self::with_env), reading variables through `lookup`.
+    ///
+    /// # Errors
+    ///
+    /// As [`from_env`](Self::from_env).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use dlock_core::DlockConfig;
+    /// let from_file = DlockConfig::from_toml_str("ttl = \"10s\"\nkey_prefix = \"jobs:\"").unwrap();
+    /// let config = from_file
+    ///     .with_vars(|name| (name == "DLOCK_TTL").then(|| "1m".to_owned()))
+    ///     .unwrap();
+    /// assert_eq!(config.ttl, Duration::from_secs(60));
+    /// assert_eq!(config.key_prefix, "jobs:");
+    /// ```
+    pub fn with_vars(mut self, lookup: impl Fn(&str) -> Option<String>) -> Result<Self> {
+        let config = &mut self;
         for name in ENV_VARS {
             let Some(value) = lookup(name) else { continue };
             let value = value.trim().to_owned();
@@ -191,8 +231,17 @@ impl DlockConfig {
                 _ => unreachable!("ENV_VARS and this match list the same names"),
             }
         }
-        config.validate_as(|field| env_name(field).to_owned())?;
-        Ok(config)
+        // A bad value is named as the variable that set it, else as the field (from a file).
+        self.validate_as(|field| {
+            let variable = env_name(field);
+            if lookup(variable).is_some() {
+                variable
+            } else {
+                field
+            }
+            .to_owned()
+        })?;
+        Ok(self)
     }
 
     /// Parses a TOML document with the fields of this struct (all optional).

@@ -1,0 +1,188 @@
+//! The command line's grammar: subcommands, flags and their help (clap).
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+/// Runs a command under a distributed lock, on any dlock backend: flock(1) for a fleet.
+#[derive(Debug, Parser)]
+#[command(name = "dlock", version, after_help = EXIT_CODES)]
+pub(crate) struct Cli {
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+/// The exit statuses, shown under `--help` (the README's "Command line" lists them too).
+const EXIT_CODES: &str = "\
+Exit status of `dlock run`:
+  the command's   the command ran (128+N if a signal N ended it)
+  1, or -E N      the lock is busy: -n, or --wait ran out
+  64              bad usage or configuration
+  69              the lock service failed (unreachable, timed out, refused)
+  75              the lease was lost while the command ran; it was stopped
+  126, 127        the command cannot be run / was not found";
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Runs COMMAND while holding the lock KEY; with no COMMAND, holds it until interrupted.
+    Run(RunArgs),
+    /// Shows who holds the lock KEY (fencing tokens, expiry) and who waits for it.
+    Inspect(InspectArgs),
+    /// Breaks the lock KEY whoever holds it; the holder is not told until its next renewal.
+    Release(ReleaseArgs),
+}
+
+/// Where the lock service is and how keys are named; every subcommand takes these.
+#[derive(Debug, Args)]
+pub(crate) struct Connection {
+    /// The lock service, as a dlock URL: redis://h:6379, redis+cluster://h1,h2,h3,
+    /// redlock://h1,h2,h3, etcd://h:2379, zk://h:2181, postgres://user@h/db (rediss://,
+    /// etcds://, zks:// for TLS). Default: $DLOCK_URL, then the --config file's `backend`.
+    #[arg(long, value_name = "URL")]
+    pub(crate) url: Option<String>,
+    /// A TOML file with the library's `DlockConfig` fields; DLOCK_* variables and flags win
+    /// over it.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) config: Option<PathBuf>,
+    /// Put before KEY on the service (default `dlock:`, or $DLOCK_KEY_PREFIX). An empty prefix
+    /// shares names with `etcdctl lock` and Curator.
+    #[arg(long, value_name = "PREFIX")]
+    pub(crate) key_prefix: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct RunArgs {
+    #[command(flatten)]
+    pub(crate) connection: Connection,
+    /// The lease: how long the lock outlives a dlock that crashed. Renewed while the command
+    /// runs. Default: $DLOCK_TTL, else 30s.
+    #[arg(long, value_name = "DURATION", value_parser = duration)]
+    pub(crate) ttl: Option<Duration>,
+    /// Give up after waiting this long for the lock, with the conflict status (-E).
+    /// Default: $DLOCK_WAIT, else wait until acquired.
+    #[arg(short, long, value_name = "DURATION", value_parser = duration)]
+    pub(crate) wait: Option<Duration>,
+    /// Do not wait: if the lock is held, exit at once with the conflict status (-E).
+    #[arg(short = 'n', long, conflicts_with = "wait")]
+    pub(crate) no_wait: bool,
+    /// Take the lock shared (the read side of a read-write lock): shared holders run side by
+    /// side, never next to an exclusive one.
+    #[arg(short, long, conflicts_with = "permits")]
+    pub(crate) shared: bool,
+    /// Take one of N permits of a semaphore: up to N commands hold KEY at once. Every user of
+    /// KEY must give the same N.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub(crate) permits: Option<u32>,
+    /// The exit status when the lock is busy.
+    #[arg(short = 'E', long, value_name = "STATUS", default_value_t = 1)]
+    pub(crate) conflict_exit_code: u8,
+    /// After a lost lease, how long the command has between SIGTERM and SIGKILL; less than
+    /// the ttl. Default: a third of the ttl, at most 5s.
+    #[arg(long, value_name = "DURATION", value_parser = duration)]
+    pub(crate) kill_after: Option<Duration>,
+    /// Hold the lock at most this long: then the command is stopped as on a lost lease.
+    /// Default: $DLOCK_MAX_HOLD, else for as long as the command runs.
+    #[arg(long, value_name = "DURATION", value_parser = duration)]
+    pub(crate) max_hold: Option<Duration>,
+    /// Run COMMAND through `sh -c` (its words joined by spaces).
+    #[arg(long)]
+    pub(crate) shell: bool,
+    /// Keep COMMAND in dlock's process group, so it can read the terminal and gets Ctrl-C
+    /// from it. Signals then reach only COMMAND itself, not the processes it started.
+    #[arg(long)]
+    pub(crate) foreground: bool,
+    /// The lock's name.
+    #[arg(value_name = "KEY")]
+    pub(crate) key: String,
+    /// The command to run under the lock, and its arguments (after `--` if they start with
+    /// `-`).
+    #[arg(
+        value_name = "COMMAND",
+        trailing_var_arg = true,
+        allow_hyphen_values = true
+    )]
+    pub(crate) command: Vec<OsString>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct InspectArgs {
+    #[command(flatten)]
+    pub(crate) connection: Connection,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    pub(crate) json: bool,
+    /// The lock's name.
+    #[arg(value_name = "KEY")]
+    pub(crate) key: String,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ReleaseArgs {
+    #[command(flatten)]
+    pub(crate) connection: Connection,
+    /// Required: breaking a lock someone else holds lets two run at once unless they check
+    /// fencing tokens.
+    #[arg(long, required = true)]
+    pub(crate) force: bool,
+    /// The lock's name.
+    #[arg(value_name = "KEY")]
+    pub(crate) key: String,
+}
+
+/// A duration flag: humantime (`10s`, `1m 30s`, `250ms`) or plain seconds (`5`, `0.5`), as
+/// flock's `-w` takes them.
+fn duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    if let Ok(seconds) = text.parse::<f64>() {
+        return Duration::try_from_secs_f64(seconds)
+            .map_err(|_| format!("`{text}` is not a duration of zero seconds or more"));
+    }
+    humantime::parse_duration(text).map_err(|e| {
+        format!("`{text}` is not a duration ({e}); write e.g. `10s`, `1m 30s`, `250ms` or `5`")
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_grammar_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn durations_take_units_or_plain_seconds() {
+        assert_eq!(duration("1m 30s"), Ok(Duration::from_secs(90)));
+        assert_eq!(duration("0.5"), Ok(Duration::from_millis(500)));
+        assert_eq!(duration("5"), Ok(Duration::from_secs(5)));
+        let bad = duration("10x").unwrap_err();
+        assert!(bad.contains("`10x`"), "{bad}");
+        assert!(duration("-1").is_err());
+    }
+
+    #[test]
+    fn the_command_keeps_its_own_flags() {
+        let cli = Cli::try_parse_from(["dlock", "run", "-n", "job", "ls", "-l", "--all"]).unwrap();
+        let Command::Run(run) = cli.command else {
+            panic!("run")
+        };
+        assert!(run.no_wait);
+        assert_eq!(run.key, "job");
+        assert_eq!(run.command, ["ls", "-l", "--all"]);
+        let cli = Cli::try_parse_from(["dlock", "run", "job", "--", "-x"]).unwrap();
+        let Command::Run(run) = cli.command else {
+            panic!("run")
+        };
+        assert_eq!(run.command, ["-x"]);
+    }
+
+    #[test]
+    fn release_needs_force() {
+        let err = Cli::try_parse_from(["dlock", "release", "job"]).unwrap_err();
+        assert!(err.to_string().contains("--force"), "{err}");
+    }
+}

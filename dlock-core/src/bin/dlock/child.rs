@@ -1,0 +1,144 @@
+//! The command run under the lock: started in a process group of its own, signalled, and
+//! stopped (SIGTERM, then SIGKILL) when the lease is lost.
+
+use std::ffi::OsString;
+use std::io;
+use std::os::unix::process::ExitStatusExt as _;
+use std::process::ExitStatus;
+use std::time::Duration;
+
+use rustix::process::{Pid, Signal, kill_process, kill_process_group};
+use tokio::process::{Child, Command};
+
+use crate::{exit, signals};
+
+/// How to start the command.
+#[derive(Debug)]
+pub(crate) struct Launch<'a> {
+    /// The command and its arguments.
+    pub(crate) words: &'a [OsString],
+    /// Through `sh -c`, its words joined by spaces.
+    pub(crate) shell: bool,
+    /// In `dlock`'s process group rather than its own.
+    pub(crate) foreground: bool,
+    /// Variables added to the command's environment.
+    pub(crate) env: Vec<(&'static str, String)>,
+}
+
+/// A running command.
+#[derive(Debug)]
+pub(crate) struct Job {
+    child: Child,
+    pid: Pid,
+    /// Signals go to its whole process group (everything it started), not just to it.
+    whole_group: bool,
+}
+
+impl Launch<'_> {
+    /// Starts the command.
+    ///
+    /// # Errors
+    ///
+    /// The exit status and message for a command that cannot be started: 127 when it is not
+    /// found, 126 otherwise (as shells do).
+    pub(crate) fn start(self) -> Result<Job, (u8, String)> {
+        let mut command = if self.shell {
+            let mut script = OsString::new();
+            for (i, word) in self.words.iter().enumerate() {
+                if i > 0 {
+                    script.push(" ");
+                }
+                script.push(word);
+            }
+            let mut sh = Command::new("sh");
+            sh.arg("-c").arg(script);
+            sh
+        } else {
+            let mut direct = Command::new(&self.words[0]);
+            direct.args(&self.words[1..]);
+            direct
+        };
+        command.envs(self.env);
+        if !self.foreground {
+            command.process_group(0);
+        }
+        let child = command.spawn().map_err(|e| {
+            let shown = self.words[0].to_string_lossy();
+            match e.kind() {
+                io::ErrorKind::NotFound => {
+                    (exit::NOT_FOUND, format!("`{shown}`: command not found"))
+                }
+                _ => (exit::CANNOT_RUN, format!("cannot run `{shown}`: {e}")),
+            }
+        })?;
+        let pid = child
+            .id()
+            .and_then(|id| i32::try_from(id).ok())
+            .and_then(Pid::from_raw)
+            .ok_or_else(|| {
+                (
+                    exit::CANNOT_RUN,
+                    "the command exited before it started".to_owned(),
+                )
+            })?;
+        Ok(Job {
+            child,
+            pid,
+            whole_group: !self.foreground,
+        })
+    }
+}
+
+impl Job {
+    /// Sends `signal` to the command (and everything in its process group); a command that
+    /// is already gone is not an error.
+    pub(crate) fn signal(&self, signal: Signal) {
+        let sent = if self.whole_group {
+            kill_process_group(self.pid, signal)
+        } else {
+            kill_process(self.pid, signal)
+        };
+        if let Err(e) = sent
+            && e != rustix::io::Errno::SRCH
+        {
+            eprintln!("dlock: cannot signal the command: {e}");
+        }
+    }
+
+    /// Waits for the command to exit; its status as a shell reports it.
+    ///
+    /// # Errors
+    ///
+    /// When the operating system cannot wait for it.
+    pub(crate) async fn wait(&mut self) -> io::Result<u8> {
+        self.child.wait().await.map(status_code)
+    }
+
+    /// Stops the command: SIGTERM, then, once it exits or `grace` runs out, SIGKILL to
+    /// whatever is left of its process group.
+    pub(crate) async fn stop(&mut self, grace: Duration) {
+        self.signal(Signal::TERM);
+        if tokio::time::timeout(grace, self.child.wait()).await.is_ok() {
+            if self.whole_group {
+                // What it started may still run; the group outlives its leader.
+                self.signal(Signal::KILL);
+            }
+            return;
+        }
+        eprintln!(
+            "dlock: the command did not exit within {} of SIGTERM: sending SIGKILL",
+            humantime::format_duration(grace)
+        );
+        self.signal(Signal::KILL);
+        let _ = self.child.wait().await;
+    }
+}
+
+/// A child's status as a shell reports it: its exit code, or 128 + the signal that ended it.
+fn status_code(status: ExitStatus) -> u8 {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => u8::try_from(code).unwrap_or(u8::MAX),
+        (None, Some(signal)) => signals::status_for(signal),
+        (None, None) => u8::MAX,
+    }
+}

@@ -1,0 +1,59 @@
+//! `dlock`: runs a command under a distributed lock on any dlock backend — flock(1) for a
+//! fleet of machines. Built by the `cli` feature (`cargo install dlock-core --features cli`);
+//! the README's "Command line" section is its manual.
+//!
+//! ```text
+//! dlock run [--url URL] [--ttl D] [--wait D | -n] [-s | --permits N] [-E N] KEY -- COMMAND…
+//! dlock inspect [--url URL] [--json] KEY
+//! dlock release --force [--url URL] KEY
+//! ```
+//!
+//! Unix only: it passes signals on to the command and stops it with SIGTERM and SIGKILL.
+
+#[cfg(not(unix))]
+compile_error!("the `dlock` command line needs a Unix: it signals its command's process group");
+
+mod args;
+mod child;
+mod exit;
+mod inspect;
+mod release;
+mod run;
+mod settings;
+mod signals;
+
+use std::process::ExitCode;
+
+use clap::Parser as _;
+
+use crate::args::{Cli, Command};
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if e.use_stderr() => {
+            let _ = e.print();
+            return ExitCode::from(exit::USAGE);
+        }
+        // --help, --version
+        Err(e) => e.exit(),
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("dlock: cannot start: {e}");
+            return ExitCode::from(exit::UNAVAILABLE);
+        }
+    };
+    let status = runtime.block_on(async {
+        match cli.command {
+            Command::Run(args) => run::run(args).await,
+            Command::Inspect(args) => inspect::inspect(args).await,
+            Command::Release(args) => release::release(args).await,
+        }
+    });
+    ExitCode::from(status)
+}

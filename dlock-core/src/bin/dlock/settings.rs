@@ -1,0 +1,72 @@
+//! The configuration a subcommand runs with: the `--config` file, under the `DLOCK_*`
+//! variables, under the flags — and the Locker connected with it.
+
+use dlock_core::{BackendSpec, DlockConfig, Error, Locker, Result};
+
+use crate::args::Connection;
+
+/// The configuration: defaults, then the `--config` file, then `DLOCK_*` variables, then the
+/// flags (`adjust` applies the subcommand's own).
+///
+/// # Errors
+///
+/// [`Error::Config`] naming the file, variable or field that is wrong.
+pub(crate) fn config(
+    connection: &Connection,
+    adjust: impl FnOnce(&mut DlockConfig),
+) -> Result<DlockConfig> {
+    let from_file = match &connection.config {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).map_err(|e| {
+                Error::config(
+                    "--config",
+                    path.display().to_string(),
+                    format!("cannot read it: {e}"),
+                )
+            })?;
+            DlockConfig::from_toml_str(&text).map_err(|e| in_file(e, path))?
+        }
+        None => DlockConfig::default(),
+    };
+    let mut config = from_file.with_env()?;
+    if let Some(url) = &connection.url {
+        config.backend = BackendSpec::Url(url.clone());
+    }
+    if let Some(prefix) = &connection.key_prefix {
+        config.key_prefix.clone_from(prefix);
+    }
+    adjust(&mut config);
+    config.validate()?;
+    Ok(config)
+}
+
+/// A Locker on the configured lock service; never the in-process `memory://` backend, which
+/// would lock nothing between two `dlock` processes.
+///
+/// # Errors
+///
+/// [`Error::Config`] for `memory://`; what [`Locker::connect`] returns.
+pub(crate) async fn connect(config: &DlockConfig) -> Result<Locker> {
+    let locker = Locker::connect(config).await?;
+    if locker.capabilities().name == "memory" {
+        return Err(Error::config(
+            "backend",
+            config.backend.to_url(),
+            "the memory backend locks only inside one process: name a lock service with \
+             --url, DLOCK_URL or a --config file's `backend`",
+        ));
+    }
+    Ok(locker)
+}
+
+/// A config error in a file names the file.
+fn in_file(error: Error, path: &std::path::Path) -> Error {
+    match error {
+        Error::Config {
+            field,
+            value,
+            reason,
+        } => Error::config(format!("{}: {field}", path.display()), value, reason),
+        other => other,
+    }
+}

@@ -1,0 +1,641 @@
+//! The `dlock` command line as users run it: the built binary as a process, against real
+//! redis-server, etcd, ZooKeeper and PostgreSQL (and `etcdctl lock`), its commands writing
+//! files that show what ran when.
+//!
+//! - Commands under one key take turns on every network backend: a counter in a file is
+//!   read, slept on and written back by each (a double holder loses an increment), and the
+//!   fencing tokens they get in their environment strictly increase.
+//! - `-n` and `--wait` give up with the conflict status; shared holders and permits.
+//! - A lost lease (key deleted behind its back, server killed) stops the command: SIGTERM,
+//!   then SIGKILL when it ignores SIGTERM; `dlock` exits with 75.
+//! - The command's status comes back; SIGTERM to `dlock` reaches the command.
+//! - `dlock run` and `etcdctl lock` exclude each other; `inspect` and `release --force`.
+//! - Bad input is named, with status 64 (usage) or 69 (service).
+//!
+//! Waiting for a condition polls it (with a limit); no assertion depends on a sleep being
+//! long enough.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::process::{Output, Stdio};
+use std::time::{Duration, Instant};
+
+use dlock_core::harness::{EtcdServer, PostgresServer, RedisServer, ZkServer};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+/// The binary under test, built by cargo for this test.
+const DLOCK: &str = env!("CARGO_BIN_EXE_dlock");
+
+/// The most any `dlock` here may take before it is considered hung.
+const LIMIT: Duration = Duration::from_secs(60);
+
+/// `dlock` with `url` as `DLOCK_URL` and a 2 s operation timeout, and no other `DLOCK_*`
+/// variable from the test's own environment.
+fn dlock(url: &str) -> Command {
+    let mut command = Command::new(DLOCK);
+    for (name, _) in std::env::vars() {
+        if name.starts_with("DLOCK_") {
+            command.env_remove(name);
+        }
+    }
+    command
+        .env("DLOCK_URL", url)
+        .env("DLOCK_OPERATION_TIMEOUT", "2s")
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    command
+}
+
+/// Runs `dlock args…` to its end; its output.
+async fn run(url: &str, args: &[&str]) -> Output {
+    let output = dlock(url).args(args).output();
+    tokio::time::timeout(LIMIT, output)
+        .await
+        .unwrap_or_else(|_| panic!("dlock {args:?} hung"))
+        .expect("dlock runs")
+}
+
+fn status(output: &Output) -> i32 {
+    output.status.code().expect("dlock exits, not killed")
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// `dlock run args… KEY` with no command: holds the lock until signalled. Returns the process
+/// and what it printed (`DLOCK_KEY`, `DLOCK_FENCING_TOKEN`, `DLOCK_BACKEND`) once it holds.
+async fn hold(url: &str, args: &[&str], key: &str) -> (Child, HashMap<String, String>) {
+    let mut child = dlock(url)
+        .arg("run")
+        .args(args)
+        .arg(key)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("dlock runs");
+    let mut lines = BufReader::new(child.stdout.take().expect("piped")).lines();
+    let mut printed = HashMap::new();
+    let read = async {
+        while let Some(line) = lines.next_line().await.expect("read") {
+            let (name, value) = line.split_once('=').expect("NAME=value");
+            printed.insert(name.to_owned(), value.to_owned());
+            if name == "DLOCK_BACKEND" {
+                return;
+            }
+        }
+        panic!("dlock run {key} exited before holding");
+    };
+    tokio::time::timeout(LIMIT, read)
+        .await
+        .expect("dlock run holds in time");
+    (child, printed)
+}
+
+/// Sends `signal` (`TERM`, `KILL`, …) to `child`.
+fn signal(child: &Child, signal: &str) {
+    let pid = child.id().expect("running").to_string();
+    let sent = std::process::Command::new("kill")
+        .args([&format!("-{signal}"), &pid])
+        .status()
+        .expect("kill");
+    assert!(sent.success(), "kill -{signal} {pid}");
+}
+
+/// Waits for `child` to exit; its status code.
+async fn exit_code(child: &mut Child) -> i32 {
+    let status = tokio::time::timeout(LIMIT, child.wait())
+        .await
+        .expect("dlock exits in time")
+        .expect("wait");
+    status.code().expect("dlock exits, not killed")
+}
+
+/// Polls `condition` every few milliseconds until it holds; panics after `limit`.
+async fn until(what: &str, limit: Duration, mut condition: impl FnMut() -> bool) {
+    let give_up = Instant::now() + limit;
+    while !condition() {
+        assert!(Instant::now() < give_up, "{what}: not within {limit:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Whether process `pid` exists (a zombie counts: it has not been waited for).
+fn alive(pid: &str) -> bool {
+    Path::new("/proc").join(pid.trim()).exists()
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_default()
+}
+
+// ---- Commands take turns ------------------------------------------------------------------
+
+/// Three `dlock run` of one key started together, each running a shell that reads a counter
+/// file, sleeps, and writes it back plus one (a non-atomic increment: two at once lose one),
+/// then appends its `DLOCK_FENCING_TOKEN` to a log. All three succeed, the counter says 3,
+/// and the tokens strictly increase in the order the commands ran.
+async fn commands_take_turns(url: &str) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (counter, log) = (dir.path().join("counter"), dir.path().join("tokens"));
+    std::fs::write(&counter, "0").expect("write");
+    let script =
+        r#"n=$(cat "$0"); sleep 0.2; echo $((n + 1)) > "$0"; echo "$DLOCK_FENCING_TOKEN" >> "$1""#;
+    let runs: Vec<_> = (0..3)
+        .map(|_| {
+            dlock(url)
+                .args(["run", "--wait", "30s", "turns", "--", "sh", "-c", script])
+                .arg(&counter)
+                .arg(&log)
+                .output()
+        })
+        .collect();
+    for output in futures_util::future::join_all(runs).await {
+        let output = output.expect("dlock runs");
+        assert_eq!(status(&output), 0, "{}", stderr(&output));
+    }
+    assert_eq!(read(&counter).trim(), "3", "two commands overlapped");
+    let tokens: Vec<u64> = read(&log)
+        .lines()
+        .map(|line| {
+            line.parse()
+                .expect("a fencing token in DLOCK_FENCING_TOKEN")
+        })
+        .collect();
+    assert_eq!(tokens.len(), 3, "{tokens:?}");
+    assert!(
+        tokens.windows(2).all(|pair| pair[0] < pair[1]),
+        "tokens not strictly increasing: {tokens:?}"
+    );
+}
+
+#[tokio::test]
+async fn commands_take_turns_on_redis() {
+    let server = RedisServer::start().await.expect("redis-server");
+    commands_take_turns(&server.url()).await;
+}
+
+#[tokio::test]
+async fn commands_take_turns_on_etcd() {
+    let server = EtcdServer::start().await.expect("etcd");
+    commands_take_turns(&server.url()).await;
+}
+
+#[tokio::test]
+async fn commands_take_turns_on_zookeeper() {
+    let server = ZkServer::start().await.expect("zookeeper");
+    commands_take_turns(&server.url()).await;
+}
+
+#[tokio::test]
+async fn commands_take_turns_on_postgres() {
+    let server = PostgresServer::start().await.expect("postgres");
+    commands_take_turns(&server.url()).await;
+}
+
+// ---- Busy ---------------------------------------------------------------------------------
+
+/// While a `dlock run` holds `job`: `-n` exits at once with the `-E` status without running
+/// its command; `--wait 1s` gives up after at least 1 s (status 1); a shared request is busy
+/// too. Once the holder is signalled it releases, and `-n` gets the lock.
+#[tokio::test]
+async fn no_wait_and_wait_give_up_with_the_conflict_status() {
+    let server = RedisServer::start().await.expect("redis-server");
+    let url = server.url();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let marker = dir.path().join("ran");
+    let marker_arg = marker.to_str().expect("utf-8 path");
+    let (mut holder, printed) = hold(&url, &[], "job").await;
+    assert_eq!(printed["DLOCK_KEY"], "job");
+    assert_eq!(printed["DLOCK_BACKEND"], "redis");
+
+    let busy = run(&url, &["run", "-n", "-E", "42", "job", "touch", marker_arg]).await;
+    assert_eq!(status(&busy), 42, "{}", stderr(&busy));
+    assert!(stderr(&busy).contains("busy"), "{}", stderr(&busy));
+    assert!(!marker.exists(), "the command ran without the lock");
+
+    let started = Instant::now();
+    let waited = run(&url, &["run", "--wait", "1s", "job", "touch", marker_arg]).await;
+    let took = started.elapsed();
+    assert_eq!(status(&waited), 1, "{}", stderr(&waited));
+    assert!(
+        took >= Duration::from_secs(1),
+        "gave up after {took:?}, before its 1s"
+    );
+    assert!(!marker.exists(), "the command ran without the lock");
+    println!("--wait 1s gave up after {took:?}");
+
+    let shared = run(&url, &["run", "-s", "-n", "job", "true"]).await;
+    assert_eq!(status(&shared), 1, "{}", stderr(&shared));
+
+    signal(&holder, "TERM");
+    assert_eq!(
+        exit_code(&mut holder).await,
+        0,
+        "a held lock ends well on SIGTERM"
+    );
+    let free = run(&url, &["run", "-n", "job", "touch", marker_arg]).await;
+    assert_eq!(status(&free), 0, "{}", stderr(&free));
+    assert!(marker.exists());
+}
+
+/// Shared holders run side by side and keep an exclusive one out; a semaphore of 2 lets two
+/// in and turns the third away; a different permit count is a usage error naming both.
+#[tokio::test]
+async fn shared_holders_and_permits() {
+    let server = RedisServer::start().await.expect("redis-server");
+    let url = server.url();
+
+    let (mut reader, _) = hold(&url, &["--shared"], "catalog").await;
+    let second_reader = run(&url, &["run", "-s", "-n", "catalog", "true"]).await;
+    assert_eq!(status(&second_reader), 0, "{}", stderr(&second_reader));
+    let writer = run(&url, &["run", "-n", "catalog", "true"]).await;
+    assert_eq!(status(&writer), 1, "a writer got in beside a reader");
+    signal(&reader, "TERM");
+    assert_eq!(exit_code(&mut reader).await, 0);
+
+    let (mut first, _) = hold(&url, &["--permits", "2"], "renderers").await;
+    let (mut second, _) = hold(&url, &["--permits", "2"], "renderers").await;
+    let third = run(
+        &url,
+        &[
+            "run",
+            "--permits",
+            "2",
+            "-n",
+            "-E",
+            "9",
+            "renderers",
+            "true",
+        ],
+    )
+    .await;
+    assert_eq!(status(&third), 9, "a third permit of 2: {}", stderr(&third));
+    let other_limit = run(&url, &["run", "--permits", "3", "-n", "renderers", "true"]).await;
+    assert_eq!(status(&other_limit), 64, "{}", stderr(&other_limit));
+    assert!(
+        stderr(&other_limit).contains('2') && stderr(&other_limit).contains('3'),
+        "{}",
+        stderr(&other_limit)
+    );
+    signal(&first, "TERM");
+    signal(&second, "TERM");
+    assert_eq!(exit_code(&mut first).await, 0);
+    assert_eq!(exit_code(&mut second).await, 0);
+}
+
+// ---- A lost lease stops the command -------------------------------------------------------
+
+/// The lock's Redis key is deleted behind the holder's back. At its next renewal `dlock`
+/// learns it lost the lock: the command (which ignores SIGTERM) gets SIGTERM, then SIGKILL
+/// after `--kill-after`, and `dlock` exits with 75.
+#[tokio::test]
+async fn a_lost_lease_terminates_then_kills_the_command() {
+    let server = RedisServer::start().await.expect("redis-server");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (pid_file, got) = (dir.path().join("pid"), dir.path().join("got"));
+    let script = r#"trap 'echo TERM >> "$1"' TERM; echo $$ > "$0"; while :; do sleep 0.1; done"#;
+    let mut dlock_run = dlock(&server.url())
+        .args([
+            "run",
+            "--ttl",
+            "3s",
+            "--kill-after",
+            "1s",
+            "job",
+            "--",
+            "sh",
+            "-c",
+            script,
+        ])
+        .arg(&pid_file)
+        .arg(&got)
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("dlock runs");
+    until("the command starts", LIMIT, || !read(&pid_file).is_empty()).await;
+    let pid = read(&pid_file);
+    let deleted = server.command(&["DEL", "{dlock:job}"]).await.expect("DEL");
+    assert_eq!(deleted.trim(), "1", "the lock's key");
+
+    assert_eq!(exit_code(&mut dlock_run).await, 75);
+    assert!(read(&got).contains("TERM"), "the command got no SIGTERM");
+    assert!(!alive(&pid), "the command survived its lost lease");
+    let mut said = String::new();
+    tokio::io::AsyncReadExt::read_to_string(
+        &mut dlock_run.stderr.take().expect("piped"),
+        &mut said,
+    )
+    .await
+    .expect("stderr");
+    assert!(said.contains("lost the lock `job`"), "{said}");
+    assert!(said.contains("SIGKILL"), "{said}");
+}
+
+/// The PostgreSQL server is killed while a command runs: the session that held the lock is
+/// gone, the command (which obeys SIGTERM) is stopped, and `dlock` exits with 75.
+#[tokio::test]
+async fn a_stopped_server_stops_the_command() {
+    let server = PostgresServer::start().await.expect("postgres");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pid_file = dir.path().join("pid");
+    let mut dlock_run = dlock(&server.url())
+        .args([
+            "run",
+            "--ttl",
+            "5s",
+            "job",
+            "--",
+            "sh",
+            "-c",
+            r#"echo $$ > "$0"; exec sleep 60"#,
+        ])
+        .arg(&pid_file)
+        .spawn()
+        .expect("dlock runs");
+    until("the command starts", LIMIT, || !read(&pid_file).is_empty()).await;
+    let pid = read(&pid_file);
+    server.kill().await.expect("kill postgres");
+    assert_eq!(exit_code(&mut dlock_run).await, 75);
+    assert!(!alive(&pid), "the command survived its lost lease");
+}
+
+// ---- The command's status and signals -----------------------------------------------------
+
+/// The command's exit status is `dlock`'s, `--shell` runs a script, a missing command is
+/// 127, a command killed by a signal gives 128 + its number, and SIGTERM sent to `dlock`
+/// reaches the command, whose status (from its trap) comes back.
+#[tokio::test]
+async fn the_status_comes_back_and_sigterm_reaches_the_command() {
+    let server = RedisServer::start().await.expect("redis-server");
+    let url = server.url();
+    assert_eq!(
+        status(&run(&url, &["run", "job", "sh", "-c", "exit 7"]).await),
+        7
+    );
+    assert_eq!(
+        status(&run(&url, &["run", "--shell", "job", "--", "exit", "5"]).await),
+        5
+    );
+    let missing = run(&url, &["run", "job", "no-such-command-here"]).await;
+    assert_eq!(status(&missing), 127);
+    assert!(
+        stderr(&missing).contains("no-such-command-here"),
+        "{}",
+        stderr(&missing)
+    );
+    assert_eq!(
+        status(&run(&url, &["run", "job", "sh", "-c", "kill -KILL $$"]).await),
+        137
+    );
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let got = dir.path().join("got");
+    let script = r#"trap 'echo TERM > "$0"; exit 3' TERM; echo ready; while :; do sleep 0.1; done"#;
+    let mut dlock_run = dlock(&url)
+        .args(["run", "job", "sh", "-c", script])
+        .arg(&got)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("dlock runs");
+    let mut lines = BufReader::new(dlock_run.stdout.take().expect("piped")).lines();
+    let ready = tokio::time::timeout(LIMIT, lines.next_line())
+        .await
+        .expect("in time");
+    assert_eq!(ready.expect("read").as_deref(), Some("ready"));
+    signal(&dlock_run, "TERM");
+    assert_eq!(
+        exit_code(&mut dlock_run).await,
+        3,
+        "the command's status from its trap"
+    );
+    assert_eq!(read(&got).trim(), "TERM");
+    // The lock was released: the next run gets it at once.
+    assert_eq!(status(&run(&url, &["run", "-n", "job", "true"]).await), 0);
+}
+
+// ---- etcdctl lock, inspect, release --force -----------------------------------------------
+
+fn etcdctl(endpoint: &str) -> Command {
+    let mut command = Command::new("etcdctl");
+    command
+        .env("ETCDCTL_API", "3")
+        .arg(format!("--endpoints={endpoint}"))
+        .kill_on_drop(true);
+    command
+}
+
+/// The number of keys under `prefix`, read with etcdctl.
+async fn etcd_key_count(endpoint: &str, prefix: &str) -> usize {
+    let output = etcdctl(endpoint)
+        .args(["get", prefix, "--prefix", "--keys-only"])
+        .output()
+        .await
+        .expect("etcdctl (Debian package etcd-client) not found: run scripts/install-test-deps.sh");
+    assert!(output.status.success(), "etcdctl get: {output:?}");
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter(|l| !l.is_empty())
+        .count()
+}
+
+/// `etcdctl lock nightly` holds: `dlock run --key-prefix '' -n nightly` is busy, and a
+/// waiting `dlock run` queues (its key appears beside etcdctl's) and runs its command only
+/// after etcdctl unlocks. Then the reverse: a `dlock run` hold keeps `etcdctl lock nightly
+/// echo ran` queued until it is signalled.
+#[tokio::test]
+async fn dlock_run_and_etcdctl_lock_exclude_each_other() {
+    let server = EtcdServer::start().await.expect("etcd");
+    let (url, endpoint) = (server.url(), server.endpoint());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let marker = dir.path().join("ran");
+
+    let mut etcdctl_holder = etcdctl(&endpoint)
+        .args(["lock", "--ttl", "10", "nightly"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("etcdctl (Debian package etcd-client) not found: run scripts/install-test-deps.sh");
+    let mut etcdctl_out = BufReader::new(etcdctl_holder.stdout.take().expect("piped")).lines();
+    let key = tokio::time::timeout(LIMIT, etcdctl_out.next_line())
+        .await
+        .expect("in time");
+    assert!(key.expect("read").expect("a key").starts_with("nightly/"));
+
+    let busy = run(&url, &["run", "--key-prefix", "", "-n", "nightly", "true"]).await;
+    assert_eq!(
+        status(&busy),
+        1,
+        "dlock got a lock etcdctl holds: {}",
+        stderr(&busy)
+    );
+
+    let mut waiter = dlock(&url)
+        .args(["run", "--key-prefix", "", "nightly", "touch"])
+        .arg(&marker)
+        .spawn()
+        .expect("dlock runs");
+    let give_up = Instant::now() + LIMIT;
+    while etcd_key_count(&endpoint, "nightly/").await < 2 {
+        assert!(Instant::now() < give_up, "dlock never queued its key");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        !marker.exists(),
+        "dlock ran its command while etcdctl held the lock"
+    );
+    signal(&etcdctl_holder, "TERM");
+    assert_eq!(exit_code(&mut waiter).await, 0);
+    assert!(
+        marker.exists(),
+        "dlock ran its command after etcdctl unlocked"
+    );
+    let _ = etcdctl_holder.wait().await;
+
+    let (mut holder, _) = hold(&url, &["--key-prefix", ""], "nightly").await;
+    let mut etcdctl_waiter = etcdctl(&endpoint)
+        .args(["lock", "nightly", "echo", "ran"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("etcdctl");
+    let give_up = Instant::now() + LIMIT;
+    while etcd_key_count(&endpoint, "nightly/").await < 2 {
+        assert!(Instant::now() < give_up, "etcdctl never queued its key");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        etcdctl_waiter.try_wait().expect("try_wait").is_none(),
+        "etcdctl ran its command while dlock held the lock"
+    );
+    signal(&holder, "TERM");
+    assert_eq!(exit_code(&mut holder).await, 0);
+    let output = tokio::time::timeout(LIMIT, etcdctl_waiter.wait_with_output())
+        .await
+        .expect("etcdctl gets the lock after dlock's release")
+        .expect("etcdctl");
+    assert!(output.status.success(), "{output:?}");
+    assert!(
+        String::from_utf8_lossy(&output.stdout).contains("ran"),
+        "{output:?}"
+    );
+}
+
+/// `dlock inspect --json` shows a hold's fencing token, mode and expiry; `release --force`
+/// breaks it (status 0), the holder learns at its next renewal and exits with 75; the lock
+/// is then free, and a second `release --force` finds nothing (status 1).
+#[tokio::test]
+async fn inspect_shows_the_holder_and_release_force_breaks_it() {
+    let server = EtcdServer::start().await.expect("etcd");
+    let url = server.url();
+    let (mut holder, printed) = hold(&url, &["--ttl", "3s"], "report").await;
+    let token: u64 = printed["DLOCK_FENCING_TOKEN"].parse().expect("a token");
+    assert_eq!(printed["DLOCK_BACKEND"], "etcd");
+
+    let inspected = run(&url, &["inspect", "--json", "report"]).await;
+    assert_eq!(status(&inspected), 0, "{}", stderr(&inspected));
+    let info: serde_json::Value = serde_json::from_slice(&inspected.stdout).expect("JSON");
+    assert_eq!(info["key"], "report");
+    assert_eq!(info["name"], "dlock:report");
+    assert_eq!(info["backend"], "etcd");
+    let holders = info["holders"].as_array().expect("holders");
+    assert_eq!(holders.len(), 1, "{info}");
+    assert_eq!(holders[0]["mode"], "exclusive");
+    assert_eq!(holders[0]["fencing_token"], token, "{info}");
+    assert!(holders[0]["expires_in_ms"].as_u64().is_some(), "{info}");
+    assert_eq!(info["waiters"], serde_json::json!([]), "{info}");
+    let text = run(&url, &["inspect", "report"]).await;
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("held by 1") && text.contains(&format!("fencing token {token}")),
+        "{text}"
+    );
+
+    let broken = run(&url, &["release", "--force", "report"]).await;
+    assert_eq!(status(&broken), 0, "{}", stderr(&broken));
+    assert_eq!(
+        exit_code(&mut holder).await,
+        75,
+        "the holder learns it lost the lock"
+    );
+    let after = run(&url, &["inspect", "--json", "report"]).await;
+    let info: serde_json::Value = serde_json::from_slice(&after.stdout).expect("JSON");
+    assert_eq!(info["holders"], serde_json::json!([]), "{info}");
+    assert_eq!(
+        status(&run(&url, &["release", "--force", "report"]).await),
+        1
+    );
+}
+
+// ---- Bad input ----------------------------------------------------------------------------
+
+/// Each mistake gets a message naming it, and status 64 (usage) or 69 (service), in time.
+#[tokio::test]
+async fn bad_input_is_named() {
+    let usage = [
+        (vec!["run", "--ttl", "10x", "job", "true"], "10x"),
+        (vec!["run", "--url", "bogus://h", "job", "true"], "bogus"),
+        (vec!["run", "--url", "memory://", "job", "true"], "memory"),
+        (
+            vec!["run", "--ttl", "2s", "--kill-after", "2s", "job", "true"],
+            "--kill-after",
+        ),
+        (vec!["run", "--wait", "1s", "-n", "job", "true"], "--wait"),
+        (vec!["release", "job"], "--force"),
+        (
+            vec!["run", "--config", "/no/such/dlock.toml", "job", "true"],
+            "/no/such/dlock.toml",
+        ),
+    ];
+    for (args, named) in usage {
+        let output = run("redis://127.0.0.1:1", &args).await;
+        assert_eq!(status(&output), 64, "{args:?}: {}", stderr(&output));
+        assert!(
+            stderr(&output).contains(named),
+            "{args:?} should name {named}: {}",
+            stderr(&output)
+        );
+    }
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("dlock.toml");
+    std::fs::write(&file, "ttl = \"ten\"\n").expect("write");
+    let output = run(
+        "",
+        &[
+            "run",
+            "--config",
+            file.to_str().expect("utf-8"),
+            "job",
+            "true",
+        ],
+    )
+    .await;
+    assert_eq!(status(&output), 64, "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("ten") && stderr(&output).contains("ttl"),
+        "{}",
+        stderr(&output)
+    );
+
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("a free port")
+        .port();
+    for url in [
+        format!("redis://127.0.0.1:{port}"),
+        format!("etcd://127.0.0.1:{port}"),
+    ] {
+        let started = Instant::now();
+        let output = run(&url, &["run", "job", "true"]).await;
+        println!(
+            "{url}: status {} after {:?}",
+            status(&output),
+            started.elapsed()
+        );
+        assert_eq!(status(&output), 69, "{url}: {}", stderr(&output));
+        assert!(
+            stderr(&output).contains("unavailable") || stderr(&output).contains("timed out"),
+            "{}",
+            stderr(&output)
+        );
+    }
+}
