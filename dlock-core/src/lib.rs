@@ -40,6 +40,7 @@
 //! | `macros`      | no      | the `#[distributed_lock]` attribute on `async fn`s                 |
 //! | `conformance` | no      | `dlock_core::conformance`, the suite every backend must pass       |
 //! | `harness`     | no      | `dlock_core::harness`, real test servers started from system binaries |
+//! | `cli`         | no      | the `dlock` binary (every network backend): `dlock run KEY -- COMMAND`, `inspect`, `release --force` |
 //!
 //! # Metrics
 //!

@@ -2,7 +2,7 @@
 
 use std::error::Error as _;
 
-use dlock_core::{Error, ErrorKind};
+use dlock_core::{BackendSpec, Error, ErrorKind};
 
 /// Bad usage or configuration (`EX_USAGE`, as flock(1)): a bad flag, an invalid duration, an
 /// unknown backend, a mode the backend lacks.
@@ -30,6 +30,17 @@ pub(crate) fn for_error(error: &Error, busy: u8) -> u8 {
 /// Prints `dlock: <error>: <cause>: …` on stderr, each cause once.
 pub(crate) fn report(error: &Error) {
     eprintln!("dlock: {}", describe(error));
+}
+
+/// Like [`report`], naming the lock service (passwords hidden) when it failed: the backend's
+/// own message may not say which server it could not reach.
+pub(crate) fn report_at(error: &Error, service: &BackendSpec) {
+    match error.kind() {
+        ErrorKind::Unavailable | ErrorKind::Refused => {
+            eprintln!("dlock: {} (lock service {service})", describe(error));
+        }
+        _ => report(error),
+    }
 }
 
 /// The error and the causes its own message does not already include.

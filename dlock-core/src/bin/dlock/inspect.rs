@@ -10,8 +10,14 @@ use crate::{exit, settings};
 
 /// Runs `dlock inspect`; its exit status (0 whether the lock is held or free).
 pub(crate) async fn inspect(args: InspectArgs) -> u8 {
+    let config = match settings::config(&args.connection, |_| {}) {
+        Ok(config) => config,
+        Err(e) => {
+            exit::report(&e);
+            return exit::for_error(&e, exit::UNAVAILABLE);
+        }
+    };
     let looked = async {
-        let config = settings::config(&args.connection, |_| {})?;
         let locker = settings::connect(&config).await?;
         let info = locker.inspect(&args.key).await?;
         Ok::<_, dlock_core::Error>((locker, info))
@@ -19,7 +25,7 @@ pub(crate) async fn inspect(args: InspectArgs) -> u8 {
     let (locker, info) = match looked.await {
         Ok(looked) => looked,
         Err(e) => {
-            exit::report(&e);
+            exit::report_at(&e, &config.backend);
             return exit::for_error(&e, exit::UNAVAILABLE);
         }
     };

@@ -5,8 +5,14 @@ use crate::{exit, settings};
 
 /// Runs `dlock release --force`: 0 when a lock was broken, 1 when there was none.
 pub(crate) async fn release(args: ReleaseArgs) -> u8 {
+    let config = match settings::config(&args.connection, |_| {}) {
+        Ok(config) => config,
+        Err(e) => {
+            exit::report(&e);
+            return exit::for_error(&e, exit::UNAVAILABLE);
+        }
+    };
     let broken = async {
-        let config = settings::config(&args.connection, |_| {})?;
         let locker = settings::connect(&config).await?;
         locker.force_release(&args.key).await
     };
@@ -20,7 +26,7 @@ pub(crate) async fn release(args: ReleaseArgs) -> u8 {
             1
         }
         Err(e) => {
-            exit::report(&e);
+            exit::report_at(&e, &config.backend);
             exit::for_error(&e, exit::UNAVAILABLE)
         }
     }

@@ -43,7 +43,10 @@ pub(crate) async fn run(args: RunArgs) -> u8 {
     let (locker, guard) = tokio::select! {
         acquired = acquire(&config, &args) => match acquired {
             Ok(acquired) => acquired,
-            Err(e) => return failed(&e, &args),
+            Err(e) => {
+                exit::report_at(&e, &config.backend);
+                return exit::for_error(&e, args.conflict_exit_code);
+            }
         },
         signal = signals.next() => return signals::status_for(signal.as_raw()),
     };

@@ -51,7 +51,7 @@ pub(crate) async fn connect(config: &DlockConfig) -> Result<Locker> {
     if locker.capabilities().name == "memory" {
         return Err(Error::config(
             "backend",
-            config.backend.to_url(),
+            config.backend.to_string(),
             "the memory backend locks only inside one process: name a lock service with \
              --url, DLOCK_URL or a --config file's `backend`",
         ));
