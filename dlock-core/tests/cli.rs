@@ -15,12 +15,16 @@
 //! Waiting for a condition polls it (with a limit); no assertion depends on a sleep being
 //! long enough.
 
+#[path = "support/processes.rs"]
+mod processes;
+
 use std::collections::HashMap;
 use std::path::Path;
 use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
 
 use dlock_core::harness::{EtcdServer, PostgresServer, RedisServer, ZkServer};
+use processes::{etcd_keys, etcdctl, signal, until};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
@@ -92,16 +96,6 @@ async fn hold(url: &str, args: &[&str], key: &str) -> (Child, HashMap<String, St
     (child, printed)
 }
 
-/// Sends `signal` (`TERM`, `KILL`, …) to `child`.
-fn signal(child: &Child, signal: &str) {
-    let pid = child.id().expect("running").to_string();
-    let sent = std::process::Command::new("kill")
-        .args([&format!("-{signal}"), &pid])
-        .status()
-        .expect("kill");
-    assert!(sent.success(), "kill -{signal} {pid}");
-}
-
 /// Waits for `child` to exit; its status code.
 async fn exit_code(child: &mut Child) -> i32 {
     let status = tokio::time::timeout(LIMIT, child.wait())
@@ -109,15 +103,6 @@ async fn exit_code(child: &mut Child) -> i32 {
         .expect("dlock exits in time")
         .expect("wait");
     status.code().expect("dlock exits, not killed")
-}
-
-/// Polls `condition` every few milliseconds until it holds; panics after `limit`.
-async fn until(what: &str, limit: Duration, mut condition: impl FnMut() -> bool) {
-    let give_up = Instant::now() + limit;
-    while !condition() {
-        assert!(Instant::now() < give_up, "{what}: not within {limit:?}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
 }
 
 /// Whether process `pid` exists (a zombie counts: it has not been waited for).
@@ -416,29 +401,6 @@ async fn the_status_comes_back_and_sigterm_reaches_the_command() {
 
 // ---- etcdctl lock, inspect, release --force -----------------------------------------------
 
-fn etcdctl(endpoint: &str) -> Command {
-    let mut command = Command::new("etcdctl");
-    command
-        .env("ETCDCTL_API", "3")
-        .arg(format!("--endpoints={endpoint}"))
-        .kill_on_drop(true);
-    command
-}
-
-/// The number of keys under `prefix`, read with etcdctl.
-async fn etcd_key_count(endpoint: &str, prefix: &str) -> usize {
-    let output = etcdctl(endpoint)
-        .args(["get", prefix, "--prefix", "--keys-only"])
-        .output()
-        .await
-        .expect("etcdctl (Debian package etcd-client) not found: run scripts/install-test-deps.sh");
-    assert!(output.status.success(), "etcdctl get: {output:?}");
-    String::from_utf8_lossy(&output.stdout)
-        .lines()
-        .filter(|l| !l.is_empty())
-        .count()
-}
-
 /// `etcdctl lock nightly` holds: `dlock run --key-prefix '' -n nightly` is busy, and a
 /// waiting `dlock run` queues (its key appears beside etcdctl's) and runs its command only
 /// after etcdctl unlocks. Then the reverse: a `dlock run` hold keeps `etcdctl lock nightly
@@ -475,7 +437,7 @@ async fn dlock_run_and_etcdctl_lock_exclude_each_other() {
         .spawn()
         .expect("dlock runs");
     let give_up = Instant::now() + LIMIT;
-    while etcd_key_count(&endpoint, "nightly/").await < 2 {
+    while etcd_keys(&endpoint, "nightly/").await.len() < 2 {
         assert!(Instant::now() < give_up, "dlock never queued its key");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -498,7 +460,7 @@ async fn dlock_run_and_etcdctl_lock_exclude_each_other() {
         .spawn()
         .expect("etcdctl");
     let give_up = Instant::now() + LIMIT;
-    while etcd_key_count(&endpoint, "nightly/").await < 2 {
+    while etcd_keys(&endpoint, "nightly/").await.len() < 2 {
         assert!(Instant::now() < give_up, "etcdctl never queued its key");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }

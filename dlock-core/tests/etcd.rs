@@ -6,6 +6,9 @@
 //! Waiting for a condition polls the condition (with a limit); no assertion depends on a sleep
 //! being long enough.
 
+#[path = "support/processes.rs"]
+mod processes;
+
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -13,8 +16,9 @@ use std::time::{Duration, Instant};
 use dlock_core::backend::{BackendUrl, EtcdBackend, LockBackend};
 use dlock_core::harness::{EtcdCluster, EtcdServer};
 use dlock_core::{DlockConfig, Error, Locker, LostReason};
+use processes::{etcd_keys, etcdctl, signal, until};
 use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
+use tokio::process::Child;
 
 const OPERATION_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -38,7 +42,6 @@ async fn locker(url: &str, prefix: &str, ttl: Duration) -> (Locker, Arc<EtcdBack
     (locker, backend)
 }
 
-/// Polls `condition` every few milliseconds until it holds; panics after `limit`.
 /// A task that waits up to 30 s for `name` and reports the guard and when it got it.
 fn spawn_waiter(
     locker: &Locker,
@@ -51,23 +54,6 @@ fn spawn_waiter(
     })
 }
 
-async fn until(what: &str, limit: Duration, mut condition: impl FnMut() -> bool) {
-    let give_up = Instant::now() + limit;
-    while !condition() {
-        assert!(Instant::now() < give_up, "{what}: not within {limit:?}");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-}
-
-fn etcdctl(endpoint: &str) -> Command {
-    let mut command = Command::new("etcdctl");
-    command
-        .env("ETCDCTL_API", "3")
-        .arg(format!("--endpoints={endpoint}"))
-        .kill_on_drop(true);
-    command
-}
-
 /// `etcdctl lock --ttl <ttl> <name>`, holding (or waiting for) the lock until signalled; its
 /// stdout (the lock key, once held) piped.
 fn etcdctl_lock(endpoint: &str, name: &str, ttl_secs: u64) -> Child {
@@ -77,30 +63,6 @@ fn etcdctl_lock(endpoint: &str, name: &str, ttl_secs: u64) -> Child {
         .stderr(Stdio::null())
         .spawn()
         .expect("etcdctl (Debian package etcd-client) not found: run scripts/install-test-deps.sh")
-}
-
-/// The keys under `prefix`, read with etcdctl.
-async fn etcd_keys(endpoint: &str, prefix: &str) -> Vec<String> {
-    let output = etcdctl(endpoint)
-        .args(["get", prefix, "--prefix", "--keys-only"])
-        .output()
-        .await
-        .expect("etcdctl get");
-    assert!(output.status.success(), "etcdctl get failed: {output:?}");
-    String::from_utf8_lossy(&output.stdout)
-        .lines()
-        .filter(|line| !line.is_empty())
-        .map(str::to_owned)
-        .collect()
-}
-
-fn signal(child: &Child, signal: &str) {
-    let pid = child.id().expect("running").to_string();
-    let status = std::process::Command::new("kill")
-        .args([&format!("-{signal}"), &pid])
-        .status()
-        .expect("kill");
-    assert!(status.success(), "kill -{signal} {pid}");
 }
 
 /// The first line `child` prints, and when it came. The rest of its output is drained, not

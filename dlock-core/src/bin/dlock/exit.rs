@@ -27,6 +27,12 @@ pub(crate) fn for_error(error: &Error, busy: u8) -> u8 {
     }
 }
 
+/// Reports `error` ([`report`]); its status ([`for_error`]).
+pub(crate) fn failed(error: &Error, busy: u8) -> u8 {
+    report(error);
+    for_error(error, busy)
+}
+
 /// Prints `dlock: <error>: <cause>: …` on stderr, each cause once.
 pub(crate) fn report(error: &Error) {
     eprintln!("dlock: {}", describe(error));

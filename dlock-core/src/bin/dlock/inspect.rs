@@ -12,10 +12,7 @@ use crate::{exit, settings};
 pub(crate) async fn inspect(args: InspectArgs) -> u8 {
     let config = match settings::config(&args.connection, |_| {}) {
         Ok(config) => config,
-        Err(e) => {
-            exit::report(&e);
-            return exit::for_error(&e, exit::UNAVAILABLE);
-        }
+        Err(e) => return exit::failed(&e, exit::UNAVAILABLE),
     };
     let looked = async {
         let locker = settings::connect(&config).await?;

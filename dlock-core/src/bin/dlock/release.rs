@@ -7,10 +7,7 @@ use crate::{exit, settings};
 pub(crate) async fn release(args: ReleaseArgs) -> u8 {
     let config = match settings::config(&args.connection, |_| {}) {
         Ok(config) => config,
-        Err(e) => {
-            exit::report(&e);
-            return exit::for_error(&e, exit::UNAVAILABLE);
-        }
+        Err(e) => return exit::failed(&e, exit::UNAVAILABLE),
     };
     let broken = async {
         let locker = settings::connect(&config).await?;

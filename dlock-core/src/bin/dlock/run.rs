@@ -27,11 +27,11 @@ pub(crate) async fn run(args: RunArgs) -> u8 {
         }
     }) {
         Ok(config) => config,
-        Err(e) => return failed(&e, &args),
+        Err(e) => return exit::failed(&e, args.conflict_exit_code),
     };
     let grace = match grace(args.kill_after, &config) {
         Ok(grace) => grace,
-        Err(e) => return failed(&e, &args),
+        Err(e) => return exit::failed(&e, args.conflict_exit_code),
     };
     let mut signals = match Signals::catch() {
         Ok(signals) => signals,
@@ -127,10 +127,7 @@ async fn hold(guard: LockGuard, env: &[(&str, String)], mut signals: Signals) ->
     }
     match guard.release().await {
         Ok(()) => 0,
-        Err(e) => {
-            exit::report(&e);
-            exit::for_error(&e, exit::UNAVAILABLE)
-        }
+        Err(e) => exit::failed(&e, exit::UNAVAILABLE),
     }
 }
 
@@ -195,10 +192,4 @@ async fn release(guard: LockGuard) {
             exit::describe(&e)
         );
     }
-}
-
-/// Reports a failure to configure, connect or acquire; its status.
-fn failed(error: &Error, args: &RunArgs) -> u8 {
-    exit::report(error);
-    exit::for_error(error, args.conflict_exit_code)
 }
