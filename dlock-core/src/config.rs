@@ -157,22 +157,26 @@ impl DlockConfig {
     /// assert!(err.to_string().starts_with("invalid config `DLOCK_TTL` = `ten`"), "{err}");
     /// ```
     pub fn from_vars(lookup: impl Fn(&str) -> Option<String>) -> Result<Self> {
-        Self::default().with_vars(lookup)
+        let config = Self::default().with_vars(lookup)?;
+        // A bad combination is named as the variable that set the field.
+        config.validate_as(|field| env_name(field).to_owned())?;
+        Ok(config)
     }
 
     /// This config, overridden by the `DLOCK_*` variables that are set: a file's settings
-    /// under the environment's, as the `dlock` command line reads them.
+    /// under the environment's, as the `dlock` command line reads them. Each value is
+    /// checked as it is read; call [`validate`](Self::validate) once the last override is in.
     ///
     /// # Errors
     ///
-    /// As [`from_env`](Self::from_env).
+    /// [`Error::Config`] naming the variable and its value when one does not parse.
     ///
     /// # Examples
     ///
     /// ```
     /// let from_file = dlock_core::DlockConfig::from_toml_str(r#"ttl = "10s""#).unwrap();
     /// let config = from_file.with_env().unwrap();
-    /// assert!(config.ttl > std::time::Duration::ZERO);
+    /// config.validate().unwrap();
     /// ```
     pub fn with_env(self) -> Result<Self> {
         self.with_vars(|name| std::env::var(name).ok())
@@ -182,7 +186,7 @@ impl DlockConfig {
     ///
     /// # Errors
     ///
-    /// As [`from_env`](Self::from_env).
+    /// As [`with_env`](Self::with_env).
     ///
     /// # Examples
     ///
@@ -231,16 +235,6 @@ impl DlockConfig {
                 _ => unreachable!("ENV_VARS and this match list the same names"),
             }
         }
-        // A bad value is named as the variable that set it, else as the field (from a file).
-        self.validate_as(|field| {
-            let variable = env_name(field);
-            if lookup(variable).is_some() {
-                variable
-            } else {
-                field
-            }
-            .to_owned()
-        })?;
         Ok(self)
     }
 

@@ -23,7 +23,7 @@ use std::path::Path;
 use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
 
-use dlock_core::harness::{EtcdServer, PostgresServer, RedisServer, ZkServer};
+use dlock_core::harness::{EtcdServer, PostgresServer, ProxyMode, RedisServer, TcpProxy, ZkServer};
 use processes::{etcd_keys, etcdctl, signal, until};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
@@ -116,28 +116,75 @@ fn read(path: &Path) -> String {
 
 // ---- Commands take turns ------------------------------------------------------------------
 
-/// Three `dlock run` of one key started together, each running a shell that reads a counter
-/// file, sleeps, and writes it back plus one (a non-atomic increment: two at once lose one),
-/// then appends its `DLOCK_FENCING_TOKEN` to a log. All three succeed, the counter says 3,
-/// and the tokens strictly increase in the order the commands ran.
-async fn commands_take_turns(url: &str) {
+/// The waiters of `key` the lock service queues, as `dlock inspect --json` shows them.
+async fn queued(url: &str, key: &str) -> usize {
+    let output = run(url, &["inspect", "--json", key]).await;
+    assert_eq!(status(&output), 0, "{}", stderr(&output));
+    let info: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    info["waiters"]
+        .as_array()
+        .expect("a service that queues waiters")
+        .len()
+}
+
+/// The dlock processes waiting for `key` on a Redis server: the subscribers of its release
+/// channel (Redis queues no waiters, each client does).
+async fn redis_waiting(server: &RedisServer, key: &str) -> usize {
+    let channel = format!("{{dlock:{key}}}:released");
+    let reply = server
+        .command(&["PUBSUB", "NUMSUB", &channel])
+        .await
+        .expect("PUBSUB");
+    reply
+        .lines()
+        .last()
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// One key, three commands queued behind a holder, and let go at once. Each command checks
+/// that it is alone (`mkdir` of a flag directory fails beside another holder: status 99),
+/// increments a counter file non-atomically (read, sleep, write: two at once lose one) and
+/// appends its `DLOCK_FENCING_TOKEN` to a log. All three succeed, the counter says 3, and
+/// the tokens strictly increase in the order the commands ran.
+async fn commands_take_turns(url: &str, waiting: impl AsyncFn() -> usize) {
     let dir = tempfile::tempdir().expect("tempdir");
     let (counter, log) = (dir.path().join("counter"), dir.path().join("tokens"));
     std::fs::write(&counter, "0").expect("write");
-    let script =
-        r#"n=$(cat "$0"); sleep 0.2; echo $((n + 1)) > "$0"; echo "$DLOCK_FENCING_TOKEN" >> "$1""#;
-    let runs: Vec<_> = (0..3)
+    let script = r#"mkdir "$0.inside" || exit 99
+n=$(cat "$0"); sleep 0.2; echo $((n + 1)) > "$0"; echo "$DLOCK_FENCING_TOKEN" >> "$1"
+rmdir "$0.inside""#;
+    let (mut first, _) = hold(url, &[], "turns").await;
+    let queued: Vec<Child> = (0..3)
         .map(|_| {
             dlock(url)
                 .args(["run", "--wait", "30s", "turns", "--", "sh", "-c", script])
                 .arg(&counter)
                 .arg(&log)
-                .output()
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("dlock runs")
         })
         .collect();
-    for output in futures_util::future::join_all(runs).await {
-        let output = output.expect("dlock runs");
-        assert_eq!(status(&output), 0, "{}", stderr(&output));
+    let give_up = Instant::now() + LIMIT;
+    while waiting().await < 3 {
+        assert!(Instant::now() < give_up, "the three never queued");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    signal(&first, "TERM");
+    assert_eq!(exit_code(&mut first).await, 0);
+    for child in queued {
+        let output = tokio::time::timeout(LIMIT, child.wait_with_output())
+            .await
+            .expect("in time")
+            .expect("dlock runs");
+        assert_eq!(
+            status(&output),
+            0,
+            "99: two inside at once; {}",
+            stderr(&output)
+        );
     }
     assert_eq!(read(&counter).trim(), "3", "two commands overlapped");
     let tokens: Vec<u64> = read(&log)
@@ -157,25 +204,31 @@ async fn commands_take_turns(url: &str) {
 #[tokio::test]
 async fn commands_take_turns_on_redis() {
     let server = RedisServer::start().await.expect("redis-server");
-    commands_take_turns(&server.url()).await;
+    commands_take_turns(&server.url(), async || {
+        redis_waiting(&server, "turns").await
+    })
+    .await;
 }
 
 #[tokio::test]
 async fn commands_take_turns_on_etcd() {
     let server = EtcdServer::start().await.expect("etcd");
-    commands_take_turns(&server.url()).await;
+    let url = server.url();
+    commands_take_turns(&url, async || queued(&url, "turns").await).await;
 }
 
 #[tokio::test]
 async fn commands_take_turns_on_zookeeper() {
     let server = ZkServer::start().await.expect("zookeeper");
-    commands_take_turns(&server.url()).await;
+    let url = server.url();
+    commands_take_turns(&url, async || queued(&url, "turns").await).await;
 }
 
 #[tokio::test]
 async fn commands_take_turns_on_postgres() {
     let server = PostgresServer::start().await.expect("postgres");
-    commands_take_turns(&server.url()).await;
+    let url = server.url();
+    commands_take_turns(&url, async || queued(&url, "turns").await).await;
 }
 
 // ---- Busy ---------------------------------------------------------------------------------
@@ -194,8 +247,12 @@ async fn no_wait_and_wait_give_up_with_the_conflict_status() {
     assert_eq!(printed["DLOCK_KEY"], "job");
     assert_eq!(printed["DLOCK_BACKEND"], "redis");
 
+    let started = Instant::now();
     let busy = run(&url, &["run", "-n", "-E", "42", "job", "touch", marker_arg]).await;
+    let took = started.elapsed();
     assert_eq!(status(&busy), 42, "{}", stderr(&busy));
+    // Generous: -n makes one attempt; this only tells "at once" from "waited for something".
+    assert!(took < Duration::from_secs(5), "-n took {took:?}");
     assert!(stderr(&busy).contains("busy"), "{}", stderr(&busy));
     assert!(!marker.exists(), "the command ran without the lock");
 
@@ -207,6 +264,7 @@ async fn no_wait_and_wait_give_up_with_the_conflict_status() {
         took >= Duration::from_secs(1),
         "gave up after {took:?}, before its 1s"
     );
+    assert!(took < Duration::from_secs(6), "--wait 1s took {took:?}");
     assert!(!marker.exists(), "the command ran without the lock");
     println!("--wait 1s gave up after {took:?}");
 
@@ -271,15 +329,47 @@ async fn shared_holders_and_permits() {
 
 // ---- A lost lease stops the command -------------------------------------------------------
 
+/// Nanoseconds since the epoch, as `date +%s%N` prints them in the commands here.
+fn now_ns() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_nanos()
+}
+
+/// A `date +%s%N` a command wrote.
+fn time_in(path: &Path) -> u128 {
+    read(path)
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("a time in {path:?}"))
+}
+
+async fn stderr_of(child: &mut Child) -> String {
+    let mut said = String::new();
+    tokio::io::AsyncReadExt::read_to_string(&mut child.stderr.take().expect("piped"), &mut said)
+        .await
+        .expect("stderr");
+    said
+}
+
 /// The lock's Redis key is deleted behind the holder's back. At its next renewal `dlock`
-/// learns it lost the lock: the command (which ignores SIGTERM) gets SIGTERM, then SIGKILL
-/// after `--kill-after`, and `dlock` exits with 75.
+/// learns it lost the lock: the command — which ignores SIGTERM, noting when it came — and
+/// the process it started in the background get SIGTERM, then SIGKILL no sooner than
+/// `--kill-after` later, and `dlock` exits with 75.
 #[tokio::test]
 async fn a_lost_lease_terminates_then_kills_the_command() {
     let server = RedisServer::start().await.expect("redis-server");
     let dir = tempfile::tempdir().expect("tempdir");
-    let (pid_file, got) = (dir.path().join("pid"), dir.path().join("got"));
-    let script = r#"trap 'echo TERM >> "$1"' TERM; echo $$ > "$0"; while :; do sleep 0.1; done"#;
+    let (pid_file, background_pid, got) = (
+        dir.path().join("pid"),
+        dir.path().join("background"),
+        dir.path().join("got"),
+    );
+    let script = r#"trap 'date +%s%N > "$2"' TERM
+sh -c 'echo $$ > "$0"; exec sleep 60' "$1" &
+echo $$ > "$0"
+while :; do sleep 0.1; done"#;
     let mut dlock_run = dlock(&server.url())
         .args([
             "run",
@@ -293,28 +383,142 @@ async fn a_lost_lease_terminates_then_kills_the_command() {
             "-c",
             script,
         ])
-        .arg(&pid_file)
-        .arg(&got)
+        .args([&pid_file, &background_pid, &got])
         .stderr(Stdio::piped())
         .spawn()
         .expect("dlock runs");
-    until("the command starts", LIMIT, || !read(&pid_file).is_empty()).await;
-    let pid = read(&pid_file);
+    until("the command starts", LIMIT, || {
+        !read(&pid_file).is_empty() && !read(&background_pid).is_empty()
+    })
+    .await;
+    let (pid, background) = (read(&pid_file), read(&background_pid));
     let deleted = server.command(&["DEL", "{dlock:job}"]).await.expect("DEL");
     assert_eq!(deleted.trim(), "1", "the lock's key");
 
     assert_eq!(exit_code(&mut dlock_run).await, 75);
-    assert!(read(&got).contains("TERM"), "the command got no SIGTERM");
+    let killed_by = now_ns();
+    let terminated = time_in(&got);
+    assert!(
+        killed_by - terminated >= Duration::from_secs(1).as_nanos(),
+        "SIGKILL came {} ms after SIGTERM, before --kill-after",
+        (killed_by - terminated) / 1_000_000
+    );
     assert!(!alive(&pid), "the command survived its lost lease");
-    let mut said = String::new();
-    tokio::io::AsyncReadExt::read_to_string(
-        &mut dlock_run.stderr.take().expect("piped"),
-        &mut said,
-    )
-    .await
-    .expect("stderr");
+    assert!(
+        !alive(&background),
+        "what the command started survived its lost lease"
+    );
+    let said = stderr_of(&mut dlock_run).await;
     assert!(said.contains("lost the lock `job`"), "{said}");
-    assert!(said.contains("SIGKILL"), "{said}");
+    assert!(said.contains("did not exit within 1s of SIGTERM"), "{said}");
+}
+
+/// `--max-hold 1s`: the command is stopped after a second, and the lock is released only
+/// once it is gone — its SIGTERM handler takes 0.3 s to finish, and the command queued
+/// behind it starts after that, not at the cap.
+#[tokio::test]
+async fn max_hold_stops_the_command_before_the_lock_is_given_up() {
+    let server = RedisServer::start().await.expect("redis-server");
+    let url = server.url();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (ready, ended, started) = (
+        dir.path().join("ready"),
+        dir.path().join("ended"),
+        dir.path().join("started"),
+    );
+    let script = r#"trap 'sleep 0.3; date +%s%N > "$1"; exit 0' TERM
+touch "$0"; while :; do sleep 0.05; done"#;
+    let mut capped = dlock(&url)
+        .args(["run", "--max-hold", "1s", "job", "--", "sh", "-c", script])
+        .args([&ready, &ended])
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("dlock runs");
+    until("the capped command starts", LIMIT, || ready.exists()).await;
+    let mut next = dlock(&url)
+        .args([
+            "run",
+            "--wait",
+            "30s",
+            "job",
+            "--",
+            "sh",
+            "-c",
+            r#"date +%s%N > "$0""#,
+        ])
+        .arg(&started)
+        .spawn()
+        .expect("dlock runs");
+    assert_eq!(exit_code(&mut capped).await, 75);
+    assert_eq!(exit_code(&mut next).await, 0);
+    assert!(
+        time_in(&started) > time_in(&ended),
+        "the next command started before the capped one had finished"
+    );
+    let said = stderr_of(&mut capped).await;
+    assert!(said.contains("--max-hold"), "{said}");
+}
+
+/// The holder's connection is cut (a TCP proxy between it and Redis): its renewals fail, so
+/// `dlock` stops the command `--kill-after` before the lease would run out — not when it has
+/// run out. A `dlock run` waiting on a direct connection gets the lock when Redis expires
+/// the key, and its command starts only after the first one (whose SIGTERM handler takes
+/// 0.5 s) has finished.
+#[tokio::test]
+async fn a_command_whose_lease_cannot_be_renewed_is_gone_before_it_expires() {
+    let server = RedisServer::start().await.expect("redis-server");
+    let proxy = TcpProxy::start(server.addr().parse().expect("address"))
+        .await
+        .expect("proxy");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (ready, ended, started) = (
+        dir.path().join("ready"),
+        dir.path().join("ended"),
+        dir.path().join("started"),
+    );
+    let script = r#"trap 'sleep 0.5; date +%s%N > "$1"; exit 0' TERM
+touch "$0"; while :; do sleep 0.05; done"#;
+    let mut cut_off = dlock(&format!("redis://{}", proxy.address()))
+        .args([
+            "run",
+            "--ttl",
+            "3s",
+            "--kill-after",
+            "1s",
+            "job",
+            "--",
+            "sh",
+            "-c",
+            script,
+        ])
+        .args([&ready, &ended])
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("dlock runs");
+    until("the first command starts", LIMIT, || ready.exists()).await;
+    let mut next = dlock(&server.url())
+        .args([
+            "run",
+            "--wait",
+            "30s",
+            "job",
+            "--",
+            "sh",
+            "-c",
+            r#"date +%s%N > "$0""#,
+        ])
+        .arg(&started)
+        .spawn()
+        .expect("dlock runs");
+    proxy.set(ProxyMode::Cut);
+    assert_eq!(exit_code(&mut cut_off).await, 75);
+    let said = stderr_of(&mut cut_off).await;
+    assert!(said.contains("could not be renewed"), "{said}");
+    assert_eq!(exit_code(&mut next).await, 0);
+    assert!(
+        time_in(&started) > time_in(&ended),
+        "the next command started before the cut-off one had finished"
+    );
 }
 
 /// The PostgreSQL server is killed while a command runs: the session that held the lock is
@@ -395,6 +599,36 @@ async fn the_status_comes_back_and_sigterm_reaches_the_command() {
         "the command's status from its trap"
     );
     assert_eq!(read(&got).trim(), "TERM");
+
+    // SIGINT too (stdin is no terminal here: the command has a process group of its own and
+    // gets only what dlock passes on).
+    let script = r#"trap 'echo INT > "$0"; exit 4' INT; echo ready; while :; do sleep 0.1; done"#;
+    let mut dlock_run = dlock(&url)
+        .args(["run", "job", "sh", "-c", script])
+        .arg(&got)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("dlock runs");
+    let mut lines = BufReader::new(dlock_run.stdout.take().expect("piped")).lines();
+    let ready = tokio::time::timeout(LIMIT, lines.next_line())
+        .await
+        .expect("in time");
+    assert_eq!(ready.expect("read").as_deref(), Some("ready"));
+    signal(&dlock_run, "INT");
+    assert_eq!(
+        exit_code(&mut dlock_run).await,
+        4,
+        "the command's status from its trap"
+    );
+    assert_eq!(read(&got).trim(), "INT");
+
+    // --url wins over a DLOCK_URL that would not even parse.
+    let overridden = dlock("bogus://x")
+        .args(["run", "--url", &url, "job", "true"])
+        .output()
+        .await
+        .expect("dlock runs");
+    assert_eq!(status(&overridden), 0, "{}", stderr(&overridden));
     // The lock was released: the next run gets it at once.
     assert_eq!(status(&run(&url, &["run", "-n", "job", "true"]).await), 0);
 }
@@ -432,7 +666,15 @@ async fn dlock_run_and_etcdctl_lock_exclude_each_other() {
     );
 
     let mut waiter = dlock(&url)
-        .args(["run", "--key-prefix", "", "nightly", "touch"])
+        .args([
+            "run",
+            "--key-prefix",
+            "",
+            "nightly",
+            "sh",
+            "-c",
+            r#"date +%s%N > "$0""#,
+        ])
         .arg(&marker)
         .spawn()
         .expect("dlock runs");
@@ -445,17 +687,18 @@ async fn dlock_run_and_etcdctl_lock_exclude_each_other() {
         !marker.exists(),
         "dlock ran its command while etcdctl held the lock"
     );
+    let unlocked = now_ns();
     signal(&etcdctl_holder, "TERM");
     assert_eq!(exit_code(&mut waiter).await, 0);
     assert!(
-        marker.exists(),
-        "dlock ran its command after etcdctl unlocked"
+        time_in(&marker) > unlocked,
+        "dlock ran its command before etcdctl was told to unlock"
     );
     let _ = etcdctl_holder.wait().await;
 
     let (mut holder, _) = hold(&url, &["--key-prefix", ""], "nightly").await;
     let mut etcdctl_waiter = etcdctl(&endpoint)
-        .args(["lock", "nightly", "echo", "ran"])
+        .args(["lock", "nightly", "date", "+%s%N"])
         .stdout(Stdio::piped())
         .spawn()
         .expect("etcdctl");
@@ -468,6 +711,7 @@ async fn dlock_run_and_etcdctl_lock_exclude_each_other() {
         etcdctl_waiter.try_wait().expect("try_wait").is_none(),
         "etcdctl ran its command while dlock held the lock"
     );
+    let released = now_ns();
     signal(&holder, "TERM");
     assert_eq!(exit_code(&mut holder).await, 0);
     let output = tokio::time::timeout(LIMIT, etcdctl_waiter.wait_with_output())
@@ -475,9 +719,13 @@ async fn dlock_run_and_etcdctl_lock_exclude_each_other() {
         .expect("etcdctl gets the lock after dlock's release")
         .expect("etcdctl");
     assert!(output.status.success(), "{output:?}");
+    let ran: u128 = String::from_utf8_lossy(&output.stdout)
+        .trim()
+        .parse()
+        .expect("etcdctl's command printed the time");
     assert!(
-        String::from_utf8_lossy(&output.stdout).contains("ran"),
-        "{output:?}"
+        ran > released,
+        "etcdctl ran its command before dlock was told to release"
     );
 }
 
@@ -488,7 +736,7 @@ async fn dlock_run_and_etcdctl_lock_exclude_each_other() {
 async fn inspect_shows_the_holder_and_release_force_breaks_it() {
     let server = EtcdServer::start().await.expect("etcd");
     let url = server.url();
-    let (mut holder, printed) = hold(&url, &["--ttl", "3s"], "report").await;
+    let (mut holder, printed) = hold(&url, &["--ttl", "6s"], "report").await;
     let token: u64 = printed["DLOCK_FENCING_TOKEN"].parse().expect("a token");
     assert_eq!(printed["DLOCK_BACKEND"], "etcd");
 

@@ -78,8 +78,9 @@ pub(crate) struct RunArgs {
     /// The exit status when the lock is busy.
     #[arg(short = 'E', long, value_name = "STATUS", default_value_t = 1)]
     pub(crate) conflict_exit_code: u8,
-    /// After a lost lease, how long the command has between SIGTERM and SIGKILL; less than
-    /// the ttl. Default: a third of the ttl, at most 5s.
+    /// How long a command being stopped has between SIGTERM and SIGKILL. It is stopped when
+    /// the lease is lost, and this long before a lease that could not be renewed runs out.
+    /// Default: a quarter of the ttl, at most 5s; at most the ttl less two watchdog intervals.
     #[arg(long, value_name = "DURATION", value_parser = duration)]
     pub(crate) kill_after: Option<Duration>,
     /// Hold the lock at most this long: then the command is stopped as on a lost lease.
@@ -90,7 +91,8 @@ pub(crate) struct RunArgs {
     #[arg(long)]
     pub(crate) shell: bool,
     /// Keep COMMAND in dlock's process group, so it can read the terminal and gets Ctrl-C
-    /// from it. Signals then reach only COMMAND itself, not the processes it started.
+    /// from it; the default when stdin is a terminal. Signals from dlock then reach only
+    /// COMMAND itself, not the processes it started.
     #[arg(long)]
     pub(crate) foreground: bool,
     /// The lock's name.

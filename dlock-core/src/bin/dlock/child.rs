@@ -5,9 +5,9 @@ use std::ffi::OsString;
 use std::io;
 use std::os::unix::process::ExitStatusExt as _;
 use std::process::ExitStatus;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use rustix::process::{Pid, Signal, kill_process, kill_process_group};
+use rustix::process::{Pid, Signal, kill_process, kill_process_group, test_kill_process_group};
 use tokio::process::{Child, Command};
 
 use crate::{exit, signals};
@@ -58,7 +58,8 @@ impl Launch<'_> {
             direct.args(&self.words[1..]);
             direct
         };
-        command.envs(self.env);
+        // An outer dlock's token is not this lock's: without a token of its own, none.
+        command.env_remove("DLOCK_FENCING_TOKEN").envs(self.env);
         if !self.foreground {
             command.process_group(0);
         }
@@ -114,15 +115,17 @@ impl Job {
         self.child.wait().await.map(status_code)
     }
 
-    /// Stops the command: SIGTERM, then, once it exits or `grace` runs out, SIGKILL to
-    /// whatever is left of its process group.
+    /// Stops the command: SIGTERM, then SIGKILL to whatever is left of it once `grace` has
+    /// run out. In a process group of its own, what it started gets the same grace: the
+    /// group is watched until it is empty, not only the command.
     pub(crate) async fn stop(&mut self, grace: Duration) {
+        let give_up = Instant::now() + grace;
         self.signal(Signal::TERM);
-        if tokio::time::timeout(grace, self.child.wait()).await.is_ok() {
-            if self.whole_group {
-                // What it started may still run; the group outlives its leader.
-                self.signal(Signal::KILL);
-            }
+        let exited = tokio::time::timeout_at(give_up.into(), self.child.wait())
+            .await
+            .is_ok();
+        let gone = exited && (!self.whole_group || self.group_empties_by(give_up).await);
+        if gone {
             return;
         }
         eprintln!(
@@ -132,7 +135,24 @@ impl Job {
         self.signal(Signal::KILL);
         let _ = self.child.wait().await;
     }
+
+    /// Whether the command's process group has no process left by `give_up`. Nothing tells
+    /// when the last one exits, so this checks every 20 ms.
+    async fn group_empties_by(&self, give_up: Instant) -> bool {
+        loop {
+            if test_kill_process_group(self.pid) == Err(rustix::io::Errno::SRCH) {
+                return true;
+            }
+            if Instant::now() >= give_up {
+                return false;
+            }
+            tokio::time::sleep(GROUP_CHECK).await;
+        }
+    }
 }
+
+/// How often [`Job::stop`] looks whether a stopped command's process group is empty.
+const GROUP_CHECK: Duration = Duration::from_millis(20);
 
 /// A child's status as a shell reports it: its exit code, or 128 + the signal that ended it.
 fn status_code(status: ExitStatus) -> u8 {

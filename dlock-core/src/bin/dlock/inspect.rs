@@ -10,7 +10,7 @@ use crate::{exit, settings};
 
 /// Runs `dlock inspect`; its exit status (0 whether the lock is held or free).
 pub(crate) async fn inspect(args: InspectArgs) -> u8 {
-    let config = match settings::config(&args.connection, |_| {}) {
+    let config = match settings::config(&args.connection, &[], |_| {}) {
         Ok(config) => config,
         Err(e) => return exit::failed(&e, exit::UNAVAILABLE),
     };

@@ -5,7 +5,7 @@ use crate::{exit, settings};
 
 /// Runs `dlock release --force`: 0 when a lock was broken, 1 when there was none.
 pub(crate) async fn release(args: ReleaseArgs) -> u8 {
-    let config = match settings::config(&args.connection, |_| {}) {
+    let config = match settings::config(&args.connection, &[], |_| {}) {
         Ok(config) => config,
         Err(e) => return exit::failed(&e, exit::UNAVAILABLE),
     };

@@ -1,8 +1,8 @@
 //! `dlock run`: take the lock, run the command under its lease (or hold it until interrupted),
 //! release it; stop the command if the lease is lost.
 
-use std::io::Write as _;
-use std::time::Duration;
+use std::io::{IsTerminal as _, Write as _};
+use std::time::{Duration, Instant};
 
 use dlock_core::backend::Fencing;
 use dlock_core::{DlockConfig, Error, LockGuard, Locker};
@@ -18,7 +18,13 @@ const MAX_DEFAULT_GRACE: Duration = Duration::from_secs(5);
 
 /// Runs `dlock run`; its exit status.
 pub(crate) async fn run(args: RunArgs) -> u8 {
-    let config = match settings::config(&args.connection, |config| {
+    let replaced = [
+        args.ttl.map(|_| "DLOCK_TTL"),
+        args.max_hold.map(|_| "DLOCK_MAX_HOLD"),
+        (args.no_wait || args.wait.is_some()).then_some("DLOCK_WAIT"),
+    ];
+    let replaced: Vec<&str> = replaced.into_iter().flatten().collect();
+    let mut config = match settings::config(&args.connection, &replaced, |config| {
         if let Some(ttl) = args.ttl {
             config.ttl = ttl;
         }
@@ -29,6 +35,9 @@ pub(crate) async fn run(args: RunArgs) -> u8 {
         Ok(config) => config,
         Err(e) => return exit::failed(&e, args.conflict_exit_code),
     };
+    // dlock enforces the cap itself: the library would release the lock at once, while the
+    // command still runs.
+    let max_hold = config.max_hold.take();
     let grace = match grace(args.kill_after, &config) {
         Ok(grace) => grace,
         Err(e) => return exit::failed(&e, args.conflict_exit_code),
@@ -50,6 +59,10 @@ pub(crate) async fn run(args: RunArgs) -> u8 {
         },
         signal = signals.next() => return signals::status_for(signal.as_raw()),
     };
+    let deadline = Deadline {
+        grace,
+        max_hold_until: max_hold.map(|cap| Instant::now() + cap),
+    };
     // DLOCK_BACKEND last: a reader of a hold's output knows it has read everything.
     let mut env = vec![("DLOCK_KEY", args.key.clone())];
     if let Some(token) = guard.fencing_token() {
@@ -57,21 +70,63 @@ pub(crate) async fn run(args: RunArgs) -> u8 {
     }
     env.push(("DLOCK_BACKEND", locker.capabilities().name.to_owned()));
     if args.command.is_empty() {
-        return hold(guard, &env, signals).await;
+        return hold(guard, &env, signals, &deadline).await;
     }
+    // A command that may read the terminal stays in its foreground process group: in a
+    // group of its own it would stop at its first read, lock held.
+    let foreground = args.foreground || std::io::stdin().is_terminal();
     let launch = Launch {
         words: &args.command,
         shell: args.shell,
-        foreground: args.foreground,
+        foreground,
         env,
     };
     match launch.start() {
-        Ok(job) => supervise(guard, job, signals, grace, args.foreground).await,
+        Ok(job) => supervise(guard, job, signals, &deadline, foreground).await,
         Err((status, message)) => {
             eprintln!("dlock: {message}");
             release(guard).await;
             status
         }
+    }
+}
+
+/// When the command must be stopped although the lock was not (yet) reported lost.
+#[derive(Debug)]
+struct Deadline {
+    /// The time between SIGTERM and SIGKILL; the command is also stopped this long before
+    /// the lease would run out unrenewed, so that it is gone when the lock can be another's.
+    grace: Duration,
+    /// `--max-hold`: when the command has held the lock long enough.
+    max_hold_until: Option<Instant>,
+}
+
+impl Deadline {
+    /// The next moment to stop the command, as of the lease's current local expiry.
+    fn next(&self, guard: &LockGuard) -> Instant {
+        let unrenewed = guard
+            .expires_at()
+            .checked_sub(self.grace)
+            .unwrap_or_else(Instant::now);
+        self.max_hold_until
+            .map_or(unrenewed, |cap| cap.min(unrenewed))
+    }
+
+    /// Why the command must stop now, if it must: the cap, or a lease about to run out.
+    fn reached(&self, guard: &LockGuard) -> Option<String> {
+        let now = Instant::now();
+        if self.max_hold_until.is_some_and(|cap| now >= cap) {
+            return Some("it was held for its --max-hold".to_owned());
+        }
+        let left = guard.expires_at().saturating_duration_since(now);
+        (left <= self.grace).then(|| {
+            format!(
+                "its lease could not be renewed and runs out in {}",
+                humantime::format_duration(Duration::from_millis(
+                    u64::try_from(left.as_millis()).unwrap_or(u64::MAX)
+                ))
+            )
+        })
     }
 }
 
@@ -94,20 +149,25 @@ async fn acquire(config: &DlockConfig, args: &RunArgs) -> dlock_core::Result<(Lo
     Ok((locker, guard))
 }
 
-/// The time between SIGTERM and SIGKILL: `--kill-after`, else a third of the ttl (at most
-/// 5 s); shorter than the ttl either way.
+/// The time between SIGTERM and SIGKILL: `--kill-after`, else a quarter of the ttl (at most
+/// 5 s). The command is stopped that long before an unrenewed lease runs out, so it must
+/// leave room for renewals: at most the ttl less two watchdog intervals (a third of the ttl
+/// by default).
 fn grace(kill_after: Option<Duration>, config: &DlockConfig) -> dlock_core::Result<Duration> {
+    let interval = config.watchdog_interval.unwrap_or(config.ttl / 3);
+    let room = config.ttl.saturating_sub(interval * 2);
     let Some(grace) = kill_after else {
-        return Ok((config.ttl / 3).min(MAX_DEFAULT_GRACE));
+        return Ok((config.ttl / 4).min(MAX_DEFAULT_GRACE).min(room));
     };
-    if grace >= config.ttl {
+    if grace > room {
         return Err(Error::config(
             "--kill-after",
             humantime::format_duration(grace).to_string(),
             format!(
-                "must be shorter than the ttl ({}): the command must be gone before its lock \
-                 can be someone else's",
-                humantime::format_duration(config.ttl)
+                "must be at most the ttl ({}) less two watchdog intervals ({} each): the \
+                 command is stopped that long before an unrenewed lease runs out",
+                humantime::format_duration(config.ttl),
+                humantime::format_duration(interval)
             ),
         ));
     }
@@ -115,12 +175,23 @@ fn grace(kill_after: Option<Duration>, config: &DlockConfig) -> dlock_core::Resu
 }
 
 /// No command: prints what a command would get in its environment, then holds the lock until
-/// a signal (released: status 0) or a lost lease (status 75).
-async fn hold(guard: LockGuard, env: &[(&str, String)], mut signals: Signals) -> u8 {
+/// a signal (released: status 0), a lost lease or its `--max-hold` (status 75).
+async fn hold(
+    guard: LockGuard,
+    env: &[(&str, String)],
+    mut signals: Signals,
+    deadline: &Deadline,
+) -> u8 {
     print_env(env);
+    let cap = deadline.max_hold_until.unwrap_or_else(far_future);
     tokio::select! {
         reason = guard.lost() => {
             eprintln!("dlock: lost the lock `{}`: {reason}", guard.key());
+            return exit::LOST;
+        }
+        () = tokio::time::sleep_until(cap.into()) => {
+            eprintln!("dlock: releasing the lock `{}`: it was held for its --max-hold", guard.key());
+            release(guard).await;
             return exit::LOST;
         }
         _ = signals.next() => {}
@@ -129,6 +200,11 @@ async fn hold(guard: LockGuard, env: &[(&str, String)], mut signals: Signals) ->
         Ok(()) => 0,
         Err(e) => exit::failed(&e, exit::UNAVAILABLE),
     }
+}
+
+/// A moment no hold reaches: a timer that never fires.
+fn far_future() -> Instant {
+    Instant::now() + Duration::from_secs(100 * 365 * 24 * 3600)
 }
 
 /// `NAME=value` lines on stdout, flushed: what a command would get in its environment.
@@ -140,19 +216,23 @@ fn print_env(env: &[(&str, String)]) {
     let _ = stdout.flush();
 }
 
-/// Runs the command to its end under the lease: signals to `dlock` go on to it, and a lost
-/// lease stops it. The command's status, or 75 when the lease was lost.
+/// Runs the command to its end under the lease: signals to `dlock` go on to it. It is
+/// stopped — SIGTERM, SIGKILL after the grace — when the lease is lost, when an unrenewed
+/// lease would run out within the grace, or at its `--max-hold`; then the status is 75, else
+/// the command's.
 async fn supervise(
     guard: LockGuard,
     mut job: Job,
     mut signals: Signals,
-    grace: Duration,
+    deadline: &Deadline,
     foreground: bool,
 ) -> u8 {
     let lost = guard.lost();
     tokio::pin!(lost);
-    loop {
+    let why = loop {
         tokio::select! {
+            // A command that exited is done, whatever else is ready at the same moment.
+            biased;
             status = job.wait() => {
                 let status = status.unwrap_or_else(|e| {
                     eprintln!("dlock: cannot wait for the command: {e}");
@@ -161,24 +241,30 @@ async fn supervise(
                 release(guard).await;
                 return status;
             }
+            reason = &mut lost => break format!("lost the lock `{}`: {reason}", guard.key()),
+            () = tokio::time::sleep_until(deadline.next(&guard).into()) => {
+                // A renewal may have moved the lease on since the timer was set.
+                if let Some(why) = deadline.reached(&guard) {
+                    break format!("stopping the command under `{}`: {why}", guard.key());
+                }
+            }
             signal = signals.next() => {
                 // In dlock's process group, the command gets the terminal's Ctrl-C itself.
                 if !(foreground && signal == Signal::INT) {
                     job.signal(signal);
                 }
             }
-            reason = &mut lost => {
-                eprintln!(
-                    "dlock: lost the lock `{}`: {reason}; stopping the command (SIGTERM, then \
-                     SIGKILL after {})",
-                    guard.key(),
-                    humantime::format_duration(grace)
-                );
-                job.stop(grace).await;
-                return exit::LOST;
-            }
         }
+    };
+    eprintln!(
+        "dlock: {why}; sending the command SIGTERM, then SIGKILL after {}",
+        humantime::format_duration(deadline.grace)
+    );
+    job.stop(deadline.grace).await;
+    if guard.is_held() {
+        release(guard).await;
     }
+    exit::LOST
 }
 
 /// Releases after the command ended; a failure is reported, not fatal (the command's status

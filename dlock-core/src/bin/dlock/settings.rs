@@ -6,13 +6,15 @@ use dlock_core::{BackendSpec, DlockConfig, Error, Locker, Result};
 use crate::args::Connection;
 
 /// The configuration: defaults, then the `--config` file, then `DLOCK_*` variables, then the
-/// flags (`adjust` applies the subcommand's own).
+/// flags. `adjust` applies the subcommand's own flags, and `replaced` names the variables
+/// they replace: a variable a flag wins over is not read, so its bad value stops nothing.
 ///
 /// # Errors
 ///
 /// [`Error::Config`] naming the file, variable or field that is wrong.
 pub(crate) fn config(
     connection: &Connection,
+    replaced: &[&str],
     adjust: impl FnOnce(&mut DlockConfig),
 ) -> Result<DlockConfig> {
     let from_file = match &connection.config {
@@ -28,7 +30,19 @@ pub(crate) fn config(
         }
         None => DlockConfig::default(),
     };
-    let mut config = from_file.with_env()?;
+    let replaced_here = [
+        connection.url.as_ref().map(|_| "DLOCK_URL"),
+        connection.key_prefix.as_ref().map(|_| "DLOCK_KEY_PREFIX"),
+    ];
+    let replaced_by_flag =
+        |name: &str| replaced.contains(&name) || replaced_here.contains(&Some(name));
+    let mut config = from_file.with_vars(|name| {
+        if replaced_by_flag(name) {
+            None
+        } else {
+            std::env::var(name).ok()
+        }
+    })?;
     if let Some(url) = &connection.url {
         config.backend = BackendSpec::Url(url.clone());
     }
