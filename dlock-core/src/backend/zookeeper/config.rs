@@ -211,7 +211,11 @@ impl ZkUrl {
             chroot: None,
             ..self.clone()
         };
-        let client = root.session(timeout, timeout).await?;
+        // zookeeper-client gives one connect attempt the whole connection timeout only when
+        // that is at most 3/5 of the session timeout (else a 20th of the session, times 8:
+        // 0.8 s of a 2 s operation timeout, which the first TLS handshake of a cold server
+        // missed). This session only checks the root, so it asks for 5/3 of the timeout.
+        let client = root.session(timeout * 5 / 3, timeout).await?;
         let check = async {
             match &self.chroot {
                 Some(chroot) => {
