@@ -261,6 +261,9 @@ pub struct Expectations {
     pub operation_timeout: Duration,
     /// Key prefix for this run's Lockers.
     pub prefix: String,
+    /// Racing acquires may all lose one attempt: a quorum backend (RedLock) whose masters
+    /// each granted a different racer gives nobody a majority. At most one still wins.
+    pub split_votes: bool,
 }
 
 impl Expectations {
@@ -280,7 +283,15 @@ impl Expectations {
             frees_on_disconnect: false,
             operation_timeout: Duration::from_secs(2),
             prefix: format!("conformance:{:08x}:", rand::random::<u32>()),
+            split_votes: false,
         }
+    }
+
+    /// Sets [`Expectations::split_votes`].
+    #[must_use]
+    pub const fn split_votes(mut self, possible: bool) -> Self {
+        self.split_votes = possible;
+        self
     }
 
     /// Sets [`Expectations::ttl`].
