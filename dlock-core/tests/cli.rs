@@ -19,7 +19,7 @@
 mod processes;
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -467,6 +467,61 @@ while :; do sleep 0.1; done"#;
     assert!(said.contains("did not exit within 1s of SIGTERM"), "{said}");
 }
 
+/// A command that takes a while to finish after SIGTERM, and a command queued behind it on
+/// the same key: the first notes when it ended, the next when it began.
+struct Handover {
+    ready: PathBuf,
+    ended: PathBuf,
+    started: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Handover {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        Self {
+            ready: dir.path().join("ready"),
+            ended: dir.path().join("ended"),
+            started: dir.path().join("started"),
+            _dir: dir,
+        }
+    }
+
+    /// `dlock run flags… job` on `url`, whose command spends `cleanup` seconds in its
+    /// SIGTERM handler before it notes the time and exits; returned once it runs.
+    async fn first(&self, url: &str, flags: &[&str], cleanup: &str) -> Child {
+        let script = format!(
+            r#"trap 'sleep {cleanup}; date +%s%N > "$1"; exit 0' TERM
+touch "$0"; while :; do sleep 0.05; done"#
+        );
+        let first = dlock(url)
+            .arg("run")
+            .args(flags)
+            .args(["job", "--", "sh", "-c", &script])
+            .args([&self.ready, &self.ended])
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("dlock runs");
+        until("the first command starts", LIMIT, || self.ready.exists()).await;
+        first
+    }
+
+    /// `dlock run --wait 30s job` on `url`, whose command notes when it began.
+    fn next(&self, url: &str) -> Child {
+        dlock(url)
+            .args(["run", "--wait", "30s", "job", "--", "sh", "-c"])
+            .arg(r#"date +%s%N > "$0""#)
+            .arg(&self.started)
+            .spawn()
+            .expect("dlock runs")
+    }
+
+    /// Whether the next command began after the first had ended.
+    fn in_turn(&self) -> bool {
+        time_in(&self.started) > time_in(&self.ended)
+    }
+}
+
 /// `--max-hold 1s`: the command is stopped after a second, and the lock is released only
 /// once it is gone — its SIGTERM handler takes 0.3 s to finish, and the command queued
 /// behind it starts after that, not at the cap.
@@ -474,39 +529,13 @@ while :; do sleep 0.1; done"#;
 async fn max_hold_stops_the_command_before_the_lock_is_given_up() {
     let server = RedisServer::start().await.expect("redis-server");
     let url = server.url();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let (ready, ended, started) = (
-        dir.path().join("ready"),
-        dir.path().join("ended"),
-        dir.path().join("started"),
-    );
-    let script = r#"trap 'sleep 0.3; date +%s%N > "$1"; exit 0' TERM
-touch "$0"; while :; do sleep 0.05; done"#;
-    let mut capped = dlock(&url)
-        .args(["run", "--max-hold", "1s", "job", "--", "sh", "-c", script])
-        .args([&ready, &ended])
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("dlock runs");
-    until("the capped command starts", LIMIT, || ready.exists()).await;
-    let mut next = dlock(&url)
-        .args([
-            "run",
-            "--wait",
-            "30s",
-            "job",
-            "--",
-            "sh",
-            "-c",
-            r#"date +%s%N > "$0""#,
-        ])
-        .arg(&started)
-        .spawn()
-        .expect("dlock runs");
+    let handover = Handover::new();
+    let mut capped = handover.first(&url, &["--max-hold", "1s"], "0.3").await;
+    let mut next = handover.next(&url);
     assert_eq!(exit_code(&mut capped).await, 75);
     assert_eq!(exit_code(&mut next).await, 0);
     assert!(
-        time_in(&started) > time_in(&ended),
+        handover.in_turn(),
         "the next command started before the capped one had finished"
     );
     let said = stderr_of(&mut capped).await;
@@ -524,53 +553,18 @@ async fn a_command_whose_lease_cannot_be_renewed_is_gone_before_it_expires() {
     let proxy = TcpProxy::start(server.addr().parse().expect("address"))
         .await
         .expect("proxy");
-    let dir = tempfile::tempdir().expect("tempdir");
-    let (ready, ended, started) = (
-        dir.path().join("ready"),
-        dir.path().join("ended"),
-        dir.path().join("started"),
-    );
-    let script = r#"trap 'sleep 0.5; date +%s%N > "$1"; exit 0' TERM
-touch "$0"; while :; do sleep 0.05; done"#;
-    let mut cut_off = dlock(&format!("redis://{}", proxy.address()))
-        .args([
-            "run",
-            "--ttl",
-            "3s",
-            "--kill-after",
-            "1s",
-            "job",
-            "--",
-            "sh",
-            "-c",
-            script,
-        ])
-        .args([&ready, &ended])
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("dlock runs");
-    until("the first command starts", LIMIT, || ready.exists()).await;
-    let mut next = dlock(&server.url())
-        .args([
-            "run",
-            "--wait",
-            "30s",
-            "job",
-            "--",
-            "sh",
-            "-c",
-            r#"date +%s%N > "$0""#,
-        ])
-        .arg(&started)
-        .spawn()
-        .expect("dlock runs");
+    let handover = Handover::new();
+    let proxied = format!("redis://{}", proxy.address());
+    let flags = ["--ttl", "3s", "--kill-after", "1s"];
+    let mut cut_off = handover.first(&proxied, &flags, "0.5").await;
+    let mut next = handover.next(&server.url());
     proxy.set(ProxyMode::Cut);
     assert_eq!(exit_code(&mut cut_off).await, 75);
     let said = stderr_of(&mut cut_off).await;
     assert!(said.contains("could not be renewed"), "{said}");
     assert_eq!(exit_code(&mut next).await, 0);
     assert!(
-        time_in(&started) > time_in(&ended),
+        handover.in_turn(),
         "the next command started before the cut-off one had finished"
     );
 }

@@ -54,14 +54,29 @@ fn query(certs: &TestCerts, ca: &std::path::Path) -> String {
     )
 }
 
-/// A server's TLS URL, `join` (`?`, or `&` after a query it has) the next option.
-struct Server<'a> {
-    tls_url: &'a str,
+/// A server's TLS and plain-text URLs.
+struct Server {
+    tls_url: String,
+    /// What joins the next option to the TLS URL: `?`, or `&` after a query it has.
     join: char,
-    plain_url: &'a str,
+    plain_url: String,
 }
 
-impl Server<'_> {
+impl Server {
+    fn new(tls_url: String, plain_url: String) -> Self {
+        let join = if tls_url.contains('?') { '&' } else { '?' };
+        Self {
+            tls_url,
+            join,
+            plain_url,
+        }
+    }
+
+    /// The TLS URL with the CA and no client certificate.
+    fn ca_only(&self, certs: &TestCerts) -> String {
+        self.with(&format!("tls_ca_file={}", certs.ca_file().display()))
+    }
+
     fn with(&self, options: &str) -> String {
         format!("{}{}{options}", self.tls_url, self.join)
     }
@@ -103,17 +118,12 @@ impl Server<'_> {
 async fn redis_tls_problems_are_clear_errors_within_the_operation_timeout() {
     let certs = TestCerts::generate().unwrap();
     let server = RedisServer::start_tls(&certs).await.unwrap();
-    let (tls_url, plain_url) = (server.tls_url(), server.url());
-    let server = Server {
-        tls_url: &tls_url,
-        join: '?',
-        plain_url: &plain_url,
-    };
+    let server = Server::new(server.tls_url(), server.url());
     server
         .assert_common_problems(&certs, "use `rediss://`")
         .await;
 
-    let no_client_cert = server.with(&format!("tls_ca_file={}", certs.ca_file().display()));
+    let no_client_cert = server.ca_only(&certs);
     assert_fails(&no_client_cert, &["CertificateRequired"]).await;
 }
 
@@ -121,18 +131,13 @@ async fn redis_tls_problems_are_clear_errors_within_the_operation_timeout() {
 async fn etcd_tls_problems_are_clear_errors_within_the_operation_timeout() {
     let certs = TestCerts::generate().unwrap();
     let server = EtcdServer::start_tls(&certs).await.unwrap();
-    let (tls_url, plain_url) = (server.tls_url(), server.url());
-    let server = Server {
-        tls_url: &tls_url,
-        join: '?',
-        plain_url: &plain_url,
-    };
+    let server = Server::new(server.tls_url(), server.url());
     server
         .assert_common_problems(&certs, "use `etcds://`")
         .await;
 
     // etcd's server hangs up after the handshake (TLS 1.3): dlock says what that may mean.
-    let no_client_cert = server.with(&format!("tls_ca_file={}", certs.ca_file().display()));
+    let no_client_cert = server.ca_only(&certs);
     assert_fails(&no_client_cert, &["set tls.cert_file and tls.key_file"]).await;
 }
 
@@ -140,12 +145,7 @@ async fn etcd_tls_problems_are_clear_errors_within_the_operation_timeout() {
 async fn postgres_tls_problems_are_clear_errors_within_the_operation_timeout() {
     let certs = TestCerts::generate().unwrap();
     let server = PostgresServer::start_tls(&certs).await.unwrap();
-    let (tls_url, plain_url) = (server.tls_url(), server.url());
-    let pg = Server {
-        tls_url: &tls_url,
-        join: '&',
-        plain_url: &plain_url,
-    };
+    let pg = Server::new(server.tls_url(), server.url());
     pg.assert_common_problems(&certs, "add `sslmode=verify-full`")
         .await;
 
@@ -156,7 +156,7 @@ async fn postgres_tls_problems_are_clear_errors_within_the_operation_timeout() {
     assert_fails(&require, &["UnknownIssuer"]).await;
     let any_name = format!(
         "{}&{}",
-        tls_url.replace("127.0.0.1", "localhost"),
+        pg.tls_url.replace("127.0.0.1", "localhost"),
         certs.url_query()
     )
     .replace("verify-full", "verify-ca");
@@ -191,15 +191,10 @@ async fn postgres_tls_problems_are_clear_errors_within_the_operation_timeout() {
 async fn zookeeper_tls_problems_are_clear_errors_within_the_operation_timeout() {
     let certs = TestCerts::generate().unwrap();
     let server = ZkServer::start_tls(&certs).await.unwrap();
-    let (tls_url, plain_url) = (server.tls_url(), server.url());
-    let server = Server {
-        tls_url: &tls_url,
-        join: '?',
-        plain_url: &plain_url,
-    };
+    let server = Server::new(server.tls_url(), server.url());
     server.assert_common_problems(&certs, "use `zks://`").await;
 
-    let no_client_cert = server.with(&format!("tls_ca_file={}", certs.ca_file().display()));
+    let no_client_cert = server.ca_only(&certs);
     assert_fails(
         &no_client_cert,
         &["BadCertificate; if the server requires a client certificate"],
