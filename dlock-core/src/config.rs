@@ -370,7 +370,10 @@ fn parse_bool(field: &str, value: &str) -> Result<bool> {
 
 /// Turns a TOML error into [`Error::Config`], recovering the field and value from its span.
 fn toml_error(text: &str, error: &toml::de::Error) -> Error {
-    let message = error.message().trim().to_owned();
+    let mut message = error.message().trim().to_owned();
+    if message.is_empty() {
+        message = "not valid TOML".to_owned(); // the parser gives no words for a stray `\r`
+    }
     let Some(span) = error.span() else {
         return Error::config("<document>", "", message);
     };
@@ -385,11 +388,12 @@ fn toml_error(text: &str, error: &toml::de::Error) -> Error {
         ..text[line_start..]
             .find('\n')
             .map_or(text.len(), |i| line_start + i)];
-    let field = line
-        .split_once('=')
-        .map_or(value.as_str(), |(key, _)| key)
-        .trim()
-        .to_owned();
+    let field = line.split_once('=').map(|(field, _)| field.trim());
+    let Some(field) = field.filter(|field| !field.is_empty()) else {
+        // Nothing on the line names a field (a stray word or character): name the line.
+        let number = text[..line_start].matches('\n').count() + 1;
+        return Error::config(format!("<document> line {number}"), line.trim(), message);
+    };
     Error::config(field, value, message)
 }
 
@@ -485,6 +489,19 @@ mod tests {
                     assert_eq!((f.as_str(), v.as_str()), (field, value));
                 }
                 other => panic!("{pairs:?}: expected a config error, got {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn toml_junk_is_named_by_its_line() {
+        for text in ["0", "\u{b}", "\r", "=", "ttl = \"1s\"\n?"] {
+            match DlockConfig::from_toml_str(text) {
+                Err(Error::Config { field, reason, .. }) => {
+                    assert!(field.starts_with("<document>"), "{text:?}: {field}");
+                    assert!(!reason.is_empty(), "{text:?}");
+                }
+                other => panic!("{text:?}: {other:?}"),
             }
         }
     }

@@ -37,16 +37,19 @@ pub fn validate_key(key: &str) -> Result<()> {
     })
 }
 
+/// `key` as an error shows it: escaped (control and invisible characters spelled out), and
+/// cut to 64 bytes of that with the key's length added, so a log line stays short.
 fn shorten(key: &str) -> String {
     const SHOWN: usize = 64;
-    if key.len() <= SHOWN {
-        return key.escape_debug().to_string();
+    let escaped = key.escape_debug().to_string();
+    if escaped.len() <= SHOWN {
+        return escaped;
     }
     let mut end = SHOWN;
-    while !key.is_char_boundary(end) {
+    while !escaped.is_char_boundary(end) {
         end -= 1;
     }
-    format!("{}… ({} bytes)", key[..end].escape_debug(), key.len())
+    format!("{}… ({} bytes)", &escaped[..end], key.len())
 }
 
 /// Checks a Locker's key prefix: at most 128 bytes, no control characters (it may be empty).

@@ -3,11 +3,14 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 
 use super::Result;
 
@@ -22,6 +25,10 @@ pub enum ProxyMode {
     /// Forwards the client's bytes to the server and drops the server's answers, as if every
     /// reply were lost on the way back.
     DropReplies,
+    /// Forwards the client's bytes at once and the server's answers late: each reply reaches
+    /// the client this long after the server sent it, in order (a slow or congested path, or
+    /// a client whose replies sit in its socket buffer while it stalls).
+    DelayReplies(Duration),
     /// Forwards on the connections already open; a new connection is accepted but carries
     /// nothing until the proxy is switched to another mode, as if its path were slow.
     HoldNew,
@@ -122,29 +129,94 @@ async fn forward(client: TcpStream, server: SocketAddr, mut mode: watch::Receive
     let Ok(upstream) = TcpStream::connect(server).await else {
         return;
     };
-    let (mut client_in, mut client_out) = client.into_split();
+    let (mut client_in, client_out) = client.into_split();
     let (mut server_in, mut server_out) = upstream.into_split();
+    let (replies, queued) = mpsc::unbounded_channel();
+    let delivering = tokio::spawn(deliver(queued, client_out));
     let (mut asked, mut answered) = (vec![0_u8; 16 * 1024], vec![0_u8; 16 * 1024]);
     loop {
         tokio::select! {
             read = client_in.read(&mut asked) => match read {
-                Ok(0) | Err(_) => return,
-                Ok(n) => if server_out.write_all(&asked[..n]).await.is_err() { return },
+                Ok(0) | Err(_) => break,
+                Ok(n) => if server_out.write_all(&asked[..n]).await.is_err() { break },
             },
             read = server_in.read(&mut answered) => match read {
-                Ok(0) | Err(_) => return,
+                Ok(0) | Err(_) => break,
                 Ok(n) => {
-                    let drop_it = mode.borrow().mode == ProxyMode::DropReplies;
-                    if !drop_it && client_out.write_all(&answered[..n]).await.is_err() {
-                        return;
+                    let due = match mode.borrow().mode {
+                        ProxyMode::DropReplies => continue,
+                        ProxyMode::DelayReplies(delay) => Instant::now() + delay,
+                        _ => Instant::now(),
+                    };
+                    if replies.send((due, answered[..n].to_vec())).is_err() {
+                        break;
                     }
                 }
             },
             changed = mode.changed() => {
                 if changed.is_err() || mode.borrow().cuts != opened_after {
+                    delivering.abort(); // a cut: what is still queued is lost with it
                     return;
                 }
             }
         }
+    }
+    // The server or the client closed: what was already answered still arrives, then the
+    // client's side closes.
+    drop(replies);
+    let _ = delivering.await;
+}
+
+/// Writes the server's answers to the client, each no earlier than its due time, in order.
+async fn deliver(
+    mut queued: mpsc::UnboundedReceiver<(Instant, Vec<u8>)>,
+    mut client_out: OwnedWriteHalf,
+) {
+    while let Some((due, bytes)) = queued.recv().await {
+        tokio::time::sleep_until(due).await;
+        if client_out.write_all(&bytes).await.is_err() {
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A loopback server that echoes every byte back.
+    async fn echo_server() -> SocketAddr {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let (mut input, mut output) = stream.split();
+                    let _ = tokio::io::copy(&mut input, &mut output).await;
+                });
+            }
+        });
+        address
+    }
+
+    #[tokio::test]
+    async fn delayed_replies_arrive_late_then_pass_again() {
+        let proxy = TcpProxy::start(echo_server().await).await.unwrap();
+        let mut client = TcpStream::connect(proxy.address()).await.unwrap();
+        let delay = Duration::from_millis(300);
+        proxy.set(ProxyMode::DelayReplies(delay));
+        let sent = Instant::now();
+        client.write_all(b"late").await.unwrap();
+        let mut echoed = [0_u8; 4];
+        client.read_exact(&mut echoed).await.unwrap();
+        assert!(
+            sent.elapsed() >= delay,
+            "a delayed reply never arrives early"
+        );
+        assert_eq!(&echoed, b"late");
+        proxy.set(ProxyMode::Pass);
+        client.write_all(b"now!").await.unwrap();
+        client.read_exact(&mut echoed).await.unwrap();
+        assert_eq!(&echoed, b"now!", "the same connection carries on");
     }
 }
