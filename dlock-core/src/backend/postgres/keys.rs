@@ -146,4 +146,39 @@ mod tests {
         assert!(quoted_table(".t").is_err());
         assert!(quoted_table(&"x".repeat(64)).is_err());
     }
+
+    /// Every advisory key lock `key` may take or wait on.
+    fn all_keys(key: &str) -> Vec<i64> {
+        let mut keys = vec![advisory_key(key), queue_key(key)];
+        for limit in 1..4 {
+            keys.extend(slot_keys(key, limit));
+            keys.push(limit_key(key, limit));
+        }
+        keys
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig {
+            cases: 1024,
+            failure_persistence: None,
+            ..proptest::prelude::ProptestConfig::default()
+        })]
+
+        /// No advisory key of one lock (its own, or its semaphore's queue, slots and limits) is
+        /// an advisory key of another: derived keys hash text with a `\n`, which no user key
+        /// holds, so a key spelled like a derived one (`k\n#queue` is refused) cannot reach it.
+        #[test]
+        fn a_key_never_takes_another_locks_advisory_keys(
+            a in "([a-z:]|#queue|#slot|#limit|[0-9]){1,6}",
+            b in "([a-z:]|#queue|#slot|#limit|[0-9]){1,6}",
+        ) {
+            proptest::prop_assume!(a != b);
+            let spelled_like_a_queue = format!("{}\n#queue", a);
+            proptest::prop_assert!(crate::key::validate_key(&spelled_like_a_queue).is_err());
+            let theirs = all_keys(&b);
+            for key in all_keys(&a) {
+                proptest::prop_assert!(!theirs.contains(&key), "{} meets {:?}", key, b);
+            }
+        }
+    }
 }

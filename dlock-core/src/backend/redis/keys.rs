@@ -223,4 +223,57 @@ mod tests {
             RedisName::lock("a}").to_string()
         );
     }
+
+    /// Every name of a lock, for the properties below.
+    fn all_names(key: &str) -> Vec<String> {
+        [
+            RedisName::lock(key),
+            RedisName::fence(key),
+            RedisName::handover(key),
+            RedisName::limit(key),
+            RedisName::writers(key),
+            RedisName::writers_expiry(key),
+            RedisName::waited_for(key),
+            RedisName::channel(key),
+        ]
+        .iter()
+        .map(ToString::to_string)
+        .collect()
+    }
+
+    /// The hash tag Redis Cluster hashes: what lies between the first `{` and the first `}`
+    /// after it.
+    fn hash_tag(name: &str) -> Option<&str> {
+        let open = name.find('{')?;
+        let close = name[open + 1..].find('}')? + open + 1;
+        Some(&name[open + 1..close])
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig {
+            cases: 2048,
+            failure_persistence: None,
+            ..proptest::prelude::ProptestConfig::default()
+        })]
+
+        /// However a key uses braces, `%` and the suffixes' own text, every name of its lock
+        /// hashes on the whole (escaped) key, and no name of one lock is a name of another.
+        #[test]
+        fn a_key_never_reaches_another_locks_names_or_slot(
+            a in "([{}%:|a]|:fence|:released|%7B|%7D|%25){0,8}",
+            b in "([{}%:|a]|:fence|:released|%7B|%7D|%25){0,8}",
+        ) {
+            let (names_a, names_b) = (all_names(&a), all_names(&b));
+            let tag = hash_tag(&names_a[0]).unwrap().to_owned();
+            for name in &names_a {
+                proptest::prop_assert_eq!(hash_tag(name), Some(tag.as_str()), "{}", name);
+            }
+            if a != b {
+                for name in &names_a {
+                    proptest::prop_assert!(!names_b.contains(name), "{} is a name of {:?} and {:?}", name, a, b);
+                }
+                proptest::prop_assert_ne!(hash_tag(&names_b[0]), Some(tag.as_str()));
+            }
+        }
+    }
 }

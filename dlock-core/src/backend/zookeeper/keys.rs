@@ -57,7 +57,9 @@ impl NodeKind {
 ///
 /// [`Error::InvalidKey`] for a key ZooKeeper cannot store as a path: an empty segment (`a//b`,
 /// a trailing `/`), a `.` or `..` segment, a first segment `zookeeper` (the server's own
-/// tree), or a control, private-use or non-character code point.
+/// tree), a `locks` or `leases` segment below another (a semaphore's own nodes), a segment
+/// named like a lock node (it would pose as a contender of the lock above it), or a control,
+/// private-use or non-character code point.
 pub(super) fn lock_path(full_key: &str) -> Result<String> {
     let invalid = |reason| Error::InvalidKey {
         key: full_key.chars().take(64).collect(),
@@ -74,6 +76,18 @@ pub(super) fn lock_path(full_key: &str) -> Result<String> {
             "." | ".." => return Err(invalid("a ZooKeeper path has no `.` or `..` segment")),
             "zookeeper" if index == 0 => {
                 return Err(invalid("`/zookeeper` is the ZooKeeper server's own tree"));
+            }
+            SEMAPHORE_LOCKS | SEMAPHORE_LEASES if index > 0 => {
+                return Err(invalid(
+                    "`locks` and `leases` below another segment are the nodes of that \
+                     segment's semaphore (Curator's layout), not a lock of their own",
+                ));
+            }
+            _ if index > 0 && is_lock_node_name(segment) => {
+                return Err(invalid(
+                    "a segment named like a lock node (`…-lock-0000000001`, `…__READ__1`) \
+                     would pose as a contender of the lock above it",
+                ));
             }
             _ => {}
         }
@@ -101,6 +115,12 @@ pub(super) fn is_node_of(child: &str, uuid: &str) -> bool {
         .strip_prefix(PROTECTED_PREFIX)
         .and_then(|rest| rest.strip_prefix(uuid))
         .is_some_and(|rest| rest.starts_with('-'))
+}
+
+/// Whether `name` reads as a node of a mutex or read-write lock (what a lock path's children
+/// are parsed as). A lease node can only be a child of `leases`, which no key can name.
+fn is_lock_node_name(name: &str) -> bool {
+    contender(name).is_some()
 }
 
 /// A lock node under a lock path, as Curator orders it.
@@ -263,6 +283,11 @@ mod tests {
             "zookeeper/x",
             "a\u{1}b",
             "a\u{fffe}",
+            "sem/locks",
+            "sem/leases/x",
+            "job/_c_0b0e5e4e-8c56-4a5b-9a57-8f0c0a2f1e01-lock-0000000001",
+            "job/x-lock-0000000001",
+            "job/x__WRIT__7",
         ] {
             let error = lock_path(bad).unwrap_err();
             assert!(matches!(error, Error::InvalidKey { .. }), "{bad}: {error}");
@@ -345,5 +370,51 @@ mod tests {
         assert_eq!(leases_in_order(&children)[0], children[1]);
         assert_eq!(limit_of(&permit_data(3)), Some(3));
         assert_eq!(limit_of(b"127.0.0.1"), None);
+    }
+
+    /// Keys as users write them, with path characters and lock-node-like segments likely.
+    fn nested_keys() -> impl proptest::strategy::Strategy<Value = (String, String)> {
+        use proptest::prelude::*;
+        let segment = prop_oneof![
+            "[a-z:.{}%-]{0,6}",
+            "[a-z_]{0,4}(-lock-|__READ__|__WRIT__|-lease-)-?[0-9]{0,10}",
+            Just(SEMAPHORE_LOCKS.to_owned()),
+            Just(SEMAPHORE_LEASES.to_owned()),
+            Just("zookeeper".to_owned()),
+            Just("..".to_owned()),
+            any::<String>(),
+        ];
+        let key = prop::collection::vec(segment.clone(), 1..4).prop_map(|s| s.join("/"));
+        (key, segment)
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig {
+            cases: 2048,
+            failure_persistence: None,
+            ..proptest::prelude::ProptestConfig::default()
+        })]
+
+        /// A key's path stays below the chroot (no empty, `.` or `..` segment, not the
+        /// server's `/zookeeper`), and a key one segment below another's can neither pose as
+        /// that lock's contender nor be its semaphore's own `locks` or `leases`.
+        #[test]
+        fn a_key_never_leaves_its_path_nor_poses_as_another_locks_node(
+            (parent, child) in nested_keys()
+        ) {
+            if let Ok(path) = lock_path(&parent) {
+                let segments: Vec<&str> = path[1..].split('/').collect();
+                proptest::prop_assert!(path.starts_with('/'));
+                proptest::prop_assert!(segments.iter().all(|s| !matches!(*s, "" | "." | "..")));
+                proptest::prop_assert!(segments[0] != "zookeeper");
+                let nested = format!("{parent}/{child}");
+                if let Ok(nested_path) = lock_path(&nested) {
+                    let name = &nested_path[path.len() + 1..];
+                    proptest::prop_assert_eq!(&nested_path[..path.len()], path.as_str());
+                    proptest::prop_assert!(contender(name).is_none(), "{} poses as a contender", nested);
+                    proptest::prop_assert!(name != SEMAPHORE_LOCKS && name != SEMAPHORE_LEASES);
+                }
+            }
+        }
     }
 }
