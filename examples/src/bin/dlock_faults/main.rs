@@ -137,14 +137,15 @@ async fn run(args: &Args, command_line: &[String]) -> Result<bool, String> {
         .map(String::as_str)
         .filter(|a| !a.is_empty())
         .collect();
+    let mut replay = without_seed(&replay);
+    let seed = args.seed.to_string();
+    replay.extend(["--seed", &seed]);
     println!(
-        "dlock-faults: seed {}, {} workers, ttl {:?}, {seconds} s per run; replay with \
-         `dlock-faults {} --seed {}`\n",
-        args.seed,
+        "dlock-faults: seed {seed}, {} workers, ttl {:?}, {seconds} s per run; replay with \
+         `dlock-faults {}`\n",
         args.workers,
         TTL,
-        without_seed(&replay).join(" "),
-        args.seed
+        replay.join(" "),
     );
     let mut rows = Vec::new();
     let mut skipped = Vec::new();
