@@ -94,6 +94,8 @@ mod watchdog;
 // The contract's values (`pub mod backend` below holds the contract, a URL-scheme -> backend
 // dispatch and one module per backend).
 mod lease;
+#[cfg(test)]
+mod properties;
 
 #[doc(hidden)]
 pub mod __private;

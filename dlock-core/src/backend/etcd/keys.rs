@@ -172,11 +172,7 @@ mod tests {
     }
 
     proptest::proptest! {
-        #![proptest_config(proptest::prelude::ProptestConfig {
-            cases: 2048,
-            failure_persistence: None,
-            ..proptest::prelude::ProptestConfig::default()
-        })]
+        #![proptest_config(crate::properties::config(2048))]
 
         /// The keys one lock puts in etcd are its own: a key of lock `b` (any mode, lease and
         /// suffix) counts as a holder or waiter of lock `a` only when `a == b`, even where

@@ -158,11 +158,7 @@ mod tests {
     }
 
     proptest::proptest! {
-        #![proptest_config(proptest::prelude::ProptestConfig {
-            cases: 1024,
-            failure_persistence: None,
-            ..proptest::prelude::ProptestConfig::default()
-        })]
+        #![proptest_config(crate::properties::config(1024))]
 
         /// No advisory key of one lock (its own, or its semaphore's queue, slots and limits) is
         /// an advisory key of another: derived keys hash text with a `\n`, which no user key

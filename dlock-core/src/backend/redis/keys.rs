@@ -250,11 +250,7 @@ mod tests {
     }
 
     proptest::proptest! {
-        #![proptest_config(proptest::prelude::ProptestConfig {
-            cases: 2048,
-            failure_persistence: None,
-            ..proptest::prelude::ProptestConfig::default()
-        })]
+        #![proptest_config(crate::properties::config(2048))]
 
         /// However a key uses braces, `%` and the suffixes' own text, every name of its lock
         /// hashes on the whole (escaped) key, and no name of one lock is a name of another.

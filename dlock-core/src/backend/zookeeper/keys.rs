@@ -389,11 +389,7 @@ mod tests {
     }
 
     proptest::proptest! {
-        #![proptest_config(proptest::prelude::ProptestConfig {
-            cases: 2048,
-            failure_persistence: None,
-            ..proptest::prelude::ProptestConfig::default()
-        })]
+        #![proptest_config(crate::properties::config(2048))]
 
         /// A key's path stays below the chroot (no empty, `.` or `..` segment, not the
         /// server's `/zookeeper`), and a key one segment below another's can neither pose as
