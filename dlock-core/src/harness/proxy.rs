@@ -132,7 +132,7 @@ async fn forward(client: TcpStream, server: SocketAddr, mut mode: watch::Receive
     let (mut client_in, client_out) = client.into_split();
     let (mut server_in, mut server_out) = upstream.into_split();
     let (replies, queued) = mpsc::unbounded_channel();
-    let delivering = tokio::spawn(deliver(queued, client_out));
+    let mut delivering = tokio::spawn(deliver(queued, client_out));
     let (mut asked, mut answered) = (vec![0_u8; 16 * 1024], vec![0_u8; 16 * 1024]);
     loop {
         tokio::select! {
@@ -161,10 +161,13 @@ async fn forward(client: TcpStream, server: SocketAddr, mut mode: watch::Receive
             }
         }
     }
-    // The server or the client closed: what was already answered still arrives, then the
-    // client's side closes.
-    drop(replies);
-    let _ = delivering.await;
+    // The server or the client closed: the server sees it now; what was already answered
+    // still reaches the client, then its side closes — unless the proxy is cut meanwhile.
+    drop((replies, server_in, server_out));
+    tokio::select! {
+        _ = &mut delivering => {}
+        _ = mode.wait_for(|state| state.cuts != opened_after) => delivering.abort(),
+    }
 }
 
 /// Writes the server's answers to the client, each no earlier than its due time, in order.

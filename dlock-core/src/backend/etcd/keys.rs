@@ -176,21 +176,23 @@ mod tests {
 
         /// The keys one lock puts in etcd are its own: a key of lock `b` (any mode, lease and
         /// suffix) counts as a holder or waiter of lock `a` only when `a == b`, even where
-        /// `b`'s range lies inside `a`'s (`a/sub`, `a/r…`, `a/0`); and all of them are inside
-        /// the namespace.
+        /// `b`'s range lies inside `a`'s (`a/sub`, `a/r…`, `a/0`).
         #[test]
         fn a_key_never_counts_in_another_locks_range(
             namespace in "(app/)?",
             a in "[a-z/0-9rp.-]{1,6}",
-            b in "[a-z/0-9rp.-]{1,6}",
+            // Often `a` itself with more below it: the case a range check alone gets wrong.
+            nested in proptest::prelude::any::<bool>(),
+            tail in "[a-z/0-9rp.-]{0,6}",
             lease in proptest::prelude::any::<i64>(),
             n in 0_u32..3,
             limit in 1_u32..5,
         ) {
+            let b = if nested { format!("{a}/{tail}") } else { tail };
+            proptest::prop_assume!(!b.is_empty());
             let (name_a, name_b) = (LockName::new(&namespace, &a), LockName::new(&namespace, &b));
             for mode in [LockMode::Exclusive, LockMode::Shared, LockMode::Permit { limit }] {
                 let key = name_b.key(lease, n, mode);
-                proptest::prop_assert!(key.starts_with(&namespace));
                 proptest::prop_assert!(name_b.is_direct_child(key.as_bytes()));
                 proptest::prop_assert_eq!(name_a.is_direct_child(key.as_bytes()), a == b, "{}", key);
             }

@@ -57,7 +57,8 @@ impl NodeKind {
 ///
 /// [`Error::InvalidKey`] for a key ZooKeeper cannot store as a path: an empty segment (`a//b`,
 /// a trailing `/`), a `.` or `..` segment, a first segment `zookeeper` (the server's own
-/// tree), a `locks` or `leases` segment below another (a semaphore's own nodes), a segment
+/// tree), a `leases` segment, or a last `locks` segment, below another (a semaphore's own
+/// nodes), a segment
 /// named like a lock node (it would pose as a contender of the lock above it), or a control,
 /// private-use or non-character code point.
 pub(super) fn lock_path(full_key: &str) -> Result<String> {
@@ -66,6 +67,7 @@ pub(super) fn lock_path(full_key: &str) -> Result<String> {
         reason,
     };
     let relative = full_key.strip_prefix('/').unwrap_or(full_key);
+    let last = relative.split('/').count() - 1;
     for (index, segment) in relative.split('/').enumerate() {
         match segment {
             "" => {
@@ -77,10 +79,16 @@ pub(super) fn lock_path(full_key: &str) -> Result<String> {
             "zookeeper" if index == 0 => {
                 return Err(invalid("`/zookeeper` is the ZooKeeper server's own tree"));
             }
-            SEMAPHORE_LOCKS | SEMAPHORE_LEASES if index > 0 => {
+            SEMAPHORE_LEASES if index > 0 => {
                 return Err(invalid(
-                    "`locks` and `leases` below another segment are the nodes of that \
-                     segment's semaphore (Curator's layout), not a lock of their own",
+                    "`leases` below another segment holds that segment's semaphore permits \
+                     (Curator's layout): a lock there would count as one",
+                ));
+            }
+            SEMAPHORE_LOCKS if index > 0 && index == last => {
+                return Err(invalid(
+                    "`locks` at the end of a key below another segment is that segment's \
+                     semaphore's own mutex (Curator's layout)",
                 ));
             }
             _ if index > 0 && is_lock_node_name(segment) => {
@@ -147,8 +155,9 @@ fn contender(child: &str) -> Option<Contender<'_>> {
             let sequence = &child[at + kind.lock_name().len()..];
             // ZooKeeper 3.x prints the parent's cversion with `%010d`: past 2^31 it turns
             // negative (`-2147483648`). Curator sorts that text as it is, and so does dlock.
+            // A sequence has at least ZooKeeper's 10 digits: a shorter number is a user's name.
             let digits = sequence.strip_prefix('-').unwrap_or(sequence);
-            (!digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())).then_some(
+            (digits.len() >= 10 && digits.bytes().all(|b| b.is_ascii_digit())).then_some(
                 Contender {
                     name: child,
                     sequence,
@@ -274,6 +283,15 @@ mod tests {
         assert_eq!(lock_path("dlock:order:42").unwrap(), "/dlock:order:42");
         assert_eq!(lock_path("locks/order-42").unwrap(), "/locks/order-42");
         assert_eq!(lock_path("/locks/order-42").unwrap(), "/locks/order-42");
+        // Names that only look a little like lock nodes, and `locks` as a plain directory.
+        for fine in [
+            "jobs/block-1",
+            "db/deadlock-7",
+            "app/locks/order-42",
+            "x/release-1",
+        ] {
+            assert_eq!(lock_path(fine).unwrap(), format!("/{fine}"));
+        }
         for bad in [
             "a//b",
             "a/",
@@ -284,10 +302,12 @@ mod tests {
             "a\u{1}b",
             "a\u{fffe}",
             "sem/locks",
+            "sem/leases",
             "sem/leases/x",
             "job/_c_0b0e5e4e-8c56-4a5b-9a57-8f0c0a2f1e01-lock-0000000001",
             "job/x-lock-0000000001",
-            "job/x__WRIT__7",
+            "job/x-lock--2147483648",
+            "job/x__WRIT__0000000007",
         ] {
             let error = lock_path(bad).unwrap_err();
             assert!(matches!(error, Error::InvalidKey { .. }), "{bad}: {error}");
@@ -409,6 +429,8 @@ mod tests {
                     proptest::prop_assert_eq!(&nested_path[..path.len()], path.as_str());
                     proptest::prop_assert!(contender(name).is_none(), "{} poses as a contender", nested);
                     proptest::prop_assert!(name != SEMAPHORE_LOCKS && name != SEMAPHORE_LEASES);
+                    let mut below_first = nested_path[1..].split('/').skip(1);
+                    proptest::prop_assert!(below_first.all(|s| s != SEMAPHORE_LEASES));
                 }
             }
         }

@@ -27,44 +27,40 @@ pub(crate) struct CellPlan<'a> {
     pub(crate) seed: u64,
 }
 
-/// What one run found, and which faults it injected.
-pub(crate) struct CellOutcome {
-    pub(crate) findings: Findings,
-    pub(crate) injected: Vec<Fault>,
-}
-
-/// Runs `plan` to the end.
-pub(crate) async fn run(plan: &CellPlan<'_>) -> Result<CellOutcome, String> {
+/// Runs `plan` to the end; an error only if the run cannot start.
+pub(crate) async fn run(plan: &CellPlan<'_>) -> Result<Findings, String> {
     let resource = Resource::start()
         .await
         .map_err(|e| format!("resource: {e}"))?;
     let mut workers = Vec::with_capacity(plan.workers);
     for id in 0..plan.workers {
-        workers.push(Worker::start(plan, &resource, id).await?);
+        workers.push(Worker::start(plan, &resource, id, 0).await?);
     }
     let mut rng = StdRng::seed_from_u64(plan.seed);
     let started = Instant::now();
-    let mut injected = Vec::new();
     while started.elapsed() < plan.duration {
         tokio::time::sleep(Duration::from_secs_f64(rng.random_range(1.0..3.0))).await;
         let fault = plan.faults[rng.random_range(0..plan.faults.len())];
         let holder = wait_for_holder(&resource, &mut rng, plan.workers).await;
-        let start = Instant::now();
         let drawn = fault.draw(&mut rng);
+        let start = Instant::now();
         eprintln!(
             "  {:>5.1} s  {} (holder: worker {holder}) {drawn:?}",
             start.duration_since(started).as_secs_f64(),
             fault.name()
         );
-        inject(plan, drawn, &mut workers, holder, &resource, &mut rng).await?;
-        resource.record_fault(FaultWindow {
-            start,
-            healed: Instant::now(),
-        });
-        injected.push(fault);
+        match inject(plan, drawn, &mut workers, holder, &resource, &mut rng).await {
+            Ok(()) => resource.record_fault(FaultWindow {
+                fault,
+                start,
+                healed: Instant::now(),
+            }),
+            // Not counted as injected; the next fault comes as planned.
+            Err(error) => eprintln!("         not injected: {error}"),
+        }
     }
-    // Time to recover from the last fault, so that a stall after it shows.
-    tokio::time::sleep(TTL * 2).await;
+    // Long enough after the last fault for a stall to show.
+    tokio::time::sleep(LIVENESS_BOUND + TTL).await;
     let finished = Instant::now();
     for worker in &mut workers {
         worker.stop().await;
@@ -73,10 +69,7 @@ pub(crate) async fn run(plan: &CellPlan<'_>) -> Result<CellOutcome, String> {
     if !history.errors.is_empty() {
         eprintln!("  errors: {:?}", history.errors);
     }
-    Ok(CellOutcome {
-        findings: checks::check(&history, started, finished, LIVENESS_BOUND),
-        injected,
-    })
+    Ok(checks::check(&history, started, finished, LIVENESS_BOUND))
 }
 
 /// The worker in the critical section, waiting up to a second for one; else one at random.
@@ -91,6 +84,8 @@ async fn wait_for_holder(resource: &Resource, rng: &mut StdRng, workers: usize) 
     rng.random_range(0..workers)
 }
 
+/// Does one fault and heals it. Healing is attempted whatever happened in between, so a
+/// failed step never leaves a process frozen or a proxy cut.
 async fn inject(
     plan: &CellPlan<'_>,
     drawn: Plan,
@@ -99,34 +94,39 @@ async fn inject(
     resource: &Resource,
     rng: &mut StdRng,
 ) -> Result<(), String> {
-    let fault_server = async |rng: &mut StdRng| {
-        plan.shape
-            .fault_target(&plan.key, rng)
-            .await
-            .map_err(|e| format!("no server to fault: {e}"))
-    };
     match drawn {
         Plan::PauseHolder(length) => {
-            workers[holder].signal("STOP")?;
+            workers[holder].signal("STOP").await?;
             tokio::time::sleep(length).await;
-            workers[holder].signal("CONT")?;
-        }
-        Plan::PauseServer(length) => {
-            let node = fault_server(rng).await?;
-            node.pause().map_err(|e| e.to_string())?;
-            tokio::time::sleep(length).await;
-            node.resume().map_err(|e| e.to_string())?;
+            workers[holder].signal("CONT").await?;
         }
         Plan::KillHolder => {
             workers[holder].stop().await;
-            workers[holder] = Worker::start(plan, resource, holder).await?;
+            resource.forget_holder(holder);
+            let generation = workers[holder].generation + 1;
+            workers[holder] = Worker::start(plan, resource, holder, generation).await?;
         }
-        Plan::KillServer(length) => {
-            let node = fault_server(rng).await?;
-            node.kill().await.map_err(|e| e.to_string())?;
-            tokio::time::sleep(length).await;
-            node.restart().await.map_err(|e| e.to_string())?;
+        Plan::KillServer(down) => {
+            let node = plan
+                .shape
+                .fault_target(&plan.key, rng)
+                .await
+                .map_err(|e| e.to_string())?;
+            let killed = node.kill().await;
+            tokio::time::sleep(down).await;
+            let restarted = node.restart().await;
+            killed.and(restarted).map_err(|e| e.to_string())?;
             plan.shape.settle().await.map_err(|e| e.to_string())?;
+        }
+        Plan::PauseServer(length) => {
+            let node = plan
+                .shape
+                .fault_target(&plan.key, rng)
+                .await
+                .map_err(|e| e.to_string())?;
+            let paused = node.pause();
+            tokio::time::sleep(length).await;
+            paused.and(node.resume()).map_err(|e| e.to_string())?;
         }
         Plan::Proxy(mode, length) => {
             workers[holder].set_proxies(mode);
@@ -141,10 +141,19 @@ async fn inject(
 struct Worker {
     child: Child,
     proxies: Vec<TcpProxy>,
+    /// How many workers held this id before (each numbers its grants anew).
+    generation: u64,
 }
 
 impl Worker {
-    async fn start(plan: &CellPlan<'_>, resource: &Resource, id: usize) -> Result<Self, String> {
+    /// Starts worker `id` of `generation`, behind proxies of its own if the plan cuts or
+    /// delays connections.
+    async fn start(
+        plan: &CellPlan<'_>,
+        resource: &Resource,
+        id: usize,
+        generation: u64,
+    ) -> Result<Self, String> {
         let mut proxies = Vec::new();
         if plan.faults.iter().any(|fault| fault.needs_proxies()) {
             for address in plan.shape.addresses() {
@@ -157,7 +166,8 @@ impl Worker {
             url: plan.shape.url_via(&via),
             key: plan.key.clone(),
             resource: resource.address(),
-            seed: plan.seed.wrapping_add(id as u64 + 1),
+            seed: plan.seed.wrapping_add(generation << 16 | id as u64),
+            first_seq: generation << 32,
         };
         let exe = std::env::current_exe().map_err(|e| e.to_string())?;
         let child = Command::new(exe)
@@ -167,14 +177,20 @@ impl Worker {
             .kill_on_drop(true)
             .spawn()
             .map_err(|e| format!("start a worker: {e}"))?;
-        Ok(Self { child, proxies })
+        Ok(Self {
+            child,
+            proxies,
+            generation,
+        })
     }
 
-    fn signal(&self, signal: &str) -> Result<(), String> {
+    /// Sends `signal` (`STOP`, `CONT`) to the worker with kill(1).
+    async fn signal(&self, signal: &str) -> Result<(), String> {
         let pid = self.child.id().ok_or("the worker is gone")?;
-        let status = std::process::Command::new("kill")
+        let status = Command::new("kill")
             .args(["-s", signal, &pid.to_string()])
             .status()
+            .await
             .map_err(|e| e.to_string())?;
         status
             .success()
@@ -182,6 +198,7 @@ impl Worker {
             .ok_or_else(|| format!("kill -s {signal} {pid}: {status}"))
     }
 
+    /// Puts every proxy of this worker in `mode`.
     fn set_proxies(&self, mode: ProxyMode) {
         for proxy in &self.proxies {
             proxy.set(mode);

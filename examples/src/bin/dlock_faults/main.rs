@@ -46,6 +46,7 @@ struct Args {
     faults: Vec<Fault>,
 }
 
+/// The runner's arguments (everything after the program name).
 fn parse_args(args: &[String]) -> Result<Args, String> {
     let mut parsed = Args {
         short: false,
@@ -57,9 +58,13 @@ fn parse_args(args: &[String]) -> Result<Args, String> {
         shapes: ShapeKind::ALL.to_vec(),
         faults: Fault::ALL.to_vec(),
     };
-    let mut it = args.iter();
-    while let Some(flag) = it.next() {
-        let mut value = || it.next().ok_or_else(|| format!("{flag} needs a value"));
+    let mut remaining = args.iter();
+    while let Some(flag) = remaining.next() {
+        let mut value = || {
+            remaining
+                .next()
+                .ok_or_else(|| format!("{flag} needs a value"))
+        };
         let number = |v: &String| {
             v.parse::<u64>()
                 .map_err(|_| format!("{flag} {v}: not a number"))
@@ -82,6 +87,7 @@ fn parse_args(args: &[String]) -> Result<Args, String> {
     Ok(parsed)
 }
 
+/// A comma-separated `list` of names, each parsed with `parse`.
 fn names<T>(list: &str, parse: fn(&str) -> Option<T>, flag: &str) -> Result<Vec<T>, String> {
     list.split(',')
         .map(|name| parse(name).ok_or_else(|| format!("{flag}: unknown name `{name}`")))
@@ -149,7 +155,7 @@ async fn run(args: &Args, command_line: &[String]) -> Result<bool, String> {
     );
     let mut rows = Vec::new();
     let mut skipped = Vec::new();
-    for (shape_index, &kind) in args.shapes.iter().enumerate() {
+    for &kind in &args.shapes {
         eprintln!("dlock-faults: starting {}", kind.title());
         let shape = Shape::start(kind).await.map_err(|e| e.to_string())?;
         let (runnable, unrunnable): (Vec<Fault>, Vec<Fault>) = args
@@ -165,7 +171,7 @@ async fn run(args: &Args, command_line: &[String]) -> Result<bool, String> {
                 .map(|f| (f.name().to_owned(), vec![*f]))
                 .collect()
         };
-        for (cell_index, (label, faults)) in cells.into_iter().enumerate() {
+        for (label, faults) in cells {
             if faults.is_empty() {
                 continue;
             }
@@ -175,13 +181,13 @@ async fn run(args: &Args, command_line: &[String]) -> Result<bool, String> {
                 workers: args.workers,
                 duration: Duration::from_secs(seconds),
                 key: format!("faults:{}:{label}", kind.name()),
-                seed: args.seed ^ ((shape_index as u64) << 32 | cell_index as u64),
+                seed: cell_seed(args.seed, kind, &label),
             };
-            let outcome = cell::run(&plan).await?;
+            let findings = cell::run(&plan).await?;
             let row = Row {
                 shape: kind,
                 label,
-                outcome,
+                findings,
             };
             eprint!(
                 "{}",
@@ -219,13 +225,23 @@ async fn run(args: &Args, command_line: &[String]) -> Result<bool, String> {
     Ok(failed.is_empty())
 }
 
+/// The seed of one run: the run's seed mixed with the shape's and the cell's names (FNV-1a),
+/// so that `--shapes` and `--faults` picking one cell out replay that cell's schedule.
+fn cell_seed(seed: u64, shape: ShapeKind, label: &str) -> u64 {
+    let text = format!("{}/{label}", shape.name());
+    text.bytes()
+        .fold(seed ^ 0xcbf2_9ce4_8422_2325, |hash, byte| {
+            (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+        })
+}
+
 /// The command line without its `--seed N`, to which the printed seed is then added.
 fn without_seed<'a>(args: &[&'a str]) -> Vec<&'a str> {
     let mut kept = Vec::new();
-    let mut it = args.iter();
-    while let Some(&arg) = it.next() {
+    let mut remaining = args.iter();
+    while let Some(&arg) = remaining.next() {
         if arg == "--seed" {
-            it.next();
+            remaining.next();
         } else {
             kept.push(arg);
         }

@@ -1,63 +1,45 @@
 //! What each backend is expected to survive, and the table of what it did.
 
 use std::fmt::Write as _;
+use std::time::{Duration, Instant};
 
-use crate::cell::CellOutcome;
+use crate::TTL;
+use crate::checks::{Findings, Violation};
 use crate::faults::Fault;
 use crate::shapes::ShapeKind;
 
-/// A kind of violation the checkers count.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Violation {
-    Overlaps,
-    LostUpdates,
-    DuplicateTokens,
-    WritesAfterLoss,
-    Stalls,
+/// Violations a backend cannot prevent under a fault, by its design.
+pub(crate) struct ByDesign {
+    pub(crate) violations: &'static [Violation],
+    /// How long after the fault healed they may still show; `None`: to the end of the run.
+    pub(crate) aftermath: Option<Duration>,
+    pub(crate) why: &'static str,
 }
 
-impl Violation {
-    const ALL: [Self; 5] = [
-        Self::Overlaps,
-        Self::LostUpdates,
-        Self::DuplicateTokens,
-        Self::WritesAfterLoss,
-        Self::Stalls,
-    ];
-
-    const fn name(self) -> &'static str {
-        match self {
-            Self::Overlaps => "overlaps",
-            Self::LostUpdates => "lost updates",
-            Self::DuplicateTokens => "duplicate tokens",
-            Self::WritesAfterLoss => "writes after loss",
-            Self::Stalls => "stalls",
-        }
-    }
-}
-
-/// The violations a backend cannot prevent under `fault`, by its design, and why; empty
-/// where it must come through clean.
-pub(crate) fn by_design(shape: ShapeKind, fault: Fault) -> (&'static [Violation], &'static str) {
+/// What `shape` cannot prevent under `fault`, if anything: every other violation fails.
+pub(crate) fn by_design(shape: ShapeKind, fault: Fault) -> Option<ByDesign> {
     use Violation::{DuplicateTokens, LostUpdates, Overlaps, Stalls};
     match (shape, fault) {
-        (ShapeKind::RedLock, Fault::PauseHolder) => (
-            &[Overlaps, LostUpdates],
-            "RedLock has no fencing token: a holder frozen past its lease may still write if \
-             it froze after its last look at the lease",
-        ),
-        (ShapeKind::RedLock, Fault::KillServer) => (
-            &[Overlaps, LostUpdates],
-            "a master restarted without persistence within the ttl forgets its vote, so a \
-             second majority can form (RedLock asks for restarts delayed by the ttl)",
-        ),
-        (ShapeKind::Redis | ShapeKind::RedisCluster, Fault::KillServer) => (
-            &[Overlaps, LostUpdates, DuplicateTokens, Stalls],
-            "without persistence a restart forgets the lock and the fencing counter; tokens \
-             start again at 1, so the resource refuses new holders until they catch up \
-             (run Redis with `appendonly yes`, `appendfsync always` to keep both)",
-        ),
-        _ => (&[], ""),
+        (ShapeKind::RedLock, Fault::PauseHolder) => Some(ByDesign {
+            violations: &[Overlaps, LostUpdates],
+            aftermath: Some(TTL * 2),
+            why: "RedLock has no fencing token: a holder frozen past its lease may still write \
+                  if it froze after its last look at the lease",
+        }),
+        (ShapeKind::RedLock, Fault::KillServer) => Some(ByDesign {
+            violations: &[Overlaps, LostUpdates],
+            aftermath: Some(TTL * 2),
+            why: "a master restarted without persistence within the ttl forgets its vote, so a \
+                  second majority can form (RedLock asks for restarts delayed by the ttl)",
+        }),
+        (ShapeKind::Redis | ShapeKind::RedisCluster, Fault::KillServer) => Some(ByDesign {
+            violations: &[Overlaps, LostUpdates, DuplicateTokens, Stalls],
+            aftermath: None,
+            why: "without persistence a restart forgets the lock and the fencing counter; \
+                  tokens start again at 1, so the resource refuses new holders until they \
+                  catch up (run Redis with `appendonly yes`, `appendfsync always` to keep both)",
+        }),
+        _ => None,
     }
 }
 
@@ -65,35 +47,42 @@ pub(crate) fn by_design(shape: ShapeKind, fault: Fault) -> (&'static [Violation]
 pub(crate) struct Row {
     pub(crate) shape: ShapeKind,
     pub(crate) label: String,
-    pub(crate) outcome: CellOutcome,
+    pub(crate) findings: Findings,
 }
 
 impl Row {
-    fn count(&self, violation: Violation) -> u64 {
-        let findings = &self.outcome.findings;
-        match violation {
-            Violation::Overlaps => findings.overlaps,
-            Violation::LostUpdates => findings.lost_updates,
-            Violation::DuplicateTokens => findings.duplicate_tokens,
-            Violation::WritesAfterLoss => findings.writes_after_loss,
-            Violation::Stalls => findings.stalls,
-        }
+    /// Whether a violation of `kind` at `at` follows a fault under which this backend cannot
+    /// prevent it.
+    fn excused(&self, kind: Violation, at: Instant) -> bool {
+        self.findings.faults.iter().any(|window| {
+            by_design(self.shape, window.fault).is_some_and(|design| {
+                let until = design
+                    .aftermath
+                    .map_or(self.findings.finished, |after| window.healed + after);
+                design.violations.contains(&kind) && window.start <= at && at <= until
+            })
+        })
     }
 
-    /// Whether a violation of this kind is expected under one of the faults injected.
-    fn allowed(&self, violation: Violation) -> bool {
-        self.outcome
-            .injected
-            .iter()
-            .any(|&fault| by_design(self.shape, fault).0.contains(&violation))
+    /// Violations no injected fault explains, by kind: each fails the run.
+    pub(crate) fn unexpected(&self) -> Vec<(Violation, usize)> {
+        self.by_kind(|excused| !excused)
     }
 
-    /// Violations no injected fault explains: each fails the run.
-    pub(crate) fn unexpected(&self) -> Vec<(Violation, u64)> {
+    /// Violations (`excused` or not), counted by kind, the empty kinds left out.
+    fn by_kind(&self, keep: impl Fn(bool) -> bool) -> Vec<(Violation, usize)> {
         Violation::ALL
             .into_iter()
-            .map(|v| (v, self.count(v)))
-            .filter(|&(v, n)| n > 0 && !self.allowed(v))
+            .map(|kind| {
+                let count = self
+                    .findings
+                    .violations
+                    .iter()
+                    .filter(|&&(v, at)| v == kind && keep(self.excused(v, at)))
+                    .count();
+                (kind, count)
+            })
+            .filter(|&(_, count)| count > 0)
             .collect()
     }
 
@@ -102,23 +91,19 @@ impl Row {
         if !unexpected.is_empty() {
             return format!("**VIOLATION**: {}", list(&unexpected));
         }
-        let expected: Vec<_> = Violation::ALL
-            .into_iter()
-            .map(|v| (v, self.count(v)))
-            .filter(|&(_, n)| n > 0)
-            .collect();
-        if expected.is_empty() {
+        let excused = self.by_kind(|excused| excused);
+        if excused.is_empty() {
             "ok".to_owned()
         } else {
-            format!("by design: {}", list(&expected))
+            format!("by design: {}", list(&excused))
         }
     }
 }
 
-fn list(violations: &[(Violation, u64)]) -> String {
+fn list(violations: &[(Violation, usize)]) -> String {
     let parts: Vec<String> = violations
         .iter()
-        .map(|(v, n)| format!("{n} {}", v.name()))
+        .map(|(kind, count)| format!("{count} {}", kind.name()))
         .collect();
     parts.join(", ")
 }
@@ -131,22 +116,22 @@ pub(crate) fn table(rows: &[Row]) -> String {
          |---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
     );
     for row in rows {
-        let f = &row.outcome.findings;
+        let findings = &row.findings;
         let _ = writeln!(
             out,
             "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1} s | {} |",
             row.shape.title(),
             row.label,
-            f.acquisitions,
-            f.faults,
-            f.stale_rejected,
-            f.losses,
-            f.errors,
-            f.overlaps,
-            f.lost_updates,
-            f.duplicate_tokens,
-            f.writes_after_loss,
-            f.longest_idle.as_secs_f64(),
+            findings.acquisitions,
+            findings.faults.len(),
+            findings.stale_rejected,
+            findings.losses,
+            findings.errors,
+            findings.count(Violation::Overlaps),
+            findings.count(Violation::LostUpdates),
+            findings.count(Violation::DuplicateTokens),
+            findings.count(Violation::WritesAfterLoss),
+            findings.longest_idle.as_secs_f64(),
             row.verdict(),
         );
     }
@@ -157,10 +142,21 @@ pub(crate) fn table(rows: &[Row]) -> String {
 pub(crate) fn footnotes(rows: &[Row]) -> String {
     let mut notes: Vec<String> = Vec::new();
     for row in rows {
-        for &fault in &row.outcome.injected {
-            let (violations, why) = by_design(row.shape, fault);
-            let shown = violations.iter().any(|&v| row.count(v) > 0);
-            let note = format!("- {} under {}: {why}.", row.shape.title(), fault.name());
+        for window in &row.findings.faults {
+            let Some(design) = by_design(row.shape, window.fault) else {
+                continue;
+            };
+            let shown = row
+                .findings
+                .violations
+                .iter()
+                .any(|&(kind, at)| design.violations.contains(&kind) && row.excused(kind, at));
+            let note = format!(
+                "- {} under {}: {}.",
+                row.shape.title(),
+                window.fault.name(),
+                design.why
+            );
             if shown && !notes.contains(&note) {
                 notes.push(note);
             }

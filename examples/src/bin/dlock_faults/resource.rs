@@ -26,6 +26,8 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
+use crate::faults::Fault;
+
 /// One critical section as the resource saw it.
 #[derive(Debug, Clone)]
 pub(crate) struct Section {
@@ -39,15 +41,20 @@ pub(crate) struct Section {
 }
 
 impl Section {
-    /// The last moment the resource heard of this section.
+    /// The last moment the resource heard of this section (a write on a worker's old
+    /// connection may arrive after the end sent on its new one).
     pub(crate) fn last_seen(&self) -> Instant {
-        self.end.or(self.written).unwrap_or(self.begin)
+        [self.end, self.written]
+            .into_iter()
+            .flatten()
+            .fold(self.begin, Instant::max)
     }
 }
 
-/// A fault as the resource's clock saw it: from injection to healing.
+/// A fault as the resource's clock saw it: which, from injection to healing.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct FaultWindow {
+    pub(crate) fault: Fault,
     pub(crate) start: Instant,
     pub(crate) healed: Instant,
 }
@@ -59,21 +66,25 @@ pub(crate) struct History {
     pub(crate) faults: Vec<FaultWindow>,
     /// Reads and writes the fence refused.
     pub(crate) stale_rejected: u64,
-    /// Accepted writes whose read was not the counter's value any more.
-    pub(crate) lost_updates: u64,
-    /// Grants that came with a token another grant had already shown.
-    pub(crate) duplicate_tokens: u64,
-    /// Writes sent while the worker's guard said the lease was no longer held.
-    pub(crate) writes_after_loss: u64,
+    /// When accepted writes arrived whose read was not the counter's value any more.
+    pub(crate) lost_updates: Vec<Instant>,
+    /// When grants arrived with a token another grant had already shown.
+    pub(crate) duplicate_tokens: Vec<Instant>,
+    /// When writes arrived that were sent while the worker's guard said the lease was gone.
+    pub(crate) writes_after_loss: Vec<Instant>,
     /// Leases the guards reported lost.
     pub(crate) losses: u64,
     /// Failed acquires and releases, by error kind.
     pub(crate) errors: BTreeMap<String, u64>,
+    /// The counter the workers increment.
     value: u64,
+    /// The highest fencing token seen: the fence.
     max_token: Option<u64>,
+    /// The grant (worker, sequence number) that first showed each token.
     token_owner: HashMap<u64, (usize, u64)>,
+    /// Where each grant's section is in `sections`.
     by_seq: HashMap<(usize, u64), usize>,
-    /// The worker whose accepted section is open, if any.
+    /// The grant whose accepted section is open, if any.
     open: Option<(usize, u64)>,
 }
 
@@ -91,11 +102,12 @@ impl History {
         true
     }
 
+    /// A section starts: the counter's value, or `None` if the fence refuses `token`.
     fn begin(&mut self, worker: usize, seq: u64, token: Option<u64>) -> Option<u64> {
         if let Some(token) = token {
             let owner = *self.token_owner.entry(token).or_insert((worker, seq));
             if owner != (worker, seq) {
-                self.duplicate_tokens += 1;
+                self.duplicate_tokens.push(Instant::now());
             }
         }
         let accepted = self.admit(token);
@@ -113,6 +125,7 @@ impl History {
         accepted.then_some(self.value)
     }
 
+    /// A section writes `read + 1`; whether the fence let it.
     fn write(
         &mut self,
         worker: usize,
@@ -122,13 +135,13 @@ impl History {
         held: bool,
     ) -> bool {
         if !held {
-            self.writes_after_loss += 1;
+            self.writes_after_loss.push(Instant::now());
         }
         if !self.admit(token) {
             return false;
         }
         if read != self.value {
-            self.lost_updates += 1;
+            self.lost_updates.push(Instant::now());
         }
         self.value = read + 1;
         if let Some(&index) = self.by_seq.get(&(worker, seq)) {
@@ -137,6 +150,7 @@ impl History {
         true
     }
 
+    /// A section is over (its lock released).
     fn end(&mut self, worker: usize, seq: u64) {
         if let Some(&index) = self.by_seq.get(&(worker, seq)) {
             self.sections[index].end = Some(Instant::now());
@@ -177,6 +191,14 @@ impl Resource {
         lock(&self.history).open.map(|(worker, _)| worker)
     }
 
+    /// Forgets `worker` as the holder: it was killed, and will never end its section.
+    pub(crate) fn forget_holder(&self, worker: usize) {
+        let mut history = lock(&self.history);
+        if history.open.is_some_and(|(holder, _)| holder == worker) {
+            history.open = None;
+        }
+    }
+
     /// Records a fault, as the resource's clock saw it.
     pub(crate) fn record_fault(&self, window: FaultWindow) {
         lock(&self.history).faults.push(window);
@@ -213,7 +235,7 @@ async fn serve(listener: TcpListener, history: Arc<Mutex<History>>) {
 async fn connection(stream: TcpStream, history: Arc<Mutex<History>>) {
     let (input, mut output) = stream.into_split();
     let mut input = BufReader::new(input);
-    let mut worker = usize::MAX;
+    let mut worker = None;
     let mut line = String::new();
     loop {
         line.clear();
@@ -232,29 +254,31 @@ async fn connection(stream: TcpStream, history: Arc<Mutex<History>>) {
 }
 
 /// One message: what it changes, and the reply to send, if any.
-fn handle(line: &str, worker: &mut usize, history: &Mutex<History>) -> Option<String> {
+fn handle(line: &str, worker: &mut Option<usize>, history: &Mutex<History>) -> Option<String> {
     let fields: Vec<&str> = line.split_whitespace().collect();
     // A token of `-` parses as none: an unfenced grant.
-    let number = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok());
+    let number = |index: usize| {
+        fields
+            .get(index)
+            .and_then(|field| field.parse::<u64>().ok())
+    };
     let mut history = lock(history);
     match fields.first().copied() {
         Some("HELLO") => {
-            *worker = number(1)
-                .and_then(|w| usize::try_from(w).ok())
-                .unwrap_or(usize::MAX);
+            *worker = number(1).and_then(|id| usize::try_from(id).ok());
             None
         }
-        Some("BEGIN") => Some(match history.begin(*worker, number(1)?, number(2)) {
+        Some("BEGIN") => Some(match history.begin((*worker)?, number(1)?, number(2)) {
             Some(value) => format!("OK {value}\n"),
             None => "STALE\n".to_owned(),
         }),
         Some("WRITE") => {
-            let accepted =
-                history.write(*worker, number(1)?, number(2), number(3)?, number(4)? == 1);
+            let (seq, token, read, held) = (number(1)?, number(2), number(3)?, number(4)? == 1);
+            let accepted = history.write((*worker)?, seq, token, read, held);
             Some(if accepted { "OK\n" } else { "STALE\n" }.to_owned())
         }
         Some("END") => {
-            history.end(*worker, number(1)?);
+            history.end((*worker)?, number(1)?);
             None
         }
         Some("LOST") => {
@@ -289,7 +313,7 @@ mod tests {
             "the old holder's write is stale"
         );
         assert_eq!(history.stale_rejected, 1);
-        assert_eq!(history.lost_updates, 0);
+        assert!(history.lost_updates.is_empty());
         assert_eq!(
             history.begin(0, 1, Some(5)),
             None,
@@ -304,7 +328,7 @@ mod tests {
         assert_eq!(history.begin(1, 0, None), Some(0));
         assert!(history.write(1, 0, None, 0, true));
         assert!(history.write(0, 0, None, 0, true));
-        assert_eq!(history.lost_updates, 1);
+        assert_eq!(history.lost_updates.len(), 1);
     }
 
     #[test]
@@ -312,9 +336,9 @@ mod tests {
         let mut history = History::default();
         history.begin(0, 0, Some(3));
         history.begin(1, 0, Some(3));
-        assert_eq!(history.duplicate_tokens, 1);
+        assert_eq!(history.duplicate_tokens.len(), 1);
         history.write(0, 0, Some(3), 0, false);
-        assert_eq!(history.writes_after_loss, 1);
+        assert_eq!(history.writes_after_loss.len(), 1);
     }
 
     #[test]

@@ -26,12 +26,15 @@ pub(crate) struct WorkerArgs {
     pub(crate) key: String,
     pub(crate) resource: SocketAddr,
     pub(crate) seed: u64,
+    /// The number of this worker's first grant (a replacement continues where no other
+    /// worker of its id numbered).
+    pub(crate) first_seq: u64,
 }
 
 impl WorkerArgs {
     /// The arguments after `worker`, as [`to_args`](Self::to_args) writes them.
     pub(crate) fn parse(args: &[String]) -> Option<Self> {
-        let [id, url, key, resource, seed] = args else {
+        let [id, url, key, resource, seed, first_seq] = args else {
             return None;
         };
         Some(Self {
@@ -40,6 +43,7 @@ impl WorkerArgs {
             key: key.clone(),
             resource: resource.parse().ok()?,
             seed: seed.parse().ok()?,
+            first_seq: first_seq.parse().ok()?,
         })
     }
 
@@ -51,6 +55,7 @@ impl WorkerArgs {
             self.key.clone(),
             self.resource.to_string(),
             self.seed.to_string(),
+            self.first_seq.to_string(),
         ]
     }
 }
@@ -79,7 +84,7 @@ pub(crate) async fn run(args: WorkerArgs) -> ExitCode {
         }
     };
     let fenced = locker.capabilities().fencing != Fencing::None;
-    for seq in 0_u64.. {
+    for seq in args.first_seq.. {
         let guard = match locker.lock(&args.key).fencing(fenced).wait(WAIT).await {
             Ok(guard) => guard,
             Err(error) => {
@@ -121,7 +126,7 @@ pub(crate) async fn run(args: WorkerArgs) -> ExitCode {
             return ExitCode::SUCCESS; // the runner is done with this run
         }
     }
-    ExitCode::SUCCESS
+    unreachable!("a worker numbers fewer than 2^64 grants")
 }
 
 /// A worker's connection to the resource.
@@ -132,6 +137,7 @@ struct Resource {
 }
 
 impl Resource {
+    /// Connects and says which worker this is.
     async fn connect(address: SocketAddr, worker: usize) -> std::io::Result<Self> {
         let (input, output) = TcpStream::connect(address).await?.into_split();
         let mut resource = Self {
@@ -143,10 +149,12 @@ impl Resource {
         Ok(resource)
     }
 
+    /// Sends one message that needs no answer.
     async fn send(&mut self, message: &str) -> std::io::Result<()> {
         self.output.write_all(message.as_bytes()).await
     }
 
+    /// Sends one message and reads its one-line answer.
     async fn ask(&mut self, message: &str) -> std::io::Result<&str> {
         self.send(message).await?;
         self.line.clear();
@@ -156,6 +164,7 @@ impl Resource {
         Ok(self.line.trim_end())
     }
 
+    /// Tells the resource an acquire or release failed, and how.
     async fn report_error(&mut self, what: &str, error: &dlock_core::Error) -> std::io::Result<()> {
         self.send(&format!("ERROR {what} {:?}\n", error.kind()))
             .await
@@ -178,6 +187,12 @@ impl Resource {
         };
         let read: u64 = read.parse().map_err(std::io::Error::other)?;
         tokio::time::sleep(hold).await;
+        let held = guard.is_held();
+        if !held {
+            // The lease ran out during this very poll: give `run` the chance to drop the
+            // work. A write that still goes out below is one `run` should have stopped.
+            tokio::task::yield_now().await;
+        }
         let held = u8::from(guard.is_held());
         self.ask(&format!("WRITE {seq} {token} {read} {held}\n"))
             .await
