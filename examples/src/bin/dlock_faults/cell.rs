@@ -12,7 +12,7 @@ use tokio::process::{Child, Command};
 use crate::checks::{self, Findings};
 use crate::faults::{Fault, Plan};
 use crate::resource::{FaultWindow, Resource};
-use crate::shapes::Shape;
+use crate::shapes::{Node, Shape};
 use crate::worker::WorkerArgs;
 use crate::{LIVENESS_BOUND, TTL};
 
@@ -107,11 +107,7 @@ async fn inject(
             workers[holder] = Worker::start(plan, resource, holder, generation).await?;
         }
         Plan::KillServer(down) => {
-            let node = plan
-                .shape
-                .fault_target(&plan.key, rng)
-                .await
-                .map_err(|e| e.to_string())?;
+            let node = server_to_fault(plan, rng).await?;
             let killed = node.kill().await;
             tokio::time::sleep(down).await;
             let restarted = node.restart().await;
@@ -119,11 +115,7 @@ async fn inject(
             plan.shape.settle().await.map_err(|e| e.to_string())?;
         }
         Plan::PauseServer(length) => {
-            let node = plan
-                .shape
-                .fault_target(&plan.key, rng)
-                .await
-                .map_err(|e| e.to_string())?;
+            let node = server_to_fault(plan, rng).await?;
             let paused = node.pause();
             tokio::time::sleep(length).await;
             paused.and(node.resume()).map_err(|e| e.to_string())?;
@@ -135,6 +127,14 @@ async fn inject(
         }
     }
     Ok(())
+}
+
+/// The server a server fault hits this time (see [`Shape::fault_target`]).
+async fn server_to_fault<'a>(plan: &'a CellPlan<'_>, rng: &mut StdRng) -> Result<Node<'a>, String> {
+    plan.shape
+        .fault_target(&plan.key, rng)
+        .await
+        .map_err(|e| e.to_string())
 }
 
 /// A worker process and the proxies its connections go through.
