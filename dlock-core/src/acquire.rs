@@ -172,10 +172,11 @@ impl LockerState {
         self.keep(&options, lease, holder, meter.clone(), started)
     }
 
-    /// Validates `options` against the settings and the backend, before any round trip.
     /// Refuses new grants, marks every held lease lost ([`LostReason::Shutdown`]) and
     /// releases them all at once, each within the operation timeout; the watchdog stops.
-    /// The first failed release is returned after all were tried.
+    /// Then waits for the releases left to the background and ends the backend's server-side
+    /// state ([`LockBackend::shutdown`]), each within the operation timeout. The first
+    /// failure is returned after everything was tried.
     pub(crate) async fn shutdown(&self) -> Result<()> {
         self.shut_down.store(true, Ordering::SeqCst);
         let leases = self
@@ -196,6 +197,16 @@ impl LockerState {
             if let Err(error) = released {
                 first_error.get_or_insert(error);
             }
+        }
+        // Releases left to the background (dropped guards, late grants) end before the
+        // backend's sessions do: each is bounded by the operation timeout already.
+        let timeout = self.keeper.operation_timeout();
+        if !self.keeper.watchdog().settle(timeout).await {
+            tracing::debug!("dlock: background releases still running at shutdown");
+        }
+        let backend = self.keeper.backend();
+        if let Err(error) = self.keeper.bounded("shutdown", backend.shutdown()).await {
+            first_error.get_or_insert(error);
         }
         tracing::info!(
             held,
@@ -226,6 +237,7 @@ impl LockerState {
         Ok(released)
     }
 
+    /// Validates `options` against the settings and the backend, before any round trip.
     fn check(&self, options: &AcquireOptions<'_>) -> Result<Checked> {
         let full_key = crate::key::full_key(&self.config.key_prefix, options.key)?;
         let ttl = options.ttl.unwrap_or(self.config.ttl);

@@ -194,6 +194,22 @@ pub trait LockBackend: Send + Sync + std::fmt::Debug + 'static {
         None
     }
 
+    /// Ends this client's state on the server, for a [`Locker`](crate::Locker) that is shut
+    /// down: sessions closed, leases revoked (with every key on them: queued waiters too),
+    /// waiter marks withdrawn, and the backend's own background deletes awaited. Called once,
+    /// after the core released every held lease; the core bounds it by the operation timeout.
+    /// A backend must also do this, in the background, when it is dropped. A backend shared
+    /// by several Lockers (through an `Arc`) is ended for all of them.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Unavailable`](crate::Error::Unavailable) /
+    /// [`Error::Timeout`](crate::Error::Timeout) when the service could not be told; what is
+    /// left then ends at its ttl or session timeout. `Ok(())` by default (nothing to end).
+    async fn shutdown(&self) -> Result<()> {
+        Ok(())
+    }
+
     /// What this backend can do.
     fn capabilities(&self) -> Capabilities;
 }
@@ -221,6 +237,9 @@ impl<T: LockBackend + ?Sized> LockBackend for Arc<T> {
     }
     fn lost_leases(&self) -> Option<broadcast::Receiver<LostLease>> {
         (**self).lost_leases()
+    }
+    async fn shutdown(&self) -> Result<()> {
+        (**self).shutdown().await
     }
     fn capabilities(&self) -> Capabilities {
         (**self).capabilities()

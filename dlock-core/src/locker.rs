@@ -486,12 +486,18 @@ impl Locker {
     /// so work still running under [`LockGuard::run`](crate::LockGuard::run), the attribute
     /// or the layer is cancelled before its lock is given up. Acquires after this fail with
     /// [`Error::ShutDown`]; clones of this Locker share its state, so they are shut down too.
+    /// Then it ends what this Locker keeps on the server — etcd leases revoked (every key on
+    /// them deleted: held locks and queued waiters alike), ZooKeeper sessions and PostgreSQL
+    /// connections closed — after the releases it left to the background (dropped guards,
+    /// late grants) have finished, each step within the operation timeout: a process that
+    /// calls this and exits leaves nothing for the next holder to wait out. (Dropping the
+    /// last handle of a Locker does the same, in the background.)
     ///
     /// # Errors
     ///
-    /// The first release that failed (each gets the operation timeout; they run at once);
-    /// every other lock was still released, and a lock whose release failed expires at its
-    /// ttl.
+    /// The first release that failed (each gets the operation timeout; they run at once),
+    /// or the service's failure to end the session; every other lock was still released, and
+    /// whatever could not be ended expires at its ttl.
     ///
     /// # Examples
     ///

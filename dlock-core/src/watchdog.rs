@@ -16,6 +16,7 @@ use tokio::runtime::Handle;
 use tokio::sync::{Notify, broadcast};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tracing::Instrument as _;
 
 use crate::LostReason;
@@ -37,6 +38,8 @@ pub(crate) struct Watchdog {
     runtime: Mutex<Option<Handle>>,
     /// Subscribed when the Locker is built, so no loss pushed after a grant is missed.
     pushed_losses: Mutex<Option<broadcast::Receiver<LostLease>>>,
+    /// Work spawned on the Locker's behalf (background releases), which a shutdown awaits.
+    background: TaskTracker,
 }
 
 #[derive(Debug, Default)]
@@ -112,6 +115,7 @@ impl Watchdog {
             task: Mutex::new(None),
             runtime: Mutex::new(None),
             pushed_losses: Mutex::new(pushed_losses),
+            background: TaskTracker::new(),
         }
     }
 
@@ -184,7 +188,19 @@ impl Watchdog {
     where
         F: Future<Output = ()> + Send + 'static,
     {
-        self.runtime().map(|runtime| runtime.spawn(work)).is_some()
+        self.runtime()
+            .map(|runtime| self.background.spawn_on(work, &runtime))
+            .is_some()
+    }
+
+    /// Waits, at most `bound`, for the work [`spawn`](Self::spawn) started to finish
+    /// (releases of dropped guards, of grants that came too late); `false` if some is still
+    /// running.
+    pub(crate) async fn settle(&self, bound: Duration) -> bool {
+        self.background.close();
+        tokio::time::timeout(bound, self.background.wait())
+            .await
+            .is_ok()
     }
 
     /// (Re)starts the task if it is not running: a runtime that ended (e.g. one test's) takes

@@ -309,3 +309,130 @@ async fn a_hundred_locks_share_one_connection() {
         guard.release().await.expect("release");
     }
 }
+
+/// `<url>` for [`paused_holder_process`].
+const PAUSED_HOLDER: &str = "DLOCK_TEST_PAUSED_HOLDER";
+
+/// Run by [`a_holder_paused_past_its_ttl_acquires_again_at_once`] as a process of its own:
+/// takes `paused:first`, prints `HELD`, then ticks every 50 ms; the first tick that finds it
+/// was stopped for longer than the ttl (the server ended its idle connection meanwhile)
+/// acquires `paused:second` with `wait(5s)` at once and prints `AGAIN ok` or `AGAIN <error>`.
+/// The ticks block its only runtime thread, so nothing of the Locker's runs between the
+/// wake-up and the acquire: the acquire is the first to meet the closed connection, as in a
+/// process whose first act after a pause is to lock (with background tasks of its own the
+/// order would be left to chance). Without `DLOCK_TEST_PAUSED_HOLDER` it does nothing.
+#[tokio::test(flavor = "current_thread")]
+async fn paused_holder_process() {
+    let Ok(url) = std::env::var(PAUSED_HOLDER) else {
+        return;
+    };
+    let config = DlockConfig::from_toml_str(&format!(
+        "backend = \"{url}\"\nttl = \"2s\"\noperation_timeout = \"2s\""
+    ))
+    .expect("config");
+    let locker = Locker::connect(&config).await.expect("connect");
+    let held = locker.lock("paused:first").await.expect("acquire");
+    println!("HELD");
+    loop {
+        let before = Instant::now();
+        std::thread::sleep(Duration::from_millis(50));
+        if before.elapsed() > TTL {
+            break;
+        }
+    }
+    let again = locker
+        .lock("paused:second")
+        .wait(Duration::from_secs(5))
+        .await;
+    match again {
+        Ok(_) => println!("AGAIN ok"),
+        Err(error) => println!("AGAIN {error}"),
+    }
+    drop(held);
+}
+
+/// A holder process stopped (SIGSTOP) past its ttl — long enough for the server to end its
+/// idle connection (`idle_session_timeout`) — and then resumed acquires again on its first
+/// try: the acquire that finds its connection closed starts over on a fresh one within its
+/// wait, rather than answering `connection closed`.
+#[tokio::test]
+async fn a_holder_paused_past_its_ttl_acquires_again_at_once() {
+    use std::process::Stdio;
+
+    use tokio::io::{AsyncBufReadExt, BufReader};
+
+    let server = PostgresServer::start().await.expect("postgres");
+    let mut child = tokio::process::Command::new(std::env::current_exe().expect("test binary"))
+        .args([
+            "paused_holder_process",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(PAUSED_HOLDER, server.url())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn the holder process");
+    let pid = child.id().expect("running").to_string();
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    said(&mut lines, "HELD").await;
+    let kill = |signal: &str| {
+        let status = std::process::Command::new("kill")
+            .args([&format!("-{signal}"), &pid])
+            .status()
+            .expect("kill");
+        assert!(status.success(), "kill -{signal} {pid}");
+    };
+    kill("STOP");
+    // Past the ttl, the server's idle timeout for the holder's connection: it ends it.
+    let admin = admin(&server).await;
+    let give_up = Instant::now() + Duration::from_secs(30);
+    loop {
+        let left = admin
+            .query_one(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'",
+                &[],
+            )
+            .await
+            .expect("pg_locks")
+            .get::<_, i64>(0);
+        if left == 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < give_up,
+            "the server never ended the paused holder's connection"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    kill("CONT");
+    let again = said(&mut lines, "AGAIN ").await;
+    assert_eq!(
+        again, "ok",
+        "the first acquire after the pause failed; it should have opened a fresh connection"
+    );
+}
+
+/// What a child process says after `prefix` on the first line that has it.
+async fn said(
+    lines: &mut tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+    prefix: &str,
+) -> String {
+    tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            let line = lines
+                .next_line()
+                .await
+                .expect("read")
+                .expect("the child process exited early");
+            // libtest may print `test <name> ... ` on the same line.
+            if let Some((_, rest)) = line.split_once(prefix) {
+                break rest.trim().to_owned();
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("the child process never said {prefix}"))
+}

@@ -308,3 +308,38 @@ async fn a_release_before_a_late_subscription_confirms_is_not_missed() {
          (the holder's ttl is {ttl:?}, its wait bound 20 s)"
     );
 }
+
+/// Three of five masters stop answering (SIGSTOP) for a second while an acquire with
+/// `wait(5s)` is in flight: its rounds find no majority of answers, which it tries again
+/// within its wait — as a round lost to another holder — rather than answering `Unavailable`
+/// at once; once they are resumed, it is granted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_majority_frozen_inside_a_wait_is_waited_out() {
+    let nodes = RedisNodes::start(5).await.expect("redis-servers");
+    let locker = locker(&nodes.url(), Duration::from_secs(5)).await;
+    let frozen = [0, 2, 4];
+    for i in frozen {
+        nodes.nodes()[i].pause().expect("SIGSTOP");
+    }
+    let started = Instant::now();
+    let acquiring = tokio::spawn(async move {
+        let guard = locker.lock("ledger").wait(Duration::from_secs(5)).await;
+        (guard, locker)
+    });
+    // The length of the fault, not a guess at an ordering.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(
+        !acquiring.is_finished(),
+        "the acquire answered within {:?}, with most of its wait left, while a majority was \
+         frozen: {:?}",
+        started.elapsed(),
+        acquiring.await.map(|(guard, _)| guard)
+    );
+    for i in frozen {
+        nodes.nodes()[i].resume().expect("SIGCONT");
+    }
+    let (guard, _locker) = acquiring.await.expect("the acquiring task");
+    let guard = guard.expect("granted once the masters answer again");
+    assert!(guard.is_held());
+    guard.release().await.expect("release");
+}

@@ -55,8 +55,9 @@ pub use modes::{
 pub use reentrancy::{hand_off_shares_the_hold, reentrancy_is_per_task};
 pub use support::CountingBackend;
 pub use waiting::{
-    cancelled_wait_leaves_nothing_behind, try_lock_does_not_wait, wait_deadline_is_honoured,
-    waiter_woken_promptly_on_release, waiters_are_served_in_order,
+    cancelled_wait_leaves_nothing_behind, given_up_waiter_leaves_nothing_behind,
+    try_lock_does_not_wait, wait_deadline_is_honoured, waiter_woken_promptly_on_release,
+    waiters_are_served_in_order,
 };
 
 use crate::backend::{Fencing, LockBackend};
@@ -374,6 +375,7 @@ macro_rules! conformance_tests {
                 waiter_woken_promptly_on_release,
                 waiters_are_served_in_order,
                 cancelled_wait_leaves_nothing_behind,
+                given_up_waiter_leaves_nothing_behind,
                 reentrancy_is_per_task,
                 hand_off_shares_the_hold,
                 readers_overlap,

@@ -74,6 +74,9 @@ impl<B: LockBackend + ?Sized> LockBackend for CountingBackend<B> {
     fn lost_leases(&self) -> Option<broadcast::Receiver<LostLease>> {
         self.inner.lost_leases()
     }
+    async fn shutdown(&self) -> Result<()> {
+        self.inner.shutdown().await
+    }
     fn capabilities(&self) -> Capabilities {
         self.inner.capabilities()
     }

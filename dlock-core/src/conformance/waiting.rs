@@ -1,12 +1,13 @@
 //! Waiting: deadlines, wake-ups, fairness, cancellation.
 
+use std::future::IntoFuture as _;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use super::Target;
 use super::support::{assert_between, key};
-use crate::Error;
 use crate::backend::LockBackend;
+use crate::{Error, Locker};
 
 const LONG_TTL: Duration = Duration::from_secs(30);
 
@@ -189,4 +190,74 @@ pub async fn cancelled_wait_leaves_nothing_behind<B: LockBackend + ?Sized>(targe
     guard.release().await.expect("release");
 }
 
-use std::future::IntoFuture as _;
+/// A waiter that gives up leaves nothing on the server for the next holder to wait out —
+/// no queue key, waiter mark or session holding the lock — whether its process then shuts
+/// its Locker down or simply stops running it. Client A holds K; B waits 300 ms and hears
+/// Busy; B's Locker is shut down, or (second round) B's runtime is dropped with the Locker
+/// still alive, as a process that goes on without it; A releases; C's `try_lock` gets K at
+/// once. The long ttl shows a leftover: it would keep K for 30 s.
+pub async fn given_up_waiter_leaves_nothing_behind<B: LockBackend + ?Sized>(target: &Target<B>) {
+    for shut_down in [true, false] {
+        let (holder, newcomer) = (target.locker().await, target.locker().await);
+        let key = key(if shut_down {
+            "gave-up-shut-down"
+        } else {
+            "gave-up-runtime-dropped"
+        });
+        let held = holder.lock(&key).ttl(LONG_TTL).await.expect("acquire");
+        let give_up = |waiter: Locker| {
+            let key = key.clone();
+            async move {
+                let waited = waiter
+                    .lock(&key)
+                    .ttl(LONG_TTL)
+                    .wait(Duration::from_millis(300))
+                    .await;
+                assert!(
+                    matches!(waited, Err(Error::Busy { .. })),
+                    "a wait on a held lock: {waited:?}"
+                );
+                waiter
+            }
+        };
+        // Kept alive to the end: what it left must not depend on its drop.
+        let _waiter = if shut_down {
+            let waiter = give_up(target.locker().await).await;
+            waiter.shutdown().await.expect("shutdown");
+            waiter
+        } else {
+            // Its own runtime on its own thread, dropped at once after the Busy answer:
+            // nothing it would have finished in the background runs.
+            tokio::task::block_in_place(|| {
+                std::thread::scope(|scope| {
+                    scope
+                        .spawn(|| {
+                            let runtime = tokio::runtime::Builder::new_current_thread()
+                                .enable_all()
+                                .build()
+                                .expect("a runtime");
+                            let waiter =
+                                runtime.block_on(async { give_up(target.locker().await).await });
+                            drop(runtime);
+                            waiter
+                        })
+                        .join()
+                        .expect("the waiter's thread")
+                })
+            })
+        };
+        held.release().await.expect("release");
+        let taken = newcomer.try_lock(&key).await;
+        assert!(
+            taken.is_ok(),
+            "the lock was not free at once after its holder released and its waiter gave up \
+             ({}): {taken:?}",
+            if shut_down {
+                "then shut down"
+            } else {
+                "then its runtime was dropped"
+            }
+        );
+        drop(taken);
+    }
+}

@@ -117,6 +117,20 @@ impl PendingKey {
         self.session.as_ref().expect("present until handed over")
     }
 
+    /// Deletes the key now (a waiter out of time); a delete that fails is left to the
+    /// background, as on drop.
+    async fn delete_now(mut self) {
+        if let Delete::Exact(create_revision) = self.delete
+            && self
+                .inner
+                .delete_exact(&self.key, create_revision)
+                .await
+                .is_ok()
+        {
+            self.delete = Delete::Nothing;
+        }
+    }
+
     /// The key is held now: the grant takes over key and session.
     fn hand_over(mut self) -> (String, Arc<Session>) {
         let session = self.session.take().expect("present until handed over");
@@ -459,10 +473,14 @@ impl Inner {
             fresh = None; // stale by the time our turn comes
             match self.wait_deleted(watched, seen, &session, deadline).await {
                 Wake::Recheck => {}
-                // Busy at once: our queued key is deleted in the background as `pending`
-                // drops (a commit on the cluster, which a caller at its deadline must not
-                // wait for).
-                Wake::Deadline => return Ok(Turn::Busy),
+                // Our queued key goes before the caller hears Busy: a process that exits
+                // next must not leave it to block the lock until its lease runs out. (The
+                // core answers within its wait slack anyway: a delete still running then is
+                // finished in the background, as `pending` drops.)
+                Wake::Deadline => {
+                    pending.delete_now().await;
+                    return Ok(Turn::Busy);
+                }
                 Wake::SessionLost => {
                     pending.delete = Delete::Nothing; // gone with the lease
                     return Ok(Turn::Requeue("the lease was lost while waiting"));

@@ -375,6 +375,10 @@ impl LockBackend for EtcdBackend {
         self.inner.inspect(key).await
     }
 
+    async fn shutdown(&self) -> Result<()> {
+        self.inner.shut_down_now().await
+    }
+
     fn capabilities(&self) -> Capabilities {
         Capabilities::new("etcd")
             .fair(true)
@@ -500,16 +504,28 @@ impl Inner {
 
     /// Revokes lease `id` in the background (best effort: it expires anyway).
     fn revoke(&self, id: i64) {
-        let client = self.client.clone();
-        let timeout = self.timeout;
+        let revoking = self.revoke_now(id);
         self.background.spawn(async move {
-            let outcome = call(timeout, "lease revoke", || {
+            let outcome = revoking.await;
+            tracing::debug!(lease = %format!("{id:x}"), ok = outcome.is_ok(), "dlock: etcd lease revoked");
+        });
+    }
+
+    /// Revokes lease `id`, within the operation timeout; a lease etcd no longer has is
+    /// revoked already.
+    fn revoke_now(&self, id: i64) -> impl Future<Output = Result<()>> + Send + 'static {
+        let (client, timeout) = (self.client.clone(), self.timeout);
+        async move {
+            let revoked = call(timeout, "lease revoke", || {
                 let mut leases = client.lease_client();
                 async move { leases.revoke(id).await }
             })
             .await;
-            tracing::debug!(lease = %format!("{id:x}"), ok = outcome.is_ok(), "dlock: etcd lease revoked");
-        });
+            match revoked {
+                Err(error) if !errors::is_lease_not_found(&error) => Err(error),
+                _ => Ok(()),
+            }
+        }
     }
 
     /// Reserves an etcd key for a new grant of `session` under `name`.
@@ -547,6 +563,31 @@ impl Inner {
         if !self.shutdown.is_cancelled() {
             self.revoke(session.id);
         }
+    }
+
+    /// Stops every task and revokes every lease — which deletes every key on it, held locks
+    /// and queued waiters alike — then waits for the background work to end, all within the
+    /// operation timeout. The first revoke that failed is the error.
+    async fn shut_down_now(&self) -> Result<()> {
+        self.shutdown.cancel();
+        let mut revokes = tokio::task::JoinSet::new();
+        for session in self.sessions.drain() {
+            session.mark_lost("the Locker was shut down");
+            revokes.spawn(self.revoke_now(session.id));
+        }
+        let mut first_error = None;
+        while let Some(revoked) = revokes.join_next().await {
+            let revoked = revoked
+                .map_err(|panic| Error::unavailable("etcd", panic))
+                .and_then(|outcome| outcome);
+            if let Err(error) = revoked {
+                first_error.get_or_insert(error);
+            }
+        }
+        if !self.background.settle(self.timeout).await {
+            tracing::debug!("dlock: etcd background work still running at shutdown");
+        }
+        first_error.map_or(Ok(()), Err)
     }
 
     /// Stops every task and revokes every lease (in the background).

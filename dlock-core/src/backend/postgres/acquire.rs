@@ -20,8 +20,44 @@ struct Got {
     valid_from: Instant,
 }
 
+/// How many times an acquire starts over on a fresh connection after the one it used turned
+/// out closed (by the server's `idle_session_timeout` after a pause, a restart, or
+/// `pg_terminate_backend`).
+const FRESH_CONNECTION_RETRIES: u32 = 2;
+
 impl Inner {
+    /// Acquires as [`attempt`](Self::attempt) does; an attempt that failed on a connection
+    /// found closed starts over on a fresh one while the caller's wait and the operation
+    /// timeout allow. A failure to open a connection is not retried: the server is down.
     pub(super) async fn acquire(
+        self: &Arc<Self>,
+        req: &AcquireRequest,
+        deadline: Option<Instant>,
+    ) -> Result<AcquireOutcome> {
+        let give_up = Instant::now() + self.timeout;
+        let mut retries = FRESH_CONNECTION_RETRIES;
+        loop {
+            let connect_failures = self.conns.connect_failures();
+            match self.attempt(req, deadline).await {
+                Err(error @ Error::Unavailable { .. })
+                    if retries > 0
+                        && self.conns.connect_failures() == connect_failures
+                        && Instant::now() < give_up
+                        && deadline.is_none_or(|d| Instant::now() < d) =>
+                {
+                    retries -= 1;
+                    tracing::debug!(key = %req.key, %error, "dlock: PostgreSQL connection found closed; acquiring on a fresh one");
+                    // The connection's task sees its end first.
+                    tokio::task::yield_now().await;
+                    self.conns.forget_closed();
+                }
+                outcome => return outcome,
+            }
+        }
+    }
+
+    /// One acquire on the connections open now (or a new one).
+    async fn attempt(
         self: &Arc<Self>,
         req: &AcquireRequest,
         deadline: Option<Instant>,

@@ -363,6 +363,11 @@ impl LockBackend for PostgresBackend {
         self.inner.release(lease).await
     }
 
+    async fn shutdown(&self) -> Result<()> {
+        self.inner.conns.close_all().await;
+        Ok(())
+    }
+
     fn lost_leases(&self) -> Option<broadcast::Receiver<LostLease>> {
         Some(self.inner.conns.losses())
     }

@@ -16,6 +16,7 @@
 
 use std::collections::HashMap;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
@@ -274,6 +275,9 @@ pub(super) struct Conns {
     connecting: tokio::sync::Mutex<()>,
     losses: broadcast::Sender<LostLease>,
     background: Background,
+    /// How many connections could not be opened: an acquire that saw this count change
+    /// failed to connect, not on a connection that was closed under it.
+    connect_failures: AtomicU64,
 }
 
 impl std::fmt::Debug for Conns {
@@ -294,6 +298,7 @@ impl Conns {
             connecting: tokio::sync::Mutex::new(()),
             losses: broadcast::channel(1024).0,
             background,
+            connect_failures: AtomicU64::new(0),
         }
     }
 
@@ -410,8 +415,29 @@ impl Conns {
         Ok(pick(conns).expect("a new connection has nothing on it"))
     }
 
+    /// How many connections could not be opened so far.
+    pub(super) fn connect_failures(&self) -> u64 {
+        self.connect_failures.load(Ordering::SeqCst)
+    }
+
+    /// Drops every connection whose end the client has seen (closed by the server), so the
+    /// next checkout opens a fresh one instead.
+    pub(super) fn forget_closed(&self) {
+        for conns in self.by_ttl().values_mut() {
+            conns.retain(|conn| {
+                if conn.client.is_closed() {
+                    conn.close("the server closed the connection");
+                    return false;
+                }
+                true
+            });
+        }
+    }
+
     async fn open(&self, ttl: Duration) -> Result<Arc<Conn>> {
-        let (client, connection) = self.url.open(ttl, self.timeout).await?;
+        let (client, connection) = self.url.open(ttl, self.timeout).await.inspect_err(|_| {
+            self.connect_failures.fetch_add(1, Ordering::SeqCst);
+        })?;
         let conn = Arc::new(Conn {
             cancel: client.cancel_token(),
             connector: self.url.connector(),
@@ -426,7 +452,7 @@ impl Conns {
             notified: Notify::new(),
             prepared: Mutex::default(),
         });
-        tokio::spawn(drive(
+        self.background.spawn(drive(
             connection,
             Arc::downgrade(&conn),
             conn.closing.clone(),
@@ -434,6 +460,15 @@ impl Conns {
         ));
         tracing::debug!(?ttl, "dlock: PostgreSQL lock connection opened");
         Ok(conn)
+    }
+
+    /// Closes every connection and waits, at most the operation timeout, until each socket
+    /// is closed (the Locker is shut down): the server frees their locks.
+    pub(super) async fn close_all(&self) {
+        self.shut_down();
+        if !self.background.settle(self.timeout).await {
+            tracing::debug!("dlock: PostgreSQL connections still closing at shutdown");
+        }
     }
 
     /// Closes every connection (the backend is dropped): the server frees their locks.

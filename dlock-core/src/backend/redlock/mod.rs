@@ -323,7 +323,7 @@ impl RedLockBackend {
         &self,
         req: &AcquireRequest,
         deadline: Option<Instant>,
-        mut retry_after: Option<Duration>,
+        mut retry: Retry,
     ) -> Result<AcquireOutcome> {
         let channel = channel_of(&req.key);
         let ticket = self.waiters.enqueue(&channel).await?;
@@ -331,11 +331,10 @@ impl RedLockBackend {
             if ticket.is_head() {
                 let heard_from = self.waiters.confirmed(&channel);
                 let (verdict, sent, held_on) = self.round(req, true).await;
-                match verdict {
-                    Verdict::Won => return Ok(AcquireOutcome::Acquired(Lease::new(req, sent))),
-                    Verdict::Lost { retry_after: r } => retry_after = r,
-                    Verdict::Unreachable(error) => return Err(error),
+                if let Verdict::Won = verdict {
+                    return Ok(AcquireOutcome::Acquired(Lease::new(req, sent)));
                 }
+                retry.after(verdict, deadline)?;
                 if held_on != 0
                     && held_on & heard_from == 0
                     && !self.waiters.wake_on_confirmation(&channel, held_on)
@@ -346,8 +345,9 @@ impl RedLockBackend {
             }
             let now = Instant::now();
             if deadline.is_some_and(|d| d <= now) {
-                return Ok(AcquireOutcome::Busy { retry_after });
+                return retry.out_of_time();
             }
+            let retry_after = retry.retry_after;
             if ticket.is_head() && retry_after == Some(Duration::ZERO) {
                 // A split vote: the other client's give-back may wake us at once, so wait out
                 // the jitter whatever happens, or both retry together again.
@@ -362,13 +362,19 @@ impl RedLockBackend {
         }
     }
 
+    /// A random delay of up to `most`.
+    fn jitter_up_to(most: Duration) -> Duration {
+        most.mul_f64(rand::rng().random::<f64>())
+    }
+
     /// A random delay below 1 % of `ttl`, that bound kept between 1 and 10 ms, so that
     /// clients whose rounds split the vote do not collide again.
     fn jitter(ttl: Duration) -> Duration {
-        let most = (ttl / 100)
-            .min(Duration::from_millis(10))
-            .max(Duration::from_millis(1));
-        most.mul_f64(rand::rng().random::<f64>())
+        Self::jitter_up_to(
+            (ttl / 100)
+                .min(Duration::from_millis(10))
+                .max(Duration::from_millis(1)),
+        )
     }
 }
 
@@ -386,19 +392,18 @@ impl LockBackend for RedLockBackend {
                 operation: "read-write locks and semaphores",
             });
         }
-        let mut retry_after = None;
+        let mut retry = Retry::new(self.timeout);
         if self.waiters.may_try_at_once(&req.key) {
             let (verdict, sent, _) = self.round(req, false).await;
-            match verdict {
-                Verdict::Won => return Ok(AcquireOutcome::Acquired(Lease::new(req, sent))),
-                Verdict::Lost { retry_after: r } => retry_after = r,
-                Verdict::Unreachable(error) => return Err(error),
+            if let Verdict::Won = verdict {
+                return Ok(AcquireOutcome::Acquired(Lease::new(req, sent)));
             }
+            retry.after(verdict, deadline)?;
             if deadline.is_some_and(|d| d <= Instant::now()) {
-                return Ok(AcquireOutcome::Busy { retry_after });
+                return retry.out_of_time();
             }
         }
-        Box::pin(self.wait_in_queue(req, deadline, retry_after)).await
+        Box::pin(self.wait_in_queue(req, deadline, retry)).await
     }
 
     async fn renew(&self, leases: &[Lease]) -> Result<Vec<RenewOutcome>> {
@@ -572,5 +577,84 @@ impl LockBackend for RedLockBackend {
 
     fn capabilities(&self) -> Capabilities {
         Capabilities::new("redlock").max_renew_batch(usize::MAX)
+    }
+}
+
+/// What an acquire learned from its lost rounds: when to try again, and whether the last
+/// round failed for want of answers. A round without a majority because masters did not
+/// answer is retried like one lost to other holders — within the caller's wait, or for an
+/// acquire that waits without end, within the operation timeout of unanswered rounds — as
+/// Redisson does; the error is the answer only once that time is spent.
+#[derive(Debug)]
+struct Retry {
+    /// When the holders' keys expire, at the latest (from the last round that was answered),
+    /// or how long to pause after an unanswered one.
+    retry_after: Option<Duration>,
+    /// The last round's error, while rounds go unanswered.
+    unreachable: Option<Error>,
+    /// Since when rounds go unanswered.
+    unreachable_since: Option<Instant>,
+    /// The pause after the next unanswered round (doubling, from 20 ms to 500 ms).
+    pause: Duration,
+    operation_timeout: Duration,
+}
+
+impl Retry {
+    const FIRST_PAUSE: Duration = Duration::from_millis(20);
+    const MOST_PAUSE: Duration = Duration::from_millis(500);
+
+    const fn new(operation_timeout: Duration) -> Self {
+        Self {
+            retry_after: None,
+            unreachable: None,
+            unreachable_since: None,
+            pause: Self::FIRST_PAUSE,
+            operation_timeout,
+        }
+    }
+
+    /// Takes in a lost round's verdict.
+    ///
+    /// # Errors
+    ///
+    /// The round's error when masters did not answer and there is no time to try again.
+    fn after(&mut self, verdict: Verdict, deadline: Option<Instant>) -> Result<()> {
+        match verdict {
+            Verdict::Won => {}
+            Verdict::Lost { retry_after } => {
+                self.retry_after = retry_after;
+                self.unreachable = None;
+                self.unreachable_since = None;
+                self.pause = Self::FIRST_PAUSE;
+            }
+            Verdict::Unreachable(error) => {
+                let now = Instant::now();
+                let since = *self.unreachable_since.get_or_insert(now);
+                let out_of_time = match deadline {
+                    Some(deadline) => deadline <= now,
+                    None => now.duration_since(since) >= self.operation_timeout,
+                };
+                if out_of_time {
+                    return Err(error);
+                }
+                tracing::debug!(%error, "dlock: redlock round without a majority of answers; trying again");
+                // Some jitter, so that clients cut off together do not come back together.
+                self.retry_after =
+                    Some(self.pause / 2 + RedLockBackend::jitter_up_to(self.pause / 2));
+                self.pause = (self.pause * 2).min(Self::MOST_PAUSE);
+                self.unreachable = Some(error);
+            }
+        }
+        Ok(())
+    }
+
+    /// The answer when the wait ran out: busy, or the error of rounds nobody answered.
+    fn out_of_time(self) -> Result<AcquireOutcome> {
+        match self.unreachable {
+            Some(error) => Err(error),
+            None => Ok(AcquireOutcome::Busy {
+                retry_after: self.retry_after,
+            }),
+        }
     }
 }

@@ -294,6 +294,14 @@ impl LockBackend for ZooKeeperBackend {
         self.inner.inspect(key).await
     }
 
+    async fn shutdown(&self) -> Result<()> {
+        let closing = self.inner.sessions.close_all();
+        if !self.inner.background.settle(self.inner.timeout).await {
+            tracing::debug!("dlock: ZooKeeper background work still running at shutdown");
+        }
+        closing.wait().await
+    }
+
     fn lost_leases(&self) -> Option<broadcast::Receiver<LostLease>> {
         Some(self.inner.sessions.losses())
     }

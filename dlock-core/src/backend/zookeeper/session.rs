@@ -196,6 +196,22 @@ impl Sessions {
         }
     }
 
+    /// Closes every session (the Locker is shut down): each closes on the server — its
+    /// ephemeral nodes, held locks and queued waiters alike, deleted — once its last handle
+    /// goes (a background delete may still hold one). [`Closing::wait`] waits for that.
+    pub(super) fn close_all(&self) -> Closing {
+        let watchers = self
+            .live()
+            .values()
+            .map(|session| (session.id, session.client.state_watcher()))
+            .collect();
+        self.shut_down();
+        Closing {
+            watchers,
+            timeout: self.timeout,
+        }
+    }
+
     /// Takes every session out of use (the backend is dropped): each closes — and the server
     /// deletes its nodes — when its last handle goes, at once for sessions no lease or
     /// background delete still holds.
@@ -243,4 +259,36 @@ async fn watch_state(
     let reason = format!("ZooKeeper session {:#x} {state:?}", session.id);
     tracing::warn!(session = %format!("{:#x}", session.id), ?state, "dlock: ZooKeeper session ended; its locks are lost");
     session.end.end_and_report(reason, &losses);
+}
+
+/// Sessions being closed, by id.
+pub(super) struct Closing {
+    watchers: Vec<(i64, StateWatcher)>,
+    timeout: Duration,
+}
+
+impl Closing {
+    /// Waits, at most the operation timeout, until the server has closed every session.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Timeout`](crate::Error::Timeout) when one was not closed in time; the server
+    /// then ends it at its session timeout.
+    pub(super) async fn wait(self) -> Result<()> {
+        let closed = tokio::time::timeout(self.timeout, async {
+            for (id, mut states) in self.watchers {
+                let mut state = states.peek_state();
+                while !state.is_terminated() {
+                    state = states.changed().await;
+                }
+                tracing::debug!(session = %format!("{id:#x}"), ?state, "dlock: ZooKeeper session closed");
+            }
+        })
+        .await;
+        closed.map_err(|_| crate::Error::Timeout {
+            backend: "zookeeper",
+            operation: "close session",
+            after: self.timeout,
+        })
+    }
 }

@@ -32,6 +32,19 @@ pub(crate) enum Command {
     Inspect(InspectArgs),
     /// Breaks the lock KEY whoever holds it; the holder is not told until its next renewal.
     Release(ReleaseArgs),
+    /// How `dlock run` starts its command (not for users): see `exec.rs`.
+    #[command(name = "__exec", hide = true)]
+    Exec(ExecArgs),
+}
+
+/// `dlock __exec PARENT -- COMMAND…`.
+#[derive(Debug, Args)]
+pub(crate) struct ExecArgs {
+    /// The pid of the `dlock run` that started this.
+    pub(crate) parent: i32,
+    /// The command and its arguments.
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
+    pub(crate) command: Vec<OsString>,
 }
 
 /// Where the lock service is and how keys are named; every subcommand takes these.
@@ -71,6 +84,11 @@ pub(crate) struct RunArgs {
     /// side, never next to an exclusive one.
     #[arg(short, long, conflicts_with = "permits")]
     pub(crate) shared: bool,
+    /// Take the lock exclusive as the write side of a read-write lock (on ZooKeeper, Curator's
+    /// `InterProcessReadWriteLock` writer, which excludes its readers; elsewhere the same
+    /// lock as without it).
+    #[arg(short = 'x', long, conflicts_with_all = ["shared", "permits"])]
+    pub(crate) write: bool,
     /// Take one of N permits of a semaphore: up to N commands hold KEY at once. Every user of
     /// KEY must give the same N.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]

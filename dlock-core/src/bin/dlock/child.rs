@@ -42,7 +42,7 @@ impl Launch<'_> {
     /// The exit status and message for a command that cannot be started: 127 when it is not
     /// found, 126 otherwise (as shells do).
     pub(crate) fn start(self) -> Result<Job, (u8, String)> {
-        let mut command = if self.shell {
+        let words: Vec<OsString> = if self.shell {
             let mut script = OsString::new();
             for (i, word) in self.words.iter().enumerate() {
                 if i > 0 {
@@ -50,14 +50,15 @@ impl Launch<'_> {
                 }
                 script.push(word);
             }
-            let mut sh = Command::new("sh");
-            sh.arg("-c").arg(script);
-            sh
+            vec!["sh".into(), "-c".into(), script]
         } else {
-            let mut direct = Command::new(&self.words[0]);
-            direct.args(&self.words[1..]);
-            direct
+            self.words.to_vec()
         };
+        let mut command = through_exec(&words).unwrap_or_else(|| {
+            let mut direct = Command::new(&words[0]);
+            direct.args(&words[1..]);
+            direct
+        });
         // An outer dlock's token is not this lock's: without a token of its own, none.
         command.env_remove("DLOCK_FENCING_TOKEN").envs(self.env);
         if !self.foreground {
@@ -88,6 +89,22 @@ impl Launch<'_> {
             whole_group: !self.foreground,
         })
     }
+}
+
+/// `words` started through `dlock __exec` (see `exec.rs`), so that the command dies with
+/// `dlock`; `None` where that is not possible (not Linux, or this program's path unknown).
+fn through_exec(words: &[OsString]) -> Option<Command> {
+    if !cfg!(target_os = "linux") {
+        return None;
+    }
+    let me = std::env::current_exe().ok()?;
+    let mut command = Command::new(me);
+    command
+        .arg("__exec")
+        .arg(rustix::process::getpid().as_raw_nonzero().to_string())
+        .arg("--")
+        .args(words);
+    Some(command)
 }
 
 impl Job {

@@ -14,29 +14,34 @@ pub(crate) async fn inspect(args: InspectArgs) -> u8 {
         Ok(config) => config,
         Err(e) => return exit::failed(&e, exit::UNAVAILABLE),
     };
-    let looked = async {
-        let locker = settings::connect(&config).await?;
-        let info = locker.inspect(&args.key).await?;
-        Ok::<_, dlock_core::Error>((locker, info))
-    };
-    let (locker, info) = match looked.await {
-        Ok(looked) => looked,
+    let locker = match settings::connect(&config).await {
+        Ok(locker) => locker,
         Err(e) => {
             exit::report_at(&e, &config.backend);
             return exit::for_error(&e, exit::UNAVAILABLE);
         }
     };
-    let view = View {
-        key: &args.key,
-        locker: &locker,
-        info: &info,
+    let status = match locker.inspect(&args.key).await {
+        Ok(info) => {
+            let view = View {
+                key: &args.key,
+                locker: &locker,
+                info: &info,
+            };
+            if args.json {
+                println!("{}", view.json());
+            } else {
+                print!("{}", view.text());
+            }
+            0
+        }
+        Err(e) => {
+            exit::report_at(&e, &config.backend);
+            exit::for_error(&e, exit::UNAVAILABLE)
+        }
     };
-    if args.json {
-        println!("{}", view.json());
-    } else {
-        print!("{}", view.text());
-    }
-    0
+    settings::shut_down(&locker).await;
+    status
 }
 
 /// One lock's state with what names it.

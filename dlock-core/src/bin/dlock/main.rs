@@ -15,6 +15,7 @@ compile_error!("the `dlock` command line needs a Unix: it signals its command's 
 
 mod args;
 mod child;
+mod exec;
 mod exit;
 mod inspect;
 mod release;
@@ -38,6 +39,9 @@ fn main() -> ExitCode {
         // --help, --version
         Err(e) => e.exit(),
     };
+    if let Command::Exec(args) = &cli.command {
+        return ExitCode::from(exec::exec(args));
+    }
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -53,6 +57,7 @@ fn main() -> ExitCode {
             Command::Run(args) => run::run(args).await,
             Command::Inspect(args) => inspect::inspect(args).await,
             Command::Release(args) => release::release(args).await,
+            Command::Exec(_) => unreachable!("run before the runtime starts"),
         }
     });
     ExitCode::from(status)

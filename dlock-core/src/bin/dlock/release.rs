@@ -9,11 +9,14 @@ pub(crate) async fn release(args: ReleaseArgs) -> u8 {
         Ok(config) => config,
         Err(e) => return exit::failed(&e, exit::UNAVAILABLE),
     };
-    let broken = async {
-        let locker = settings::connect(&config).await?;
-        locker.force_release(&args.key).await
+    let locker = match settings::connect(&config).await {
+        Ok(locker) => locker,
+        Err(e) => {
+            exit::report_at(&e, &config.backend);
+            return exit::for_error(&e, exit::UNAVAILABLE);
+        }
     };
-    match broken.await {
+    let status = match locker.force_release(&args.key).await {
         Ok(true) => {
             println!("released {}", args.key);
             0
@@ -26,5 +29,7 @@ pub(crate) async fn release(args: ReleaseArgs) -> u8 {
             exit::report_at(&e, &config.backend);
             exit::for_error(&e, exit::UNAVAILABLE)
         }
-    }
+    };
+    settings::shut_down(&locker).await;
+    status
 }

@@ -49,9 +49,9 @@ pub(crate) async fn run(args: RunArgs) -> u8 {
             return exit::UNAVAILABLE;
         }
     };
-    let (locker, guard) = tokio::select! {
-        acquired = acquire(&config, &args) => match acquired {
-            Ok(acquired) => acquired,
+    let locker = tokio::select! {
+        connected = settings::connect(&config) => match connected {
+            Ok(locker) => locker,
             Err(e) => {
                 exit::report_at(&e, &config.backend);
                 return exit::for_error(&e, args.conflict_exit_code);
@@ -61,8 +61,35 @@ pub(crate) async fn run(args: RunArgs) -> u8 {
     };
     let deadline = Deadline {
         grace,
-        max_hold_until: max_hold.map(|cap| Instant::now() + cap),
+        max_hold_until: None,
+        max_hold,
     };
+    let status = under_lock(&locker, &config, &args, signals, deadline).await;
+    settings::shut_down(&locker).await;
+    status
+}
+
+/// Takes the lock and runs the command under it (or holds it); the exit status. Every way
+/// out — busy, the command's end, a signal, a lost lease — returns here, and the caller
+/// shuts the Locker down.
+async fn under_lock(
+    locker: &Locker,
+    config: &DlockConfig,
+    args: &RunArgs,
+    mut signals: Signals,
+    mut deadline: Deadline,
+) -> u8 {
+    let guard = tokio::select! {
+        acquired = acquire(locker, args) => match acquired {
+            Ok(guard) => guard,
+            Err(e) => {
+                exit::report_at(&e, &config.backend);
+                return exit::for_error(&e, args.conflict_exit_code);
+            }
+        },
+        signal = signals.next() => return signals::status_for(signal.as_raw()),
+    };
+    deadline.max_hold_until = deadline.max_hold.map(|cap| Instant::now() + cap);
     // DLOCK_BACKEND last: a reader of a hold's output knows it has read everything.
     let mut env = vec![("DLOCK_KEY", args.key.clone())];
     if let Some(token) = guard.fencing_token() {
@@ -99,6 +126,8 @@ struct Deadline {
     grace: Duration,
     /// `--max-hold`: when the command has held the lock long enough.
     max_hold_until: Option<Instant>,
+    /// `--max-hold` itself, counted from the grant.
+    max_hold: Option<Duration>,
 }
 
 impl Deadline {
@@ -130,14 +159,14 @@ impl Deadline {
     }
 }
 
-/// Connects and takes the lock, in the mode and with the wait the flags ask for; a fencing
+/// Takes the lock, in the mode and with the wait the flags ask for; a fencing
 /// token wherever the backend issues them.
-async fn acquire(config: &DlockConfig, args: &RunArgs) -> dlock_core::Result<(Locker, LockGuard)> {
-    let locker = settings::connect(config).await?;
-    let request = match (args.shared, args.permits) {
-        (true, _) => locker.read_lock(&args.key),
-        (false, Some(permits)) => locker.semaphore(&args.key, permits),
-        (false, None) => locker.lock(&args.key),
+async fn acquire(locker: &Locker, args: &RunArgs) -> dlock_core::Result<LockGuard> {
+    let request = match (args.shared, args.write, args.permits) {
+        (true, _, _) => locker.read_lock(&args.key),
+        (_, true, _) => locker.write_lock(&args.key),
+        (false, false, Some(permits)) => locker.semaphore(&args.key, permits),
+        (false, false, None) => locker.lock(&args.key),
     };
     let request = request.fencing(locker.capabilities().fencing != Fencing::None);
     let request = match (args.no_wait, args.wait) {
@@ -145,8 +174,7 @@ async fn acquire(config: &DlockConfig, args: &RunArgs) -> dlock_core::Result<(Lo
         (false, Some(wait)) => request.wait(wait),
         (false, None) => request,
     };
-    let guard = request.await?;
-    Ok((locker, guard))
+    request.await
 }
 
 /// The time between SIGTERM and SIGKILL: `--kill-after`, else a quarter of the ttl (at most

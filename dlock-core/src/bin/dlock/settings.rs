@@ -84,3 +84,16 @@ fn in_file(error: Error, path: &std::path::Path) -> Error {
         other => other,
     }
 }
+
+/// Ends the Locker's state on the server — its sessions, leases and queue keys — so that a
+/// `dlock` that exits leaves nothing behind for the next holder to wait out. A failure is
+/// reported, not fatal: what is left ends at its ttl.
+pub(crate) async fn shut_down(locker: &Locker) {
+    if let Err(e) = locker.shutdown().await {
+        eprintln!(
+            "dlock: warning: could not end the session with the lock service ({}); it ends at \
+             its ttl",
+            crate::exit::describe(&e)
+        );
+    }
+}
