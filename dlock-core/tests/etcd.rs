@@ -764,3 +764,51 @@ async fn a_frozen_cluster_answers_a_wait_within_its_bound_and_leaks_nothing() {
         .expect("no lock left held by the abandoned acquire");
     taken.release().await.expect("release");
 }
+
+/// `Locker::shutdown` leaves nothing of its own on etcd: its leases are revoked (etcdctl
+/// lists only the other Locker's), and with them every key on them — a held lock and a
+/// waiter's queue key alike; the acquire that was waiting ends with `ShutDown` rather than
+/// queueing again on a new lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_revokes_every_lease_and_its_keys() {
+    let server = EtcdServer::start().await.expect("etcd");
+    let endpoint = server.endpoint();
+    let (other, _) = locker(&server.url(), "", Duration::from_secs(30)).await;
+    let (leaving, _) = locker(&server.url(), "", Duration::from_secs(30)).await;
+    let _busy = other.lock("busy").await.expect("acquire");
+    let _held = leaving.lock("held").await.expect("acquire");
+    let waiter = spawn_waiter(&leaving, "busy");
+    let give_up = Instant::now() + Duration::from_secs(10);
+    while etcd_keys(&endpoint, "busy/").await.len() < 2 {
+        assert!(Instant::now() < give_up, "the waiter never queued");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        etcd_leases(&endpoint).await.len(),
+        2,
+        "one lease per Locker"
+    );
+
+    leaving.shutdown().await.expect("shutdown");
+    assert_eq!(
+        etcd_leases(&endpoint).await.len(),
+        1,
+        "only the other Locker's lease is left"
+    );
+    assert_eq!(etcd_keys(&endpoint, "held/").await, Vec::<String>::new());
+    assert_eq!(
+        etcd_keys(&endpoint, "busy/").await.len(),
+        1,
+        "the queue key went"
+    );
+    let (waited, _) = waiter.await.expect("the waiter's task");
+    assert!(
+        matches!(waited, Err(Error::ShutDown)),
+        "the waiting acquire after shutdown: {waited:?}"
+    );
+    assert_eq!(
+        etcd_leases(&endpoint).await.len(),
+        1,
+        "no lease opened again"
+    );
+}

@@ -436,3 +436,58 @@ async fn said(
     .await
     .unwrap_or_else(|_| panic!("the child process never said {prefix}"))
 }
+
+/// `Locker::shutdown` closes every connection it opened — the one holding a lock and the one
+/// waiting on the server — before it returns, so the server frees the lock at once; the
+/// waiting acquire ends with `ShutDown` rather than connecting again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_closes_every_connection() {
+    let server = PostgresServer::start().await.expect("postgres");
+    let admin = admin(&server).await;
+    let connections = async || -> i64 {
+        admin
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'dlock'",
+                &[],
+            )
+            .await
+            .expect("pg_stat_activity")
+            .get(0)
+    };
+    let (other, leaving) = (locker(&server).await, locker(&server).await);
+    let _busy = other.lock("busy").await.expect("acquire");
+    let _held = leaving.lock("held").await.expect("acquire");
+    let waiter = tokio::spawn({
+        let leaving = leaving.clone();
+        async move { leaving.lock("busy").wait(Duration::from_secs(30)).await }
+    });
+    let give_up = Instant::now() + Duration::from_secs(10);
+    while connections().await < 3 {
+        assert!(
+            Instant::now() < give_up,
+            "the waiter never waited on the server"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    leaving.shutdown().await.expect("shutdown");
+    let waited = waiter.await.expect("the waiter's task");
+    assert!(
+        matches!(waited, Err(Error::ShutDown)),
+        "the waiting acquire after shutdown: {waited:?}"
+    );
+    // The sockets are closed; the server notices at once, within a few scheduling rounds.
+    let give_up = Instant::now() + Duration::from_secs(5);
+    while connections().await > 1 {
+        assert!(
+            Instant::now() < give_up,
+            "the shut-down Locker's connections are still open"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let taken = other.try_lock("held").await;
+    assert!(
+        taken.is_ok(),
+        "the shut-down Locker's lock is free: {taken:?}"
+    );
+}

@@ -312,7 +312,8 @@ async fn a_release_before_a_late_subscription_confirms_is_not_missed() {
 /// Three of five masters stop answering (SIGSTOP) for a second while an acquire with
 /// `wait(5s)` is in flight: its rounds find no majority of answers, which it tries again
 /// within its wait — as a round lost to another holder — rather than answering `Unavailable`
-/// at once; once they are resumed, it is granted.
+/// at once; once they are resumed, it is granted — the attempts the frozen masters apply
+/// late are its own, granted anew, not a holder to wait out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_majority_frozen_inside_a_wait_is_waited_out() {
     let nodes = RedisNodes::start(5).await.expect("redis-servers");

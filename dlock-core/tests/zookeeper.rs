@@ -477,3 +477,44 @@ async fn all_servers_paused_lose_the_lock_at_its_local_deadline() {
         "lost {after:?} after the pause, later than the ttl"
     );
 }
+
+/// `Locker::shutdown` closes its ZooKeeper session before it returns: its nodes — the one
+/// holding a lock and a waiter's queued node — are gone at once (not at the session
+/// timeout), and the waiting acquire ends with `ShutDown` rather than opening a new session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_closes_the_session_and_its_nodes_go() {
+    let server = ZkServer::start().await.expect("zookeeper");
+    let (other, leaving) = (
+        locker(&server.url(), Duration::from_secs(30)).await,
+        locker(&server.url(), Duration::from_secs(30)).await,
+    );
+    let client = raw(&server.connect_string()).await;
+    let _busy = other.lock("busy").await.expect("acquire");
+    let _held = leaving.lock("held").await.expect("acquire");
+    let waiter = tokio::spawn({
+        let leaving = leaving.clone();
+        async move { leaving.lock("busy").wait(Duration::from_secs(30)).await }
+    });
+    eventually("the waiter queued", || async {
+        children(&client, "/busy").await.len() == 2
+    })
+    .await;
+
+    leaving.shutdown().await.expect("shutdown");
+    assert_eq!(children(&client, "/held").await, Vec::<String>::new());
+    assert_eq!(
+        children(&client, "/busy").await.len(),
+        1,
+        "the waiter's node went"
+    );
+    let waited = waiter.await.expect("the waiter's task");
+    assert!(
+        matches!(waited, Err(Error::ShutDown)),
+        "the waiting acquire after shutdown: {waited:?}"
+    );
+    assert_eq!(
+        children(&client, "/busy").await.len(),
+        1,
+        "no node queued again"
+    );
+}

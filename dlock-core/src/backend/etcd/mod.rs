@@ -457,6 +457,10 @@ impl Inner {
 
     /// A session for `ttl` with one more user, its keepalive started if it is new.
     async fn checkout(self: &Arc<Self>, ttl: Duration) -> Result<Arc<Session>> {
+        // An acquire still in flight when the Locker shut down must not open a lease again.
+        if self.shutdown.is_cancelled() {
+            return Err(Error::ShutDown);
+        }
         // A session no keepalive was answered for during its whole ttl (this process was
         // paused, or cut off) is gone on the server: never put a key on it.
         if let Some((stale, reason)) = self.sessions.overdue(ttl) {

@@ -16,7 +16,7 @@
 
 use std::collections::HashMap;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
@@ -278,6 +278,8 @@ pub(super) struct Conns {
     /// How many connections could not be opened: an acquire that saw this count change
     /// failed to connect, not on a connection that was closed under it.
     connect_failures: AtomicU64,
+    /// Set by [`shut_down`](Self::shut_down): no connection is opened any more.
+    closed: AtomicBool,
 }
 
 impl std::fmt::Debug for Conns {
@@ -299,6 +301,7 @@ impl Conns {
             losses: broadcast::channel(1024).0,
             background,
             connect_failures: AtomicU64::new(0),
+            closed: AtomicBool::new(false),
         }
     }
 
@@ -395,6 +398,10 @@ impl Conns {
         ttl: Duration,
         pick: impl Fn(&mut Vec<Arc<Conn>>) -> Option<ConnUse>,
     ) -> Result<ConnUse> {
+        // An acquire still in flight when the Locker shut down must not connect again.
+        if self.closed.load(Ordering::SeqCst) {
+            return Err(crate::Error::ShutDown);
+        }
         if let Some(found) = pick(self.by_ttl().entry(ttl).or_default()) {
             return Ok(found);
         }
@@ -473,6 +480,7 @@ impl Conns {
 
     /// Closes every connection (the backend is dropped): the server frees their locks.
     pub(super) fn shut_down(&self) {
+        self.closed.store(true, Ordering::SeqCst);
         for (_, conns) in self.by_ttl().drain() {
             for conn in conns {
                 let _ = conn.end.end("the PostgreSQL backend was dropped");

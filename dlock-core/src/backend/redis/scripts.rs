@@ -58,7 +58,8 @@ impl Lua {
 /// sets the waited-for mark, so their releases publish. A queued waiter that is granted the
 /// lock leaves the waiting writers, and takes over the hand-over mark a releaser left for its
 /// own barred waiters, or the waited-for mark of readers who wait behind it, by marking its
-/// own lock.
+/// own lock. A lock held by this very owner is this request's own earlier attempt that a
+/// frozen master applied late (RedLock retries with the same owner): it is granted anew.
 pub(super) static ACQUIRE: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(
         r"
@@ -84,6 +85,12 @@ end
 local granted = grant()
 if granted then return granted end
 local holder = redis.pcall('get', KEYS[1])
+if holder == ARGV[1] or holder == ARGV[1] .. '|waited' then
+  -- This request's own earlier attempt, applied late (its master was frozen): granted anew,
+  -- for a full ttl from now and with a new token.
+  redis.call('del', KEYS[1])
+  return grant()
+end
 if type(holder) == 'string' then
   if ARGV[3] == '1' and string.sub(holder, -7) ~= '|waited' then
     redis.call('append', KEYS[1], '|waited')

@@ -355,8 +355,12 @@ async fn until(deadline: Option<Instant>) {
     }
 }
 
-/// The error for a node that vanished while its acquire waited: its session ended.
+/// The error for a node that vanished while its acquire waited: its session ended (closed
+/// by a shutdown of the Locker: [`Error::ShutDown`]).
 fn session_gone(session: &Session) -> Error {
+    if session.ended_by_shutdown() {
+        return Error::ShutDown;
+    }
     Error::unavailable(
         "zookeeper",
         format!(

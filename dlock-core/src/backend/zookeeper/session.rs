@@ -65,6 +65,11 @@ impl Session {
             .reason_or(|| format!("ZooKeeper session {:#x} ended", self.id))
     }
 
+    /// Whether the session was ended by the backend's shutdown (or drop), not by the server.
+    pub(super) fn ended_by_shutdown(&self) -> bool {
+        self.is_lost() && self.lost_reason() == SHUT_DOWN
+    }
+
     /// Records the end of the session, without reporting its grants.
     pub(super) fn mark_lost(&self, reason: impl Into<String>) {
         let _ = self.end.end(reason);
@@ -82,6 +87,9 @@ impl Session {
     }
 }
 
+/// Why the sessions of a backend that was shut down (or dropped) ended.
+const SHUT_DOWN: &str = "the ZooKeeper backend was shut down";
+
 /// The open sessions of one backend, by requested ttl.
 pub(super) struct Sessions {
     url: ZkUrl,
@@ -91,7 +99,8 @@ pub(super) struct Sessions {
     connecting: tokio::sync::Mutex<()>,
     /// Where the ends of sessions are reported, as lost grants.
     losses: broadcast::Sender<LostLease>,
-    /// Stops every session's state watcher (the backend was dropped).
+    /// Stops every session's state watcher, and new sessions (the backend was dropped or
+    /// shut down).
     shutdown: CancellationToken,
 }
 
@@ -140,6 +149,10 @@ impl Sessions {
     /// [`Error::Timeout`](crate::Error::Timeout) when no server answers within the operation
     /// timeout; [`Error::Refused`](crate::Error::Refused) for refused credentials.
     pub(super) async fn checkout(&self, ttl: Duration) -> Result<Arc<Session>> {
+        // An acquire still in flight when the Locker shut down must not open a session again.
+        if self.shutdown.is_cancelled() {
+            return Err(crate::Error::ShutDown);
+        }
         if let Some(session) = self.reuse(ttl) {
             return Ok(session);
         }
@@ -218,7 +231,7 @@ impl Sessions {
     pub(super) fn shut_down(&self) {
         self.shutdown.cancel();
         for (_, session) in self.live().drain() {
-            session.mark_lost("the ZooKeeper backend was dropped");
+            session.mark_lost(SHUT_DOWN);
         }
     }
 }
