@@ -11,80 +11,22 @@
 //! Waiting for a condition polls it (with a limit); no assertion depends on a sleep being long
 //! enough.
 
+#[path = "support/dlock_cli.rs"]
+mod dlock_cli;
 #[path = "support/processes.rs"]
 mod processes;
 
-use std::collections::HashMap;
 use std::path::Path;
-use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
 
+use dlock_cli::{LIMIT, dlock, hold, run};
 use dlock_core::harness::{Curator, EtcdServer, RedisServer, ZkServer};
 use processes::{etcd_keys, etcdctl, signal, until};
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
-
-/// The binary under test, built by cargo for this test.
-const DLOCK: &str = env!("CARGO_BIN_EXE_dlock");
-
-/// The most any step here may take before it is considered hung.
-const LIMIT: Duration = Duration::from_secs(60);
+use tokio::process::Child;
 
 /// How soon after the holder's exit the next holder must have the lock: far below the
 /// given-up waiter's 12 s ttl, which a leftover queue key would make it wait out.
 const HANDOVER: Duration = Duration::from_secs(1);
-
-/// `dlock` on `url` with a 2 s operation timeout and no other `DLOCK_*` variable of the
-/// test's own environment.
-fn dlock(url: &str) -> Command {
-    let mut command = Command::new(DLOCK);
-    for (name, _) in std::env::vars() {
-        if name.starts_with("DLOCK_") {
-            command.env_remove(name);
-        }
-    }
-    command
-        .env("DLOCK_URL", url)
-        .env("DLOCK_OPERATION_TIMEOUT", "2s")
-        .stdin(Stdio::null())
-        .kill_on_drop(true);
-    command
-}
-
-/// Runs `dlock args…` to its end.
-async fn run(url: &str, args: &[&str]) -> Output {
-    tokio::time::timeout(LIMIT, dlock(url).args(args).output())
-        .await
-        .unwrap_or_else(|_| panic!("dlock {args:?} hung"))
-        .expect("dlock runs")
-}
-
-/// `dlock run args… KEY` with no command, once it holds the lock (it printed its variables).
-async fn hold(url: &str, args: &[&str], key: &str) -> (Child, HashMap<String, String>) {
-    let mut child = dlock(url)
-        .arg("run")
-        .args(args)
-        .arg(key)
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("dlock runs");
-    let mut lines = BufReader::new(child.stdout.take().expect("piped")).lines();
-    let mut printed = HashMap::new();
-    let read = async {
-        while let Some(line) = lines.next_line().await.expect("read") {
-            let (name, value) = line.split_once('=').expect("NAME=value");
-            printed.insert(name.to_owned(), value.to_owned());
-            if name == "DLOCK_BACKEND" {
-                return;
-            }
-        }
-        panic!("dlock run {key} exited before holding");
-    };
-    tokio::time::timeout(LIMIT, read)
-        .await
-        .expect("dlock run holds in time");
-    (child, printed)
-}
 
 /// Signals `holder` to release (SIGTERM) and waits for its exit; the moment it had exited.
 async fn end_hold(mut holder: Child) -> Instant {

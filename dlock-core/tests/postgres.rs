@@ -30,6 +30,18 @@ async fn admin(server: &PostgresServer) -> Client {
     client
 }
 
+/// How many connections dlock has open on the server (its `application_name`).
+async fn dlock_connections(admin: &Client) -> i64 {
+    admin
+        .query_one(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'dlock'",
+            &[],
+        )
+        .await
+        .expect("pg_stat_activity")
+        .get(0)
+}
+
 /// The documented SQL for the advisory key of `full_key`.
 fn sql_key(full_key: &str) -> String {
     format!(
@@ -262,16 +274,7 @@ async fn the_documented_sql_computes_the_advisory_key() {
 async fn a_hundred_locks_share_one_connection() {
     let server = PostgresServer::start().await.expect("postgres");
     let admin = admin(&server).await;
-    let connections = async || -> i64 {
-        admin
-            .query_one(
-                "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'dlock'",
-                &[],
-            )
-            .await
-            .expect("pg_stat_activity")
-            .get(0)
-    };
+    let connections = async || dlock_connections(&admin).await;
     let many = locker(&server).await;
     let mut guards = Vec::new();
     for n in 0..100 {
@@ -444,16 +447,7 @@ async fn said(
 async fn shutdown_closes_every_connection() {
     let server = PostgresServer::start().await.expect("postgres");
     let admin = admin(&server).await;
-    let connections = async || -> i64 {
-        admin
-            .query_one(
-                "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'dlock'",
-                &[],
-            )
-            .await
-            .expect("pg_stat_activity")
-            .get(0)
-    };
+    let connections = async || dlock_connections(&admin).await;
     let (other, leaving) = (locker(&server).await, locker(&server).await);
     let _busy = other.lock("busy").await.expect("acquire");
     let _held = leaving.lock("held").await.expect("acquire");
