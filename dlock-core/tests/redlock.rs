@@ -344,3 +344,35 @@ async fn a_majority_frozen_inside_a_wait_is_waited_out() {
     assert!(guard.is_held());
     guard.release().await.expect("release");
 }
+
+/// Every master stops answering (SIGSTOP) for 2.5 s — longer than the 1 s operation timeout
+/// — while an acquire with `wait(5s)` is in flight: its first round and its subscription to
+/// the release channel alike go unanswered, and are tried again within the wait; once the
+/// masters are resumed, it is granted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_master_frozen_inside_a_wait_is_waited_out() {
+    let nodes = RedisNodes::start(5).await.expect("redis-servers");
+    let locker = locker(&nodes.url(), Duration::from_secs(5)).await;
+    for node in nodes.nodes() {
+        node.pause().expect("SIGSTOP");
+    }
+    let started = Instant::now();
+    let acquiring = tokio::spawn(async move {
+        let guard = locker.lock("ledger").wait(Duration::from_secs(5)).await;
+        (guard, locker)
+    });
+    // The length of the fault, not a guess at an ordering.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert!(
+        !acquiring.is_finished(),
+        "the acquire answered within {:?} while every master was frozen: {:?}",
+        started.elapsed(),
+        acquiring.await.map(|(guard, _)| guard)
+    );
+    for node in nodes.nodes() {
+        node.resume().expect("SIGCONT");
+    }
+    let (guard, _locker) = acquiring.await.expect("the acquiring task");
+    let guard = guard.expect("granted once the masters answer again");
+    guard.release().await.expect("release");
+}

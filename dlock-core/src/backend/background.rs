@@ -3,7 +3,6 @@
 //! `Drop` outside any runtime — on the one the backend was connected on; a shutdown awaits it.
 
 use std::future::Future;
-
 use std::time::Duration;
 
 use tokio::runtime::Handle;

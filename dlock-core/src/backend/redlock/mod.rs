@@ -326,7 +326,15 @@ impl RedLockBackend {
         mut retry: Retry,
     ) -> Result<AcquireOutcome> {
         let channel = channel_of(&req.key);
-        let ticket = self.waiters.enqueue(&channel).await?;
+        let ticket = loop {
+            // No master confirmed the subscription: as a round nobody answered.
+            match self.waiters.enqueue(&channel).await {
+                Ok(ticket) => break ticket,
+                Err(error) => retry.after(Verdict::Unreachable(error), deadline)?,
+            }
+            let pause = Instant::now() + retry.retry_after.unwrap_or_default();
+            tokio::time::sleep_until(deadline.map_or(pause, |d| d.min(pause)).into()).await;
+        };
         loop {
             if ticket.is_head() {
                 let heard_from = self.waiters.confirmed(&channel);
