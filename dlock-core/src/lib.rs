@@ -102,6 +102,7 @@ pub mod __private;
 pub mod backend;
 #[cfg(feature = "conformance")]
 pub mod conformance;
+pub mod guide;
 #[cfg(feature = "harness")]
 pub mod harness;
 #[doc(hidden)]

@@ -1,6 +1,6 @@
 //! `dlock`: runs a command under a distributed lock on any dlock backend — flock(1) for a
 //! fleet of machines. Built by the `cli` feature (`cargo install dlock-core --features cli`);
-//! the README's "Command line" section is its manual.
+//! the README's "Command line" section and `dlock_core::guide::command_line` are its manual.
 //!
 //! ```text
 //! dlock run [--url URL] [--ttl D] [--wait D | -n] [-s | --permits N] [-E N] KEY -- COMMAND…
