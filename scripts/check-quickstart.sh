@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# Guards the README's first command, `cargo run -p dlock-examples --bin quickstart`, which must
-# build and run on a machine with nothing but Rust:
-#   1. the examples' dependency tree with default features holds no crate that needs a system
-#      tool at build time (the list below is the one place that names them);
+# Guards the newcomer's two builds that must work on a machine with nothing but Rust (and a C
+# compiler): the README's first command, `cargo run -p dlock-examples --bin quickstart`, and
+# the command line's install line, `cargo install dlock-core --features cli`:
+#   1. neither dependency tree (the examples with default features, dlock-core with `cli`)
+#      holds a crate that needs a system tool at build time (the list below is the one place
+#      that names them);
 #   2. the quickstart runs and passes on the memory backend;
 #   3. with a backend URL whose feature is off, it fails with the one-line hint naming the
-#      feature and the command that works.
+#      feature and the command that works;
+#   4. the `dlock` binary builds with `protoc` out of reach, and pointed at `etcd://` (which
+#      the plain install leaves out) names the install line that adds it.
 # `.ci/run` calls it; `--tree-only` does step 1 alone (no build).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,21 +26,23 @@ NEEDS_SYSTEM_TOOLS=(
 
 log() { printf 'check-quickstart: %s\n' "$*"; }
 
+# check_tree WHAT CARGO-TREE-ARGS...
 check_tree() {
-    local tree offenders=() crate
-    tree=$(cargo tree -p dlock-examples -e normal,build --prefix none --format '{p}' --locked)
+    local what=$1 tree offenders=() crate
+    shift
+    tree=$(cargo tree "$@" -e normal,build --prefix none --format '{p}' --locked)
     for crate in "${NEEDS_SYSTEM_TOOLS[@]}"; do
         if grep -q "^$crate v" <<<"$tree"; then
             offenders+=("$crate")
         fi
     done
     if [[ ${#offenders[@]} -ne 0 ]]; then
-        log "FAIL: with default features, dlock-examples depends on ${offenders[*]}, which need(s) a system tool at build time;"
-        log "the quickstart must build with nothing but Rust: put the backend that brings it behind a feature"
-        cargo tree -p dlock-examples -e normal,build --locked -i "${offenders[0]}" >&2 || true
+        log "FAIL: $what depends on ${offenders[*]}, which need(s) a system tool at build time;"
+        log "it must build with nothing but Rust: put the backend that brings it behind a feature"
+        cargo tree "$@" -e normal,build --locked -i "${offenders[0]}" >&2 || true
         return 1
     fi
-    log "ok: no crate of the quickstart's default dependency tree needs a system tool (${NEEDS_SYSTEM_TOOLS[*]})"
+    log "ok: no crate of $what needs a system tool (${NEEDS_SYSTEM_TOOLS[*]})"
 }
 
 check_run() {
@@ -56,7 +62,25 @@ check_run() {
     log "ok: the quickstart passes on memory, and names the feature a redis:// URL needs"
 }
 
-check_tree
+check_cli() {
+    log "PROTOC=/nonexistent cargo build -p dlock-core --features cli --bin dlock"
+    PROTOC=/nonexistent/protoc cargo build --locked -q -p dlock-core --features cli --bin dlock
+
+    local output status
+    output=$(env -u DLOCK_URL target/debug/dlock run --url etcd://127.0.0.1:1 -- true 2>&1) && status=0 || status=$?
+    local expected="cargo install dlock-core --features cli,etcd"
+    if [[ $status -eq 0 || $output != *"$expected"* ]]; then
+        log "FAIL: dlock installed without etcd, given etcd://, should fail naming \`$expected\`"
+        log "got (exit $status):"
+        printf '%s\n' "$output" >&2
+        return 1
+    fi
+    log "ok: dlock builds without protoc, and names the install line etcd:// needs"
+}
+
+check_tree "the quickstart's default dependency tree" -p dlock-examples
+check_tree "the command line's (dlock-core --features cli)" -p dlock-core --features cli
 if [[ ${1:-} != --tree-only ]]; then
     check_run
+    check_cli
 fi

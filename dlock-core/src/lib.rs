@@ -40,7 +40,16 @@
 //! | `macros`      | no      | the `#[distributed_lock]` attribute on `async fn`s                 |
 //! | `conformance` | no      | `dlock_core::conformance`, the suite every backend must pass       |
 //! | `harness`     | no      | `dlock_core::harness`, real test servers started from system binaries |
-//! | `cli`         | no      | the `dlock` binary (every network backend): `dlock run KEY -- COMMAND`, `inspect`, `release --force` |
+//! | `cli`         | no      | the `dlock` binary on Redis, RedLock, ZooKeeper and PostgreSQL: `dlock run KEY -- COMMAND`, `inspect`, `release --force` |
+//!
+//! Every feature but `etcd` builds with nothing but Rust and a C compiler. `etcd`'s client
+//! compiles etcd's protocol buffers at build time and needs `protoc` (Debian:
+//! `protobuf-compiler`). Hence the command line installs as `cargo install dlock-core
+//! --features cli`, and with etcd as `cargo install dlock-core --features cli,etcd`; a `dlock`
+//! built without etcd, pointed at `etcd://`, names that line.
+//!
+//! HTTP handlers (tower, axum) lock through [`dlock-tower`](https://docs.rs/dlock-tower)'s
+//! `DistributedLockLayer`, over the same [`Locker`].
 //!
 //! # Metrics
 //!

@@ -1,6 +1,7 @@
 //! The configuration a subcommand runs with: the `--config` file, under the `DLOCK_*`
 //! variables, under the flags — and the Locker connected with it.
 
+use dlock_core::backend::BackendKind;
 use dlock_core::{BackendSpec, DlockConfig, Error, Locker, Result};
 
 use crate::args::Connection;
@@ -50,8 +51,40 @@ pub(crate) fn config(
         config.key_prefix.clone_from(prefix);
     }
     adjust(&mut config);
+    not_installed(&config.backend)?;
     config.validate()?;
     Ok(config)
+}
+
+/// A backend this `dlock` was installed without: the error names the install line that adds
+/// it (etcd's client needs `protoc` at build time, so the plain install leaves it out).
+///
+/// # Errors
+///
+/// [`Error::Config`] naming the backend and the install line.
+fn not_installed(backend: &BackendSpec) -> Result<()> {
+    let url = backend.to_url();
+    match BackendKind::from_url(&url) {
+        Some(kind) if !kind.is_built_in() => {
+            let needs = match kind {
+                BackendKind::Etcd => {
+                    " (etcd's client compiles protocol buffers: it needs `protoc`, e.g. \
+                     `apt-get install protobuf-compiler`)"
+                }
+                _ => "",
+            };
+            Err(Error::config(
+                "backend",
+                backend.to_string(),
+                format!(
+                    "this dlock was installed without the {kind} backend; install it with \
+                     `cargo install dlock-core --features cli,{}`{needs}",
+                    kind.feature()
+                ),
+            ))
+        }
+        _ => Ok(()),
+    }
 }
 
 /// A Locker on the configured lock service; never the in-process `memory://` backend, which
