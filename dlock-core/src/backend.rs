@@ -20,6 +20,7 @@ mod background;
 pub(crate) mod etcd;
 #[cfg(any(feature = "zookeeper", feature = "postgres"))]
 mod grant_claim;
+mod host_list;
 #[cfg(feature = "memory")]
 pub(crate) mod memory;
 #[cfg(feature = "postgres")]

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use etcd_client::{Certificate, Client, ConnectOptions, GetOptions, Identity, TlsOptions};
 
+use crate::backend::host_list::HostsUrl;
 use crate::backend::tls_files::{TlsFiles, refuse_for_plain_text};
-use crate::backend::url::HostsUrl;
 use crate::backend_spec::redact;
 use crate::{Error, Result, TlsConfig};
 

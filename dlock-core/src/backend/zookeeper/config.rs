@@ -13,8 +13,8 @@ use tokio::io::AsyncReadExt as _;
 use zookeeper_client::{Acls, Client, CreateMode, TlsOptions};
 
 use super::errors::timed;
+use crate::backend::host_list::HostsUrl;
 use crate::backend::tls_files::{TlsFiles, refuse_for_plain_text};
-use crate::backend::url::HostsUrl;
 use crate::backend_spec::redact;
 use crate::{Error, Result, TlsConfig};
 
