@@ -4,6 +4,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
+use std::time::Instant;
 
 use dlock_core::{Error, LockGuard, Protected, Result as LockResult};
 use http::{Request, Response};
@@ -47,6 +48,8 @@ pin_project! {
             future: Protected<S::Future>,
             guard: Option<LockGuard>,
             key: String,
+            // When the lock was granted: the hold's length feeds `Retry-After`.
+            since: Instant,
         },
         Releasing {
             release: BoxFuture<LockResult<()>>,
@@ -141,10 +144,17 @@ where
                         future,
                         guard: Some(guard),
                         key,
+                        since: Instant::now(),
                     });
                 }
-                StateProj::Running { future, guard, key } => {
+                StateProj::Running {
+                    future,
+                    guard,
+                    key,
+                    since,
+                } => {
                     let output = ready!(future.poll(cx));
+                    this.settings.holds.record(since.elapsed());
                     let guard = guard.take().expect("guard taken once");
                     let output = match output {
                         Ok(output) => output,
@@ -202,7 +212,20 @@ where
 
 fn reject<B: From<String>>(settings: &Settings, key: &str, error: &Error) -> Response<B> {
     match error {
-        Error::Busy { .. } => settings.on_busy.respond(key, error),
+        Error::Busy {
+            key: busy_key,
+            waited,
+            retry_after,
+        } => {
+            // When the holder is likely done, from how long this layer's requests hold the
+            // lock, rather than when its lease would run out (the ttl, for a live holder).
+            let busy = Error::Busy {
+                key: busy_key.clone(),
+                waited: *waited,
+                retry_after: settings.holds.estimate(*retry_after),
+            };
+            settings.on_busy.respond(key, &busy)
+        }
         other => {
             tracing::warn!(key, error = %other, "dlock-tower: the lock could not be taken");
             settings.on_error.respond(key, other)

@@ -7,6 +7,7 @@ use std::time::Duration;
 use dlock_core::{Error, LockMode, Locker};
 use http::{Method, Response};
 
+use crate::hold_times::HoldTimes;
 use crate::reject::{Reject, locked_response, unavailable_response};
 
 /// Holds a distributed lock around every request whose key is `Some`: acquire, run the inner
@@ -15,7 +16,7 @@ use crate::reject::{Reject, locked_response, unavailable_response};
 ///
 /// | outcome | default response |
 /// |---|---|
-/// | still busy after `wait` (default: one attempt) | `423 Locked` + `Retry-After` |
+/// | still busy after `wait` (default: the Locker's) | `423 Locked` + `Retry-After` |
 /// | the lock service failed | `503 Service Unavailable` |
 /// | the lock cannot be taken as set up (a mode the backend lacks, an invalid key) | `500 Internal Server Error` |
 /// | the lease was lost while the handler ran (the handler is dropped) | `503 Service Unavailable` |
@@ -50,32 +51,47 @@ pub struct DistributedLockLayer<K> {
 pub(crate) struct Settings {
     pub(crate) locker: Locker,
     pub(crate) ttl: Option<Duration>,
-    pub(crate) wait: Duration,
+    pub(crate) wait: Wait,
     pub(crate) watchdog: bool,
     pub(crate) max_hold: Option<Duration>,
     pub(crate) key_template: Option<Arc<str>>,
     pub(crate) mode: ModeChoice,
     pub(crate) on_busy: Reject,
     pub(crate) on_error: Reject,
+    /// This layer's recent holds, for `Retry-After`; shared by the layer's clones.
+    pub(crate) holds: Arc<HoldTimes>,
+}
+
+/// How long a request waits for a busy lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Wait {
+    /// The Locker's configured `wait`.
+    LockerDefault,
+    /// At most this long (zero: one attempt).
+    For(Duration),
+    /// Until the lock is free.
+    Forever,
 }
 
 impl<K> DistributedLockLayer<K> {
     /// A layer locking through `locker`, keyed by `make_key` (a closure
     /// `Fn(&Request<B>) -> Option<String>`, or [`path_key`](crate::path_key) with the `axum`
-    /// feature). Defaults: the Locker's ttl, the watchdog on, no waiting (busy → `423` at once).
+    /// feature). Defaults: the Locker's configured `ttl`, `wait` and `max_hold`, the watchdog
+    /// on; each builder method overrides one.
     pub fn new(locker: Locker, make_key: K) -> Self {
         Self {
             make_key,
             settings: Arc::new(Settings {
                 locker,
                 ttl: None,
-                wait: Duration::ZERO,
+                wait: Wait::LockerDefault,
                 watchdog: true,
                 max_hold: None,
                 key_template: None,
                 mode: ModeChoice::Every(LockMode::Exclusive),
                 on_busy: Reject::new(locked_response),
                 on_error: Reject::new(unavailable_response),
+                holds: Arc::default(),
             }),
         }
     }
@@ -91,6 +107,7 @@ impl<K> DistributedLockLayer<K> {
             mode: self.settings.mode,
             on_busy: self.settings.on_busy.clone(),
             on_error: self.settings.on_error.clone(),
+            holds: Arc::clone(&self.settings.holds),
         };
         change(&mut settings);
         self.settings = Arc::new(settings);
@@ -102,10 +119,28 @@ impl<K> DistributedLockLayer<K> {
         self.with(|s| s.ttl = Some(ttl))
     }
 
-    /// How long a request waits for a busy lock before the busy response. Defaults to zero
-    /// (one attempt).
+    /// How long a request waits for a busy lock before the busy response; zero makes one
+    /// attempt. Defaults to the Locker's configured `wait` ([`DlockConfig::wait`]: until the
+    /// lock is free, unless the config bounds it).
+    ///
+    /// [`DlockConfig::wait`]: dlock_core::DlockConfig::wait
     pub fn wait(self, wait: Duration) -> Self {
-        self.with(|s| s.wait = wait)
+        self.with(|s| s.wait = Wait::For(wait))
+    }
+
+    /// Requests wait until the lock is free, whatever the Locker's configured `wait`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use dlock_tower::DistributedLockLayer;
+    ///
+    /// let key = |req: &http::Request<String>| Some(req.uri().path().to_owned());
+    /// let layer = DistributedLockLayer::new(dlock_core::Locker::memory(), key).wait_forever();
+    /// # drop(layer);
+    /// ```
+    pub fn wait_forever(self) -> Self {
+        self.with(|s| s.wait = Wait::Forever)
     }
 
     /// With `false` the lease is not renewed: a handler running longer than the ttl loses the

@@ -26,6 +26,13 @@
 //! # }
 //! ```
 //!
+//! # Defaults
+//!
+//! The layer takes the [`Locker`](dlock_core::Locker)'s configured defaults — `ttl`, `wait`,
+//! `max_hold` of its [`DlockConfig`](dlock_core::DlockConfig) — unless its builder overrides
+//! them. A config without `wait` waits until the lock is free, as every dlock lock does; set
+//! `wait` in the config (`DLOCK_WAIT=2s`) or on the layer to answer `423` sooner.
+//!
 //! # With plain tower
 //!
 //! Any closure `Fn(&Request<B>) -> Option<String>` is a key; `None` lets the request through
@@ -49,8 +56,9 @@
 //!
 //! # Responses
 //!
-//! Busy after the layer's `wait` → `423 Locked` with `Retry-After` (the holder's remaining
-//! lease, when the backend knows it); lock service failure → `503`; lease lost while the
+//! Busy after the wait → `423 Locked` with `Retry-After`: the median of this layer's recent
+//! holds (at least 1 s), capped by the holder's remaining lease when the backend knows it;
+//! lock service failure → `503`; lease lost while the
 //! handler runs → the handler's future is dropped and `503` returned; a key that cannot be
 //! built → `500` and an error event. Each carries an RFC 9457 `application/problem+json` body
 //! naming the lock key:
@@ -77,6 +85,7 @@
 pub struct ReadmeDoctests;
 
 mod future;
+mod hold_times;
 mod key;
 mod layer;
 #[cfg(feature = "axum")]

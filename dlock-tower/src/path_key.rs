@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use axum::extract::{FromRequestParts, RawPathParams};
+use axum::extract::{FromRequestParts, MatchedPath, RawPathParams};
 use std::sync::Arc;
 
 use dlock_core::key_template::{KeyTemplate, Part as TemplatePart};
@@ -144,12 +144,17 @@ impl PathKey {
             Some(missing) => Err(TemplateError(format!(
                 "key template `{}` uses `{missing}`, which route `{route}` does not have (its parameters: {})",
                 self.template,
-                route_params.join(", ")
+                if route_params.is_empty() {
+                    "none".to_owned()
+                } else {
+                    route_params.join(", ")
+                }
             ))),
         }
     }
 
-    fn render(&self, params: &RawPathParams) -> Result<String, KeyError> {
+    /// The key for a request whose route (`None` if axum did not record it) matched `params`.
+    fn render(&self, params: &RawPathParams, route: Option<&str>) -> Result<String, KeyError> {
         let mut key = String::new();
         for part in &self.parts {
             match part {
@@ -158,10 +163,18 @@ impl PathKey {
                     let value = params.iter().find(|(n, _)| n == name).map(|(_, v)| v);
                     let Some(value) = value else {
                         let known: Vec<&str> = params.iter().map(|(n, _)| n).collect();
+                        let route = route.map_or_else(
+                            || "the matched route".to_owned(),
+                            |route| format!("route `{route}`"),
+                        );
                         return Err(KeyError::new(format!(
-                            "key template `{}` uses path parameter `{name}`, which the matched route does not have (its parameters: {}); check it at start-up with PathKey::check_route",
+                            "key template `{}` uses path parameter `{name}`, which {route} does not have (its parameters: {}); check it at start-up with PathKey::check_route",
                             self.template,
-                            known.join(", ")
+                            if known.is_empty() {
+                                "none".to_owned()
+                            } else {
+                                known.join(", ")
+                            }
                         )));
                     };
                     key.push_str(value);
@@ -191,8 +204,12 @@ impl<B> MakeLockKey<B> for PathKey {
         std::mem::swap(&mut parts.extensions, request.extensions_mut());
         let params = poll_once(RawPathParams::from_request_parts(&mut parts, &()));
         std::mem::swap(&mut parts.extensions, request.extensions_mut());
+        let route = request
+            .extensions()
+            .get::<MatchedPath>()
+            .map(MatchedPath::as_str);
         match params {
-            Some(Ok(params)) => self.render(&params).map(Some),
+            Some(Ok(params)) => self.render(&params, route).map(Some),
             Some(Err(rejection)) => Err(KeyError::new(format!(
                 "key template `{}`: no path parameters ({rejection}); add the layer with Router::route_layer",
                 self.template

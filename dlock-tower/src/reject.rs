@@ -7,6 +7,8 @@ use std::sync::Arc;
 use dlock_core::{Error, ErrorKind, LostReason};
 use http::{HeaderValue, Response, StatusCode, header};
 
+use crate::key::KeyError;
+
 /// Builds the response for a request the layer refuses, from the lock key and the error that
 /// caused the refusal; its `String` body becomes the service's response body type.
 #[derive(Clone)]
@@ -123,11 +125,13 @@ pub fn unavailable_response(key: &str, error: &Error) -> Response<String> {
     }
 }
 
-/// `500 Internal Server Error` for a request whose lock key cannot be built.
-pub(crate) fn key_error_response<B: From<String>>() -> Response<B> {
+/// `500 Internal Server Error` for a request whose lock key cannot be built, with the reason:
+/// a mistake in the service (a key template naming a parameter its route lacks), which the
+/// developer who sees the response can fix; a retry cannot.
+pub(crate) fn key_error_response<B: From<String>>(error: &KeyError) -> Response<B> {
     problem(
         StatusCode::INTERNAL_SERVER_ERROR,
-        "The lock key of this request could not be built.",
+        &format!("The lock key of this request could not be built: {error}"),
     )
     .map(B::from)
 }
@@ -174,8 +178,9 @@ mod tests {
 
     #[test]
     fn the_key_error_response_is_a_500_problem() {
-        let response: Response<String> = key_error_response();
+        let response: Response<String> = key_error_response(&KeyError::new("no `id`"));
         assert_eq!(response.status(), 500);
+        assert!(response.body().contains("no `id`"), "{}", response.body());
         assert_eq!(
             response.headers()[header::CONTENT_TYPE],
             "application/problem+json"

@@ -11,7 +11,7 @@ use tower_service::Service;
 
 use crate::future::ResponseFuture;
 use crate::key::MakeLockKey;
-use crate::layer::{DistributedLockLayer, ModeChoice, Settings};
+use crate::layer::{DistributedLockLayer, ModeChoice, Settings, Wait};
 use crate::reject::key_error_response;
 
 /// Holds a distributed lock around each request to `S`. Built by [`DistributedLockLayer`].
@@ -107,7 +107,7 @@ where
             Ok(None) => ResponseFuture::passthrough(inner, request, Arc::clone(&self.settings)),
             Err(error) => {
                 tracing::error!(%error, uri = %request.uri(), "dlock-tower: cannot build the lock key");
-                ResponseFuture::respond(key_error_response(), Arc::clone(&self.settings))
+                ResponseFuture::respond(key_error_response(&error), Arc::clone(&self.settings))
             }
         }
     }
@@ -128,8 +128,12 @@ fn acquire(
             ModeChoice::Every(LockMode::Exclusive) => settings.locker.lock(&key),
             _ => settings.locker.lock_as(&key, mode),
         };
-        let mut request = request
-            .wait(settings.wait)
+        let mut request = match settings.wait {
+            Wait::LockerDefault => request,
+            Wait::For(wait) => request.wait(wait),
+            Wait::Forever => request.wait_forever(),
+        };
+        request = request
             .watchdog(settings.watchdog)
             // Requests polled in one task (e.g. `join!` of two `oneshot`s) must still exclude
             // each other; locks the handler takes inside re-enter this one.

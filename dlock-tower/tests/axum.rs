@@ -122,7 +122,8 @@ async fn requests_for_one_order_exclude_each_other_while_other_orders_run_in_par
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_busy_order_answers_423_with_retry_after() {
     let locker = Locker::memory();
-    let layer = DistributedLockLayer::new(locker.clone(), path_key("order:<id>"));
+    let layer =
+        DistributedLockLayer::new(locker.clone(), path_key("order:<id>")).wait(Duration::ZERO);
     let (app, _orders) = orders_app(layer);
     // Another instance of the service holds order 7 (another task: not re-entrant).
     let holder = locker.clone();
@@ -153,8 +154,9 @@ async fn a_busy_order_answers_423_with_retry_after() {
 async fn on_busy_replaces_the_default_response_and_is_given_the_key() {
     use http_body_util::BodyExt;
     let locker = Locker::memory();
-    let layer =
-        DistributedLockLayer::new(locker.clone(), path_key("order:<id>")).on_busy(|key, _error| {
+    let layer = DistributedLockLayer::new(locker.clone(), path_key("order:<id>"))
+        .wait(Duration::ZERO)
+        .on_busy(|key, _error| {
             let mut response = axum::http::Response::new(format!("{key} is busy"));
             *response.status_mut() = StatusCode::CONFLICT;
             response
@@ -388,7 +390,8 @@ async fn requests_without_a_key_pass_through_unlocked() {
     let locker = Locker::memory();
     let layer = DistributedLockLayer::new(locker.clone(), |req: &Request<Body>| {
         req.headers().get("x-lock").map(|_| "k".to_owned())
-    });
+    })
+    .wait(Duration::ZERO);
     let app = Router::new()
         .route("/", post(|| async { "ok" }))
         .route_layer(layer);
@@ -408,4 +411,82 @@ async fn requests_without_a_key_pass_through_unlocked() {
         app.oneshot(locked).await.unwrap().status(),
         StatusCode::LOCKED
     );
+}
+
+/// A Locker whose config bounds waits at `wait`, on an in-process table of its own.
+async fn locker_waiting(wait: Duration) -> Locker {
+    let config = dlock_core::DlockConfig {
+        backend: dlock_core::BackendSpec::Url(format!("memory://layer-wait-{}", wait.as_millis())),
+        wait: Some(wait),
+        ..dlock_core::DlockConfig::default()
+    };
+    Locker::connect(&config).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_layer_waits_as_the_lockers_config_says() {
+    // The config says wait up to 10 s: a request that finds the order held waits for it
+    // rather than answering 423 at once.
+    let locker = locker_waiting(Duration::from_secs(10)).await;
+    let (app, _orders) = orders_app(DistributedLockLayer::new(
+        locker.clone(),
+        path_key("order:<id>"),
+    ));
+    let holder = locker.clone();
+    let held = tokio::spawn(async move { holder.lock("order:5").await.unwrap() })
+        .await
+        .unwrap();
+    let request = tokio::spawn(app.clone().oneshot(post_to("/orders/5/pay")));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    held.release().await.unwrap();
+    let response = request.await.unwrap().unwrap();
+    assert_eq!(
+        response.status(),
+        StatusCode::OK,
+        "the request did not wait"
+    );
+
+    // The layer's own `wait` wins over the config's.
+    let (app, _orders) = orders_app(
+        DistributedLockLayer::new(locker.clone(), path_key("order:<id>")).wait(Duration::ZERO),
+    );
+    let holder = locker.clone();
+    let held = tokio::spawn(async move { holder.lock("order:5").await.unwrap() })
+        .await
+        .unwrap();
+    let response = app.oneshot(post_to("/orders/5/pay")).await.unwrap();
+    assert_eq!(response.status(), StatusCode::LOCKED);
+    drop(held);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_after_follows_the_observed_holds_not_the_ttl() {
+    // Handlers hold the lock about 300 ms under a 10 s ttl: a refused client is told to come
+    // back in 1 s (the floor), not in 10.
+    let (inside, mut entered) = tokio::sync::mpsc::unbounded_channel();
+    let handler = move || {
+        let inside = inside.clone();
+        async move {
+            inside.send(()).unwrap();
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            "done"
+        }
+    };
+    let app = Router::new()
+        .route("/jobs/{id}", post(handler))
+        .route_layer(
+            DistributedLockLayer::new(Locker::memory(), path_key("job:<id>"))
+                .ttl(Duration::from_secs(10))
+                .wait(Duration::ZERO),
+        );
+    let first = app.clone().oneshot(post_to("/jobs/1")).await.unwrap();
+    assert_eq!(first.status(), StatusCode::OK);
+    entered.recv().await.unwrap();
+
+    let running = tokio::spawn(app.clone().oneshot(post_to("/jobs/1")));
+    entered.recv().await.unwrap();
+    let refused = app.clone().oneshot(post_to("/jobs/1")).await.unwrap();
+    assert_eq!(refused.status(), StatusCode::LOCKED);
+    assert_eq!(refused.headers()["retry-after"], "1");
+    assert_eq!(running.await.unwrap().unwrap().status(), StatusCode::OK);
 }

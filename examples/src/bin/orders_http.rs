@@ -31,8 +31,11 @@ fn app(locker: &Locker) -> Router {
     let key = path_key("order:<id>");
     key.check_route("/orders/{id}/pay")
         .expect("template matches the route");
-    let no_wait =
-        DistributedLockLayer::new(locker.clone(), key.clone()).ttl(Duration::from_secs(10));
+    // The layer takes the Locker's configured wait (until free, unless the config bounds it);
+    // this route answers at once instead.
+    let no_wait = DistributedLockLayer::new(locker.clone(), key.clone())
+        .ttl(Duration::from_secs(10))
+        .wait(Duration::ZERO);
     let wait = no_wait.clone().wait(Duration::from_secs(5));
     Router::new()
         .route("/orders/{id}/pay", post(pay).route_layer(no_wait))
