@@ -140,7 +140,7 @@ where
         Wait::Forever => request.wait_forever(),
     };
     let guard = request.await?;
-    let current = CurrentLock::new(key, guard.fencing_token());
+    let current = CurrentLock::new(key, &guard);
     guard
         .run_and_release(current.scope(body), Result::is_ok)
         .await?

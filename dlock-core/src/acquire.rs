@@ -338,6 +338,7 @@ impl LockerState {
         started: Instant,
     ) -> Result<Lease> {
         let grant = self.grants.fetch_add(1, Ordering::Relaxed) + 1;
+        let full_key = Arc::clone(&checked.full_key);
         let request = AcquireRequest::new(
             checked.full_key,
             OwnerId::numbered(&self.id, grant),
@@ -348,6 +349,15 @@ impl LockerState {
         .with_write_side(options.write_side && options.mode == LockMode::Exclusive);
         let wait = options.wait.unwrap_or(self.config.wait);
         let _waiting = (wait != Some(Duration::ZERO)).then(|| meter.waiting());
+        // Debug, not warn: tasks of one service contending for a key is the common case; a
+        // task waiting for its own spawner's lock is the case this line explains.
+        if wait != Some(Duration::ZERO) && self.reentrancy.is_held(&full_key) {
+            tracing::debug!(
+                key = options.key,
+                "dlock: waiting for a lock this Locker holds in another task; if that task \
+                 waits for this one, neither ends: pass `guard.hand_off()` to the spawned task"
+            );
+        }
         let operation_timeout = self.keeper.operation_timeout();
         let outcome = match wait {
             Some(wait) => {
@@ -375,6 +385,7 @@ impl LockerState {
                 key: options.key.to_owned(),
                 waited: started.elapsed(),
                 retry_after,
+                by_this_locker: self.reentrancy.is_held(&full_key),
             }),
         }
     }

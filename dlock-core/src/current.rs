@@ -2,9 +2,14 @@
 //! under, read from inside the body without changing the fn's signature.
 
 use std::borrow::Cow;
+use std::fmt;
 use std::future::Future;
+use std::sync::Weak;
 
 use tokio::task::futures::TaskLocalFuture;
+
+use crate::guard::{HandOff, LockGuard};
+use crate::hold::Hold;
 
 tokio::task_local! {
     static CURRENT: CurrentLock;
@@ -31,15 +36,21 @@ tokio::task_local! {
 /// assert!(token > 0);
 /// # Ok(()) }
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone)]
 pub struct CurrentLock {
     key: Cow<'static, str>,
     fencing_token: Option<u64>,
+    /// Weak: a `CurrentLock` kept past the body does not keep the lock held.
+    hold: Weak<Hold>,
 }
 
 impl CurrentLock {
-    pub(crate) const fn new(key: Cow<'static, str>, fencing_token: Option<u64>) -> Self {
-        Self { key, fencing_token }
+    pub(crate) fn new(key: Cow<'static, str>, guard: &LockGuard) -> Self {
+        Self {
+            key,
+            fencing_token: guard.fencing_token(),
+            hold: guard.weak_hold(),
+        }
     }
 
     /// The key as the attribute formatted it (without the Locker's prefix), e.g. `"order:42"`.
@@ -63,11 +74,61 @@ impl CurrentLock {
         self.fencing_token
     }
 
+    /// Shares the body's hold with a task it spawns, as [`LockGuard::hand_off`] does: the
+    /// spawned task calls [`HandOff::adopt`], and its acquires of this key re-enter instead
+    /// of waiting for the body that holds it (which would wait forever if the body awaits
+    /// the task). `None` once the body's lock is released.
+    ///
+    /// # Examples
+    ///
+    #[cfg_attr(feature = "macros", doc = "```")]
+    #[cfg_attr(not(feature = "macros"), doc = "```ignore")]
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> dlock_core::Result<()> {
+    /// use dlock_core::{Error, Locker, current_lock, distributed_lock};
+    ///
+    /// #[distributed_lock(key = "batch:<id>", locker = Locker::memory())]
+    /// async fn run_batch(id: u64) -> Result<(), Error> {
+    ///     let hand_off = current_lock().and_then(|lock| lock.hand_off()).expect("in the body");
+    ///     tokio::spawn(async move {
+    ///         let _shared = hand_off.adopt(); // this task holds `batch:<id>` too
+    ///         // ... work that may call other #[distributed_lock(key = "batch:<id>")] fns
+    ///     })
+    ///     .await
+    ///     .expect("the task ran");
+    ///     Ok(())
+    /// }
+    ///
+    /// run_batch(7).await?;
+    /// # Ok(()) }
+    /// ```
+    #[must_use]
+    pub fn hand_off(&self) -> Option<HandOff> {
+        self.hold.upgrade().map(HandOff::of)
+    }
+
     /// Runs `body` with `self` as the current lock (nested scopes shadow outer ones).
     pub(crate) fn scope<F: Future>(self, body: F) -> TaskLocalFuture<Self, F> {
         CURRENT.scope(self, body)
     }
 }
+
+impl fmt::Debug for CurrentLock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CurrentLock")
+            .field("key", &self.key)
+            .field("fencing_token", &self.fencing_token)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Two `CurrentLock`s are equal when they name the same key and fencing token.
+impl PartialEq for CurrentLock {
+    fn eq(&self, other: &Self) -> bool {
+        self.key == other.key && self.fencing_token == other.fencing_token
+    }
+}
+
+impl Eq for CurrentLock {}
 
 /// The lock held around the `#[distributed_lock]` body that is running now, if any: its key
 /// and fencing token.

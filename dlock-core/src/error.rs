@@ -3,6 +3,18 @@
 use std::fmt;
 use std::time::Duration;
 
+/// The end of [`Error::Busy`]'s message when the holder is the caller's own Locker.
+const fn busy_holder_hint(by_this_locker: bool) -> &'static str {
+    if by_this_locker {
+        "; it is held by this Locker, by another task of this process (or by this task \
+         without reentrancy): a task that waits for a lock its spawner holds waits forever; \
+         pass `guard.hand_off()` to the spawned task (in a #[distributed_lock] fn: \
+         `current_lock()` and its `hand_off()`)"
+    } else {
+        ""
+    }
+}
+
 /// A boxed error from a backend's client library.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
@@ -29,7 +41,10 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 ///     rival.lock("order:42").wait(Duration::from_millis(10)).await.map(drop)
 /// });
 /// match attempt.await.unwrap() {
-///     Err(Error::Busy { key, .. }) => assert_eq!(key, "order:42"),
+///     Err(error @ Error::Busy { .. }) => {
+///         // The holder is this Locker, in another task: the message says how to share it.
+///         assert!(error.to_string().contains("held by this Locker"), "{error}");
+///     }
 ///     other => panic!("expected Busy, got {other:?}"),
 /// }
 /// # }
@@ -38,7 +53,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[non_exhaustive]
 pub enum Error {
     /// The lock was held by someone else for the whole time the caller was willing to wait.
-    #[error("lock `{key}` is busy (gave up after waiting {waited:?})")]
+    #[error("lock `{key}` is busy (gave up after waiting {waited:?}){}", busy_holder_hint(*.by_this_locker))]
     Busy {
         /// The user key (without the Locker's prefix).
         key: String,
@@ -46,6 +61,10 @@ pub enum Error {
         waited: Duration,
         /// The holder's remaining lease, when the backend knows it (a good `Retry-After`).
         retry_after: Option<Duration>,
+        /// The holder is this very Locker: another task of this process (or the same task,
+        /// through a non-reentrant acquire). A task waiting for a lock its spawner holds would
+        /// wait forever; the message says how to share the hold instead.
+        by_this_locker: bool,
     },
 
     /// The lease was lost while the caller believed it held the lock: a renewal was refused,

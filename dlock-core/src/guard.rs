@@ -297,10 +297,13 @@ impl LockGuard {
     /// # Ok(()) }
     /// ```
     pub fn hand_off(&self) -> HandOff {
-        self.hold.add_share(None);
-        HandOff {
-            hold: Arc::clone(&self.hold),
-        }
+        HandOff::of(Arc::clone(&self.hold))
+    }
+
+    /// The hold behind this guard, weakly: what [`CurrentLock`](crate::CurrentLock) hands off
+    /// without keeping the lock held past its body.
+    pub(crate) fn weak_hold(&self) -> std::sync::Weak<Hold> {
+        Arc::downgrade(&self.hold)
     }
 
     /// Releases the lock now. For a nested or shared guard, it only gives up this guard's
@@ -368,6 +371,12 @@ pub struct HandOff {
 }
 
 impl HandOff {
+    /// A new share of `hold`, for a task to adopt.
+    pub(crate) fn of(hold: Arc<Hold>) -> Self {
+        hold.add_share(None);
+        Self { hold }
+    }
+
     /// Makes the current task a holder of the shared lock and returns its guard.
     ///
     /// # Examples

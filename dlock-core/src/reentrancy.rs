@@ -94,6 +94,13 @@ impl<H> Reentrancy<H> {
         self.holds().get(key)?.find(holder)?.upgrade()
     }
 
+    /// Whether any holder of this Locker (any task) holds `key` through a live hold.
+    pub(crate) fn is_held(&self, key: &str) -> bool {
+        self.holds()
+            .get(key)
+            .is_some_and(|holders| holders.0.iter().any(|(_, hold)| hold.strong_count() > 0))
+    }
+
     /// Records that `holder` holds `key` through `hold`, so its nested acquires re-enter. An
     /// earlier live hold of the same holder and key (taken with `.reentrant(false)`) keeps the
     /// entry.

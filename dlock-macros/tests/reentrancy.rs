@@ -129,3 +129,53 @@ async fn another_task_contends_instead_of_re_entering() {
         "{outcome:?}"
     );
 }
+
+#[distributed_lock(key = "batch:<id>", locker = locker, wait = "0s")]
+async fn batch_step(locker: &Locker, id: u64) -> Result<(), Error> {
+    Ok(())
+}
+
+/// Spawns `batch_step` for the same key from inside the body, handing the hold off or not.
+#[distributed_lock(key = "batch:<id>", locker = locker)]
+async fn batch(locker: &Locker, id: u64, share: bool) -> Result<Result<(), Error>, Error> {
+    let hand_off = if share {
+        Some(current().hand_off().expect("the body's lock is held"))
+    } else {
+        None
+    };
+    let child = locker.clone();
+    let step = tokio::spawn(async move {
+        let _shared = hand_off.map(dlock_core::HandOff::adopt);
+        batch_step(&child, id).await
+    });
+    Ok(step.await.expect("the step task panicked"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spawned_task_is_told_its_spawner_holds_the_lock_and_a_hand_off_shares_it() {
+    let locker = Locker::memory();
+    // Not shared: the spawned step is refused, and the error says the holder is this very
+    // Locker and how to share the hold.
+    let refused = batch(&locker, 1, false).await.unwrap().unwrap_err();
+    assert!(
+        matches!(
+            refused,
+            Error::Busy {
+                by_this_locker: true,
+                ..
+            }
+        ),
+        "{refused:?}"
+    );
+    let message = refused.to_string();
+    assert!(
+        message.contains("held by this Locker") && message.contains("hand_off()"),
+        "{message}"
+    );
+    // Shared through `current_lock()`'s hand-off: the step re-enters the body's hold.
+    batch(&locker, 2, true).await.unwrap().unwrap();
+    assert_free_now(&locker, "batch:2").await;
+    // Once the body is over, its CurrentLock hands off nothing.
+    let kept = outer(&locker, 1).await.unwrap();
+    assert!(kept[0].hand_off().is_none());
+}

@@ -216,6 +216,7 @@ fn reject<B: From<String>>(settings: &Settings, key: &str, error: &Error) -> Res
             key: busy_key,
             waited,
             retry_after,
+            by_this_locker,
         } => {
             // When the holder is likely done, from how long this layer's requests hold the
             // lock, rather than when its lease would run out (the ttl, for a live holder).
@@ -223,6 +224,7 @@ fn reject<B: From<String>>(settings: &Settings, key: &str, error: &Error) -> Res
                 key: busy_key.clone(),
                 waited: *waited,
                 retry_after: settings.holds.estimate(*retry_after),
+                by_this_locker: *by_this_locker,
             };
             settings.on_busy.respond(key, &busy)
         }

@@ -46,6 +46,7 @@ impl fmt::Debug for Reject {
 ///     key: "order:42".into(),
 ///     waited: Duration::ZERO,
 ///     retry_after: Some(Duration::from_millis(2500)),
+///     by_this_locker: false,
 /// };
 /// let response = dlock_tower::locked_response("order:42", &busy);
 /// assert_eq!(response.status(), 423);

@@ -23,8 +23,13 @@ pub async fn wait_deadline_is_honoured<B: LockBackend + ?Sized>(target: &Target<
             key: k,
             waited,
             retry_after,
+            by_this_locker,
         }) => {
             assert_eq!(k, key);
+            assert!(
+                !by_this_locker,
+                "another Locker holds `{key}`, not the waiter's"
+            );
             assert!(waited >= wait, "reported waiting {waited:?} < {wait:?}");
             if let Some(retry_after) = retry_after {
                 assert!(

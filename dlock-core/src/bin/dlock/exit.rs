@@ -76,6 +76,7 @@ mod tests {
             key: "job".into(),
             waited: Duration::ZERO,
             retry_after: None,
+            by_this_locker: false,
         };
         assert_eq!(for_error(&busy, 42), 42);
         assert_eq!(
