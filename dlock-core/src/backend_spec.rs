@@ -50,11 +50,9 @@ pub enum BackendSpec {
 ///
 /// ```
 /// use dlock_core::{BackendSpec, BackendTable};
-/// let table = BackendTable {
-///     kind: "redis+cluster".into(),
-///     hosts: vec!["10.0.0.1:6379".into(), "10.0.0.2:6379".into()],
-///     ..BackendTable::default()
-/// };
+/// let table = BackendTable::default()
+///     .with_kind("redis+cluster".into())
+///     .with_hosts(vec!["10.0.0.1:6379".into(), "10.0.0.2:6379".into()]);
 /// assert_eq!(
 ///     BackendSpec::Table(table).to_url(),
 ///     "redis+cluster://10.0.0.1:6379,10.0.0.2:6379"
@@ -62,6 +60,7 @@ pub enum BackendSpec {
 /// ```
 #[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
 pub struct BackendTable {
     /// The URL scheme: `memory`, `redis`, `redis+cluster`, `redlock`, `etcd`, `zk`, `postgres`.
     pub kind: String,
@@ -106,6 +105,15 @@ impl fmt::Debug for BackendSpec {
             Self::Table(table) => f.debug_tuple("Table").field(table).finish(),
         }
     }
+}
+
+crate::setters::with_setters! {
+    BackendTable, "dlock_core::BackendTable::default()";
+    with_kind(kind: String) = "String::from(\"redis+cluster\")";
+    with_hosts(hosts: Vec<String>) = "vec![String::from(\"10.0.0.1:6379\")]";
+    with_path(path: Option<String>) = "Some(String::from(\"app1\"))";
+    with_username(username: Option<String>) = "Some(String::from(\"app\"))";
+    with_password(password: Option<String>) = "Some(String::from(\"s3cret\"))";
 }
 
 impl BackendTable {

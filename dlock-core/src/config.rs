@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use dlock_grammar::duration as grammar;
 use serde::{Deserialize, Serialize};
 
 use crate::backend::BackendUrl;
@@ -47,6 +48,7 @@ use crate::{Error, Result, TlsConfig};
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
 pub struct DlockConfig {
     /// The backend: a URL (`memory://`, `redis://h:6379/0`, `redis+cluster://h1,h2,h3`,
     /// `redlock://h1,h2,h3`, `etcd://h1:2379,h2:2379`, `zk://h1:2181/chroot`,
@@ -55,17 +57,17 @@ pub struct DlockConfig {
     /// Prepended to every key, so several applications can share one lock service.
     pub key_prefix: String,
     /// The default lease: how long a crashed holder keeps a lock.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "crate::duration_serde::required")]
     pub ttl: Duration,
-    /// How long an acquire waits by default; `None` waits until acquired.
-    #[serde(with = "humantime_serde")]
+    /// How long an acquire waits by default; `None` (`"forever"`) waits until acquired.
+    #[serde(with = "crate::duration_serde::wait")]
     pub wait: Option<Duration>,
     /// How often the watchdog renews a held lease; `None` means a third of its ttl.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "crate::duration_serde::optional")]
     pub watchdog_interval: Option<Duration>,
     /// The most any single backend round trip may take before it fails with
     /// [`Error::Timeout`].
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "crate::duration_serde::required")]
     pub operation_timeout: Duration,
     /// Whether every grant must carry a fencing token
     /// ([`LockRequest::fencing`](crate::LockRequest::fencing) per lock). Memory and etcd
@@ -77,7 +79,7 @@ pub struct DlockConfig {
     /// guard is lost ([`LostReason::MaxHold`](crate::LostReason::MaxHold)) and the lock is
     /// released, so a stuck job cannot hold it forever. `None`: renewed for as long as the
     /// guard lives. Per lock: [`LockRequest::max_hold`](crate::LockRequest::max_hold).
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "crate::duration_serde::optional")]
     pub max_hold: Option<Duration>,
     /// With the `metrics` feature: label a lock's metrics with its raw key when the request
     /// names no key template (the attribute and the layer always do). Off by default: one
@@ -122,6 +124,20 @@ const ENV_VARS: [&str; 12] = [
     "DLOCK_TLS_CERT_FILE",
     "DLOCK_TLS_KEY_FILE",
 ];
+
+crate::setters::with_setters! {
+    DlockConfig, "dlock_core::DlockConfig::default()";
+    with_backend(backend: BackendSpec) = "dlock_core::BackendSpec::Url(\"redis://10.0.0.5:6379\".into())";
+    with_key_prefix(key_prefix: String) = "String::from(\"billing:\")";
+    with_ttl(ttl: Duration) = "std::time::Duration::from_secs(10)";
+    with_wait(wait: Option<Duration>) = "Some(std::time::Duration::from_secs(2))";
+    with_watchdog_interval(watchdog_interval: Option<Duration>) = "Some(std::time::Duration::from_secs(3))";
+    with_operation_timeout(operation_timeout: Duration) = "std::time::Duration::from_secs(2)";
+    with_fencing(fencing: bool) = "true";
+    with_max_hold(max_hold: Option<Duration>) = "Some(std::time::Duration::from_secs(3600))";
+    with_metrics_raw_keys(metrics_raw_keys: bool) = "true";
+    with_tls(tls: TlsConfig) = "dlock_core::TlsConfig::default().with_ca_file(Some(\"/etc/ssl/ca.pem\".into()))";
+}
 
 impl DlockConfig {
     /// The defaults, overridden by the `DLOCK_*` variables that are set (see the table above).
@@ -209,24 +225,20 @@ impl DlockConfig {
                 "DLOCK_URL" => config.backend = BackendSpec::Url(value),
                 "DLOCK_KEY_PREFIX" => config.key_prefix = value,
                 "DLOCK_TTL" => config.ttl = parse_duration(name, &value)?,
-                "DLOCK_WAIT" => {
-                    config.wait = match value.as_str() {
-                        "forever" | "none" | "" => None,
-                        _ => Some(parse_duration(name, &value)?),
-                    };
-                }
+                // An empty variable is an unset one: the default.
+                "DLOCK_WAIT" if value.is_empty() => config.wait = None,
+                "DLOCK_WAIT" => config.wait = parse_with(name, &value, grammar::parse_wait)?,
+                "DLOCK_WATCHDOG_INTERVAL" if value.is_empty() => config.watchdog_interval = None,
                 "DLOCK_WATCHDOG_INTERVAL" => {
-                    config.watchdog_interval = Some(parse_duration(name, &value)?);
+                    config.watchdog_interval = parse_with(name, &value, grammar::parse_optional)?;
                 }
                 "DLOCK_OPERATION_TIMEOUT" => {
                     config.operation_timeout = parse_duration(name, &value)?;
                 }
                 "DLOCK_FENCING" => config.fencing = parse_bool(name, &value)?,
+                "DLOCK_MAX_HOLD" if value.is_empty() => config.max_hold = None,
                 "DLOCK_MAX_HOLD" => {
-                    config.max_hold = match value.as_str() {
-                        "none" | "" => None,
-                        _ => Some(parse_duration(name, &value)?),
-                    };
+                    config.max_hold = parse_with(name, &value, grammar::parse_optional)?;
                 }
                 "DLOCK_METRICS_RAW_KEYS" => config.metrics_raw_keys = parse_bool(name, &value)?,
                 "DLOCK_TLS_CA_FILE" => config.tls.ca_file = non_empty_path(value),
@@ -265,7 +277,7 @@ impl DlockConfig {
     ///
     /// ```
     /// use std::time::Duration;
-    /// let config = dlock_core::DlockConfig { ttl: Duration::ZERO, ..Default::default() };
+    /// let config = dlock_core::DlockConfig::default().with_ttl(Duration::ZERO);
     /// assert!(config.validate().unwrap_err().to_string().contains("`ttl` = `0s`"));
     /// ```
     pub fn validate(&self) -> Result<()> {
@@ -339,24 +351,52 @@ fn env_name(field: &str) -> &'static str {
     }
 }
 
+/// Parses a backend URL, checked as [`Locker::connect`](crate::Locker::connect) would check
+/// it (its scheme, hosts and options, and that this build includes its backend).
+///
+/// # Errors
+///
+/// [`Error::Config`](crate::Error::Config) naming `backend` and the URL (password hidden).
+///
+/// # Examples
+///
+/// ```
+/// use dlock_core::BackendSpec;
+/// let spec: BackendSpec = "memory://jobs".parse().unwrap();
+/// assert_eq!(spec, BackendSpec::Url("memory://jobs".into()));
+/// assert!("mongodb://h".parse::<BackendSpec>().unwrap_err().to_string().contains("unknown backend"));
+/// ```
+impl std::str::FromStr for BackendSpec {
+    type Err = Error;
+
+    fn from_str(url: &str) -> Result<Self> {
+        BackendUrl::parse(url)?;
+        Ok(Self::Url(url.to_owned()))
+    }
+}
+
 /// A path from an environment variable; empty means none.
 fn non_empty_path(value: String) -> Option<std::path::PathBuf> {
     (!value.is_empty()).then(|| value.into())
 }
 
-/// Parses a humantime duration, naming `field` on failure.
+/// Parses a duration in dlock's one grammar ([`dlock_grammar::duration`]), naming `field`
+/// on failure.
 ///
 /// # Errors
 ///
-/// [`Error::Config`] with the field, the value and humantime's explanation.
+/// [`Error::Config`] with the field, the value and the grammar's explanation and hint.
 pub(crate) fn parse_duration(field: &str, value: &str) -> Result<Duration> {
-    humantime::parse_duration(value).map_err(|e| {
-        Error::config(
-            field,
-            value,
-            format!("{e} (expected a duration such as \"10s\" or \"250ms\")"),
-        )
-    })
+    parse_with(field, value, grammar::parse)
+}
+
+/// Parses `value` with one of the grammar's parsers, naming `field` on failure.
+fn parse_with<T>(
+    field: &str,
+    value: &str,
+    parse: fn(&str) -> std::result::Result<T, grammar::DurationError>,
+) -> Result<T> {
+    parse(value).map_err(|e| Error::config(field, value, e.to_string()))
 }
 
 /// Parses `true`/`false` (also `1`/`0`, `yes`/`no`, `on`/`off`), naming `field` on failure.

@@ -79,6 +79,7 @@
 mod backend_spec;
 mod config;
 mod current;
+mod duration_serde;
 mod error;
 mod guard;
 mod inspect;
@@ -87,6 +88,7 @@ mod mode;
 mod protected;
 mod request;
 mod scope;
+mod setters;
 mod tls;
 
 // The mechanisms the core owns: the acquire steps, holds and reentrancy, the lease keeper and
@@ -115,7 +117,7 @@ pub mod guide;
 #[cfg(feature = "harness")]
 pub mod harness;
 #[doc(hidden)]
-pub mod key_template;
+pub use dlock_grammar::key_template;
 
 pub use acquire::WAIT_SLACK;
 pub use backend_spec::{BackendSpec, BackendTable};

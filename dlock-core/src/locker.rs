@@ -104,7 +104,7 @@ impl Locker {
     /// use std::{sync::Arc, time::Duration};
     /// use dlock_core::{DlockConfig, Locker};
     /// use dlock_core::backend::MemoryBackend;
-    /// let config = DlockConfig { ttl: Duration::from_secs(5), ..Default::default() };
+    /// let config = DlockConfig::default().with_ttl(Duration::from_secs(5));
     /// let locker = Locker::with_config(Arc::new(MemoryBackend::new()), &config).unwrap();
     /// assert_eq!(locker.config().ttl, Duration::from_secs(5));
     /// ```

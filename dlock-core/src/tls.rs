@@ -44,6 +44,7 @@ use crate::{Error, Result};
 /// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
 pub struct TlsConfig {
     /// The PEM file of the certificate authorities to trust instead of the system's roots.
     pub ca_file: Option<PathBuf>,
@@ -72,6 +73,13 @@ enum Field {
     Ca,
     Cert,
     Key,
+}
+
+crate::setters::with_setters! {
+    TlsConfig, "dlock_core::TlsConfig::default()";
+    with_ca_file(ca_file: Option<PathBuf>) = "Some(\"/etc/ssl/ca.pem\".into())";
+    with_cert_file(cert_file: Option<PathBuf>) = "Some(\"/etc/ssl/client.pem\".into())";
+    with_key_file(key_file: Option<PathBuf>) = "Some(\"/etc/ssl/client.key\".into())";
 }
 
 impl TlsConfig {

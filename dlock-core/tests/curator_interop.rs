@@ -19,12 +19,10 @@ const SURELY: Duration = Duration::from_secs(20);
 /// Curator client.
 async fn setup() -> (ZkServer, Locker, Curator) {
     let server = ZkServer::start().await.expect("zookeeper");
-    let config = DlockConfig {
-        backend: dlock_core::BackendSpec::Url(server.url()),
-        key_prefix: String::new(),
-        ttl: Duration::from_secs(10),
-        ..DlockConfig::default()
-    };
+    let config = DlockConfig::default()
+        .with_backend(dlock_core::BackendSpec::Url(server.url()))
+        .with_key_prefix(String::new())
+        .with_ttl(Duration::from_secs(10));
     let locker = Locker::connect(&config).await.expect("connect");
     let curator = Curator::start(&server.connect_string())
         .await

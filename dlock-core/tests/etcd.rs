@@ -31,12 +31,10 @@ async fn locker(url: &str, prefix: &str, ttl: Duration) -> (Locker, Arc<EtcdBack
             .await
             .expect("connect"),
     );
-    let config = DlockConfig {
-        key_prefix: prefix.to_owned(),
-        ttl,
-        operation_timeout: OPERATION_TIMEOUT,
-        ..DlockConfig::default()
-    };
+    let config = DlockConfig::default()
+        .with_key_prefix(prefix.to_owned())
+        .with_ttl(ttl)
+        .with_operation_timeout(OPERATION_TIMEOUT);
     let locker =
         Locker::with_config(Arc::clone(&backend) as Arc<dyn LockBackend>, &config).expect("config");
     (locker, backend)

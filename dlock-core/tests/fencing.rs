@@ -68,10 +68,7 @@ async fn asking_a_backend_without_tokens_is_unsupported_and_takes_nothing() {
     assert_eq!(plain.fencing_token(), None);
     plain.release().await.unwrap();
 
-    let fenced = DlockConfig {
-        fencing: true,
-        ..DlockConfig::default()
-    };
+    let fenced = DlockConfig::default().with_fencing(true);
     let fenced = Locker::with_config(backend, &fenced).unwrap();
     assert!(matches!(
         fenced.lock("invoice").await,

@@ -25,10 +25,7 @@ fn guard_locker_and_futures_are_send_and_sync() {
 
 fn faulty_locker(ttl: Duration) -> (Arc<Faulty>, Locker) {
     let backend = Arc::new(Faulty::new(MemoryBackend::new()));
-    let config = DlockConfig {
-        ttl,
-        ..DlockConfig::default()
-    };
+    let config = DlockConfig::default().with_ttl(ttl);
     let locker = Locker::with_config(backend.clone(), &config).unwrap();
     (backend, locker)
 }
@@ -128,10 +125,7 @@ async fn a_reply_later_than_the_ttl_is_not_a_grant() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_lock_cancels_the_body_when_the_lease_is_broken() {
     let table = MemoryBackend::new();
-    let config = DlockConfig {
-        ttl: Duration::from_millis(300),
-        ..DlockConfig::default()
-    };
+    let config = DlockConfig::default().with_ttl(Duration::from_millis(300));
     let locker = Locker::with_config(Arc::new(table.clone()), &config).unwrap();
     let progress = Arc::new(std::sync::atomic::AtomicU32::new(0));
     let body = {

@@ -215,12 +215,9 @@ async fn busy_and_served_waits_are_counted_and_raw_keys_only_when_asked() {
     // No template: `*`, unless the config opts in to raw keys.
     let guard = locker.lock("untemplated:7").await.unwrap();
     guard.release().await.unwrap();
-    let raw = Locker::connect(&DlockConfig {
-        metrics_raw_keys: true,
-        ..DlockConfig::default()
-    })
-    .await
-    .unwrap();
+    let raw = Locker::connect(&DlockConfig::default().with_metrics_raw_keys(true))
+        .await
+        .unwrap();
     let guard = raw.lock("rawkey:7").await.unwrap();
     guard.release().await.unwrap();
     let keys = label_values("dlock.acquire.duration", "key");

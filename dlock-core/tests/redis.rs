@@ -183,10 +183,9 @@ async fn fencing_tokens_and_their_counter_only_when_asked() {
         tokens.push(guard.fencing_token().expect("asked for"));
         guard.release().await.unwrap();
     }
-    let fenced = DlockConfig {
-        fencing: true,
-        ..DlockConfig::from_toml_str(&format!("backend = \"{}\"", server.url())).unwrap()
-    };
+    let fenced = DlockConfig::from_toml_str(&format!("backend = \"{}\"", server.url()))
+        .unwrap()
+        .with_fencing(true);
     let fenced = Locker::connect(&fenced).await.unwrap();
     let guard = fenced.lock("invoice").await.unwrap();
     tokens.push(

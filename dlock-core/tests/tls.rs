@@ -13,11 +13,9 @@ const OPERATION_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// What connecting to `url` gave, and how long it took.
 async fn connect_error(url: &str) -> (Error, Duration) {
-    let config = DlockConfig {
-        backend: BackendSpec::Url(url.to_owned()),
-        operation_timeout: OPERATION_TIMEOUT,
-        ..DlockConfig::default()
-    };
+    let config = DlockConfig::default()
+        .with_backend(BackendSpec::Url(url.to_owned()))
+        .with_operation_timeout(OPERATION_TIMEOUT);
     let started = Instant::now();
     let outcome = Locker::connect(&config).await;
     let took = started.elapsed();

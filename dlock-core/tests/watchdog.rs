@@ -13,10 +13,7 @@ use support::Faulty;
 async fn renewals_of_many_locks_are_batched_and_stop_when_guards_drop() {
     let ttl = Duration::from_millis(300);
     let backend = Arc::new(Faulty::new(MemoryBackend::new()));
-    let config = DlockConfig {
-        ttl,
-        ..DlockConfig::default()
-    };
+    let config = DlockConfig::default().with_ttl(ttl);
     let locker = Locker::with_config(backend.clone(), &config).unwrap();
     let mut guards = Vec::new();
     for i in 0..20 {
@@ -53,11 +50,9 @@ async fn renewals_of_many_locks_are_batched_and_stop_when_guards_drop() {
 async fn the_watchdog_cadence_follows_the_config() {
     let ttl = Duration::from_millis(600);
     let backend = Arc::new(Faulty::new(MemoryBackend::new()));
-    let config = DlockConfig {
-        ttl,
-        watchdog_interval: Some(Duration::from_millis(50)),
-        ..DlockConfig::default()
-    };
+    let config = DlockConfig::default()
+        .with_ttl(ttl)
+        .with_watchdog_interval(Some(Duration::from_millis(50)));
     let locker = Locker::with_config(backend.clone(), &config).unwrap();
     let guard = locker.lock("fast").await.unwrap();
     tokio::time::sleep(Duration::from_millis(520)).await;
@@ -72,10 +67,7 @@ async fn the_watchdog_cadence_follows_the_config() {
 #[test]
 fn the_watchdog_survives_its_runtime() {
     let ttl = Duration::from_millis(200);
-    let config = DlockConfig {
-        ttl,
-        ..DlockConfig::default()
-    };
+    let config = DlockConfig::default().with_ttl(ttl);
     let locker = Locker::with_config(Arc::new(MemoryBackend::new()), &config).unwrap();
     for _ in 0..2 {
         let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -121,11 +113,9 @@ async fn expires_at_moves_with_renewals() {
 /// lock without a watchdog is released at its `max_hold` too when that comes before its ttl.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn max_hold_from_config_and_request() {
-    let config = DlockConfig {
-        ttl: Duration::from_millis(300),
-        max_hold: Some(Duration::from_millis(400)),
-        ..DlockConfig::default()
-    };
+    let config = DlockConfig::default()
+        .with_ttl(Duration::from_millis(300))
+        .with_max_hold(Some(Duration::from_millis(400)));
     let backend = Arc::new(MemoryBackend::new());
     let locker = Locker::with_config(backend.clone(), &config).unwrap();
     let by_config = locker.lock("cap:config").await.unwrap();

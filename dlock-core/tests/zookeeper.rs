@@ -20,13 +20,11 @@ use zookeeper_client::Client;
 const TIMEOUT: Duration = Duration::from_secs(2);
 
 async fn locker(url: &str, ttl: Duration) -> Locker {
-    let config = DlockConfig {
-        backend: BackendSpec::Url(url.to_owned()),
-        key_prefix: String::new(),
-        ttl,
-        operation_timeout: TIMEOUT,
-        ..DlockConfig::default()
-    };
+    let config = DlockConfig::default()
+        .with_backend(BackendSpec::Url(url.to_owned()))
+        .with_key_prefix(String::new())
+        .with_ttl(ttl)
+        .with_operation_timeout(TIMEOUT);
     Locker::connect(&config).await.expect("connect")
 }
 
@@ -224,11 +222,9 @@ async fn chroot_and_digest_credentials_and_no_password_in_sight() {
     guard.release().await.unwrap();
 
     let closed = format!("zk://app:s3cret@127.0.0.1:{}/x", free_port());
-    let config = DlockConfig {
-        backend: BackendSpec::Url(closed),
-        operation_timeout: Duration::from_millis(500),
-        ..DlockConfig::default()
-    };
+    let config = DlockConfig::default()
+        .with_backend(BackendSpec::Url(closed))
+        .with_operation_timeout(Duration::from_millis(500));
     let started = Instant::now();
     let error = Locker::connect(&config).await.expect_err("nobody listens");
     assert!(
@@ -282,13 +278,11 @@ async fn a_lost_create_reply_leaves_one_node_or_none() {
     let proxy = TcpProxy::start(server.connect_string().parse().unwrap())
         .await
         .unwrap();
-    let config = DlockConfig {
-        backend: BackendSpec::Url(format!("zk://{}", proxy.address())),
-        key_prefix: String::new(),
-        ttl: Duration::from_secs(10),
-        operation_timeout: Duration::from_secs(8),
-        ..DlockConfig::default()
-    };
+    let config = DlockConfig::default()
+        .with_backend(BackendSpec::Url(format!("zk://{}", proxy.address())))
+        .with_key_prefix(String::new())
+        .with_ttl(Duration::from_secs(10))
+        .with_operation_timeout(Duration::from_secs(8));
     let client = Locker::connect(&config).await.expect("connect");
     // Open the session first, and make the lock path (persistent: no container manager
     // deletes it), so that the lost reply is the create's.

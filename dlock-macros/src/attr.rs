@@ -8,8 +8,10 @@ use syn::ext::IdentExt;
 use syn::parse::{Parse, ParseStream};
 use syn::{Expr, ExprLit, Ident, Lit, LitBool, LitInt, LitStr, Path, Token};
 
-use crate::duration::{self, Parsed};
+use std::time::Duration;
+
 use crate::key_template::KeyTemplate;
+use dlock_grammar::duration;
 
 mod kw {
     syn::custom_keyword!(key);
@@ -35,10 +37,10 @@ const MODE_AND_PERMITS: &str = "`#[distributed_lock]`: `mode` and `permits` cann
 #[derive(Default)]
 pub(crate) struct LockArgs {
     pub(crate) key: Option<KeyArg>,
-    pub(crate) ttl: Option<Parsed>,
+    pub(crate) ttl: Option<Duration>,
     pub(crate) wait: Option<Wait>,
     pub(crate) watchdog: Option<LitBool>,
-    pub(crate) max_hold: Option<Parsed>,
+    pub(crate) max_hold: Option<Duration>,
     pub(crate) fencing: Option<LitBool>,
     pub(crate) mode: Option<Mode>,
     pub(crate) permits: Option<Permits>,
@@ -69,7 +71,7 @@ pub(crate) struct Permits {
 /// `wait = "..."`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Wait {
-    For(Parsed),
+    For(Duration),
     Forever,
 }
 
@@ -182,20 +184,19 @@ fn parse_key(input: ParseStream<'_>, name: &str) -> syn::Result<KeyArg> {
     Ok(KeyArg { lit, template })
 }
 
-fn parse_duration(lit: &LitStr, name: &str) -> syn::Result<Parsed> {
+fn parse_duration(lit: &LitStr, name: &str) -> syn::Result<Duration> {
     duration::parse(&lit.value()).map_err(|error| {
         syn::Error::new(
             lit.span(),
             format!(
-                "`#[distributed_lock]`: invalid `{name}` duration {:?}: {error}; \
-                 expected e.g. \"10s\", \"500ms\" or \"1m 30s\"",
+                "`#[distributed_lock]`: invalid `{name}` duration {:?}: {error}",
                 lit.value()
             ),
         )
     })
 }
 
-fn parse_ttl(input: ParseStream<'_>, name: &str) -> syn::Result<Parsed> {
+fn parse_ttl(input: ParseStream<'_>, name: &str) -> syn::Result<Duration> {
     let lit = string_literal(input, name, "\"10s\"")?;
     let ttl = parse_duration(&lit, name)?;
     if ttl.is_zero() {
@@ -205,7 +206,7 @@ fn parse_ttl(input: ParseStream<'_>, name: &str) -> syn::Result<Parsed> {
              holder keeps the lock (e.g. \"10s\")",
         ));
     }
-    if ttl.total_nanos() < 10_000_000 {
+    if ttl < Duration::from_millis(10) {
         return Err(syn::Error::new(
             lit.span(),
             "`#[distributed_lock]`: `ttl` must be at least 10ms",
@@ -214,7 +215,7 @@ fn parse_ttl(input: ParseStream<'_>, name: &str) -> syn::Result<Parsed> {
     Ok(ttl)
 }
 
-fn parse_max_hold(input: ParseStream<'_>, name: &str) -> syn::Result<Parsed> {
+fn parse_max_hold(input: ParseStream<'_>, name: &str) -> syn::Result<Duration> {
     let lit = string_literal(input, name, "\"1h\"")?;
     let cap = parse_duration(&lit, name)?;
     if cap.is_zero() {
@@ -229,10 +230,17 @@ fn parse_max_hold(input: ParseStream<'_>, name: &str) -> syn::Result<Parsed> {
 
 fn parse_wait(input: ParseStream<'_>, name: &str) -> syn::Result<Wait> {
     let lit = string_literal(input, name, "\"2s\"")?;
-    if lit.value().trim() == "forever" {
-        return Ok(Wait::Forever);
+    match duration::parse_wait(&lit.value()) {
+        Ok(Some(wait)) => Ok(Wait::For(wait)),
+        Ok(None) => Ok(Wait::Forever),
+        Err(error) => Err(syn::Error::new(
+            lit.span(),
+            format!(
+                "`#[distributed_lock]`: invalid `{name}` duration {:?}: {error}",
+                lit.value()
+            ),
+        )),
     }
-    parse_duration(&lit, name).map(Wait::For)
 }
 
 fn parse_mode(input: ParseStream<'_>, name: &str) -> syn::Result<Mode> {
@@ -335,4 +343,59 @@ impl LockArgs {
             path
         })
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::{LockArgs, Wait};
+
+    /// What a case of the duration table expects.
+    #[derive(Debug)]
+    enum Expected {
+        Wait(Wait),
+        Error(&'static str),
+    }
+
+    macro_rules! expected {
+        (millis $ms:literal) => {
+            Expected::Wait(Wait::For(Duration::from_millis($ms)))
+        };
+        (forever) => {
+            Expected::Wait(Wait::Forever)
+        };
+        (error $hint:literal) => {
+            Expected::Error($hint)
+        };
+    }
+
+    macro_rules! duration_cases {
+        ($($name:ident: $text:literal => $kind:ident($($arg:tt)*),)*) => {
+            #[test]
+            fn wait_reads_every_case_of_the_duration_table() {
+                $(
+                    let parsed: syn::Result<LockArgs> =
+                        syn::parse_str(&format!("key = \"job\", wait = {:?}", $text));
+                    match (expected!($kind $($arg)*), parsed) {
+                        (Expected::Wait(wait), Ok(args)) => {
+                            assert_eq!(args.wait, Some(wait), "{:?}", $text);
+                        }
+                        (Expected::Error(hint), Err(error)) => {
+                            let message = error.to_string();
+                            assert!(message.contains(hint), "{:?}: {message}", $text);
+                        }
+                        (expected, Ok(args)) => {
+                            panic!("{:?}: expected {expected:?}, got {:?}", $text, args.wait)
+                        }
+                        (expected, Err(error)) => {
+                            panic!("{:?}: expected {expected:?}, got {error}", $text)
+                        }
+                    }
+                )*
+            }
+        };
+    }
+
+    include!("../../dlock-core/tests/data/duration_cases.rs");
 }

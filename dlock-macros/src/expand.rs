@@ -12,7 +12,7 @@ use syn::{
 };
 
 use crate::attr::{LockArgs, Mode, Wait};
-use crate::duration::Parsed;
+use std::time::Duration;
 
 /// Expands `#[distributed_lock(args)] item`. On any error the original item is emitted
 /// unchanged, followed by the errors, so one mistake does not cascade into others.
@@ -197,8 +197,8 @@ fn respan(tokens: TokenStream, span: Span) -> TokenStream {
 
 fn gen_options(args: &LockArgs) -> TokenStream {
     let krate = args.crate_path();
-    let duration = |d: Parsed| {
-        let (secs, nanos) = (d.secs, d.nanos);
+    let duration = |d: Duration| {
+        let (secs, nanos) = (d.as_secs(), d.subsec_nanos());
         quote! { ::core::time::Duration::new(#secs, #nanos) }
     };
     let ttl = match args.ttl {

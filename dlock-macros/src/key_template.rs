@@ -1,6 +1,6 @@
 //! Key templates: `"order:<id>"`, `"order:{id}"`, `"user:<req.user.id>"`, with `<<`, `>>`,
 //! `{{`, `}}` escapes — parsed by the grammar dlock-core and dlock-tower's `path_key` use
-//! (the same source file, compiled in here). Every placeholder is checked against the fn's
+//! (the `dlock-grammar` crate). Every placeholder is checked against the fn's
 //! parameters at compile time, and the template becomes one `format!` (or a `&'static str`
 //! when it has no placeholder).
 
@@ -8,11 +8,7 @@ use proc_macro2::{Span, TokenStream};
 use quote::quote_spanned;
 use syn::LitStr;
 
-/// dlock-core's `key_template` module, compiled into this crate (a proc-macro crate cannot
-/// depend on dlock-core, which re-exports this one).
-#[path = "../../dlock-core/src/key_template.rs"]
-#[allow(unreachable_pub)] // its items are `pub` in dlock-core, where it is a public module
-mod grammar;
+use dlock_grammar::key_template as grammar;
 
 use grammar::Part;
 

@@ -8,7 +8,6 @@
 //! `crate = "..."`). Set `DLOCK_MACROS_DEBUG=1` while building to print each expansion.
 
 mod attr;
-mod duration;
 mod expand;
 mod key_template;
 

@@ -415,11 +415,12 @@ async fn requests_without_a_key_pass_through_unlocked() {
 
 /// A Locker whose config bounds waits at `wait`, on an in-process table of its own.
 async fn locker_waiting(wait: Duration) -> Locker {
-    let config = dlock_core::DlockConfig {
-        backend: dlock_core::BackendSpec::Url(format!("memory://layer-wait-{}", wait.as_millis())),
-        wait: Some(wait),
-        ..dlock_core::DlockConfig::default()
-    };
+    let config = dlock_core::DlockConfig::default()
+        .with_backend(dlock_core::BackendSpec::Url(format!(
+            "memory://layer-wait-{}",
+            wait.as_millis()
+        )))
+        .with_wait(Some(wait));
     Locker::connect(&config).await.unwrap()
 }
 

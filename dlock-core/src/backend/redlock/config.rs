@@ -142,7 +142,7 @@ fn parse_node_timeout(value: &str) -> std::result::Result<NodeTimeout, String> {
         }
         return Ok(NodeTimeout::ShareOfTtl(share));
     }
-    humantime::parse_duration(value)
+    dlock_grammar::duration::parse(value)
         .map(NodeTimeout::Fixed)
         .map_err(|e| format!("expected a share of the ttl (`5%`) or a duration (`50ms`): {e}"))
 }

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
+use dlock_grammar::duration as grammar;
 
 /// Runs a command under a distributed lock, on any dlock backend: flock(1) for a fleet.
 #[derive(Debug, Parser)]
@@ -73,10 +74,10 @@ pub(crate) struct RunArgs {
     /// runs. Default: $DLOCK_TTL, else 30s.
     #[arg(long, value_name = "DURATION", value_parser = duration)]
     pub(crate) ttl: Option<Duration>,
-    /// Give up after waiting this long for the lock, with the conflict status (-E).
-    /// Default: $DLOCK_WAIT, else wait until acquired.
-    #[arg(short, long, value_name = "DURATION", value_parser = duration)]
-    pub(crate) wait: Option<Duration>,
+    /// Give up after waiting this long for the lock, with the conflict status (-E);
+    /// `forever` waits until acquired. Default: $DLOCK_WAIT, else until acquired.
+    #[arg(short, long, value_name = "DURATION", value_parser = wait)]
+    pub(crate) wait: Option<Wait>,
     /// Do not wait: if the lock is held, exit at once with the conflict status (-E).
     #[arg(short = 'n', long, conflicts_with = "wait")]
     pub(crate) no_wait: bool,
@@ -101,10 +102,10 @@ pub(crate) struct RunArgs {
     /// Default: a quarter of the ttl, at most 5s; at most the ttl less two watchdog intervals.
     #[arg(long, value_name = "DURATION", value_parser = duration)]
     pub(crate) kill_after: Option<Duration>,
-    /// Hold the lock at most this long: then the command is stopped as on a lost lease.
-    /// Default: $DLOCK_MAX_HOLD, else for as long as the command runs.
-    #[arg(long, value_name = "DURATION", value_parser = duration)]
-    pub(crate) max_hold: Option<Duration>,
+    /// Hold the lock at most this long: then the command is stopped as on a lost lease;
+    /// `none` for no limit. Default: $DLOCK_MAX_HOLD, else for as long as the command runs.
+    #[arg(long, value_name = "DURATION", value_parser = optional)]
+    pub(crate) max_hold: Option<Limit>,
     /// Run COMMAND through `sh -c` (its words joined by spaces).
     #[arg(long)]
     pub(crate) shell: bool,
@@ -151,17 +152,30 @@ pub(crate) struct ReleaseArgs {
     pub(crate) key: String,
 }
 
-/// A duration flag: humantime (`10s`, `1m 30s`, `250ms`) or plain seconds (`5`, `0.5`), as
-/// flock's `-w` takes them.
+/// A duration flag, in dlock's one duration grammar (`10s`, `1m 30s`, `250ms`; a bare number
+/// is refused with the hint to add its unit), as the config file and `DLOCK_*` take them.
 fn duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    if let Ok(seconds) = text.parse::<f64>() {
-        return Duration::try_from_secs_f64(seconds)
-            .map_err(|_| format!("`{text}` is not a duration of zero seconds or more"));
-    }
-    humantime::parse_duration(text).map_err(|e| {
-        format!("`{text}` is not a duration ({e}); write e.g. `10s`, `1m 30s`, `250ms` or `5`")
-    })
+    grammar::parse(text).map_err(|e| e.to_string())
+}
+
+/// `--wait`: a duration, or `forever` (`None`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Wait(pub(crate) Option<Duration>);
+
+fn wait(text: &str) -> Result<Wait, String> {
+    grammar::parse_wait(text)
+        .map(Wait)
+        .map_err(|e| e.to_string())
+}
+
+/// `--max-hold`: a duration, or `none` (`None`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Limit(pub(crate) Option<Duration>);
+
+fn optional(text: &str) -> Result<Limit, String> {
+    grammar::parse_optional(text)
+        .map(Limit)
+        .map_err(|e| e.to_string())
 }
 
 #[cfg(test)]
@@ -174,14 +188,58 @@ mod tests {
         Cli::command().debug_assert();
     }
 
+    /// What a case of the duration table expects.
+    #[derive(Debug)]
+    enum Expected {
+        Wait(Option<Duration>),
+        Error(&'static str),
+    }
+
+    macro_rules! expected {
+        (millis $ms:literal) => {
+            Expected::Wait(Some(Duration::from_millis($ms)))
+        };
+        (forever) => {
+            Expected::Wait(None)
+        };
+        (error $hint:literal) => {
+            Expected::Error($hint)
+        };
+    }
+
+    macro_rules! duration_cases {
+        ($($name:ident: $text:literal => $kind:ident($($arg:tt)*),)*) => {
+            #[test]
+            fn wait_reads_every_case_of_the_duration_table() {
+                $(
+                    // `--wait=..`: a value starting with `-` is not taken for a flag.
+                    let flag = format!("--wait={}", $text);
+                    let parsed = Cli::try_parse_from(["dlock", "run", flag.as_str(), "job"]);
+                    match (expected!($kind $($arg)*), parsed) {
+                        (Expected::Wait(wait), Ok(Cli { command: Command::Run(run), .. })) => {
+                            assert_eq!(run.wait, Some(Wait(wait)), "{:?}", $text);
+                        }
+                        (Expected::Error(hint), Err(error)) => {
+                            let message = error.to_string();
+                            assert!(message.contains(hint), "{:?}: {message}", $text);
+                        }
+                        (expected, got) => panic!("{:?}: expected {expected:?}, got {got:?}", $text),
+                    }
+                )*
+            }
+        };
+    }
+
+    include!("../../../tests/data/duration_cases.rs");
+
     #[test]
-    fn durations_take_units_or_plain_seconds() {
+    fn durations_take_units() {
         assert_eq!(duration("1m 30s"), Ok(Duration::from_secs(90)));
-        assert_eq!(duration("0.5"), Ok(Duration::from_millis(500)));
-        assert_eq!(duration("5"), Ok(Duration::from_secs(5)));
-        let bad = duration("10x").unwrap_err();
-        assert!(bad.contains("`10x`"), "{bad}");
-        assert!(duration("-1").is_err());
+        assert_eq!(wait("forever"), Ok(Wait(None)));
+        assert_eq!(optional("none"), Ok(Limit(None)));
+        let bare = duration("5").unwrap_err();
+        assert!(bare.contains("`5` has no unit"), "{bare}");
+        assert!(duration("-1s").is_err());
     }
 
     #[test]

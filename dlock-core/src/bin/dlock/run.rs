@@ -8,7 +8,7 @@ use dlock_core::backend::Fencing;
 use dlock_core::{DlockConfig, Error, LockGuard, Locker};
 use rustix::process::Signal;
 
-use crate::args::RunArgs;
+use crate::args::{RunArgs, Wait};
 use crate::child::{Job, Launch};
 use crate::signals::{self, Signals};
 use crate::{exit, settings};
@@ -28,8 +28,8 @@ pub(crate) async fn run(args: RunArgs) -> u8 {
         if let Some(ttl) = args.ttl {
             config.ttl = ttl;
         }
-        if args.max_hold.is_some() {
-            config.max_hold = args.max_hold;
+        if let Some(max_hold) = args.max_hold {
+            config.max_hold = max_hold.0;
         }
     }) {
         Ok(config) => config,
@@ -171,7 +171,8 @@ async fn acquire(locker: &Locker, args: &RunArgs) -> dlock_core::Result<LockGuar
     let request = request.fencing(locker.capabilities().fencing != Fencing::None);
     let request = match (args.no_wait, args.wait) {
         (true, _) => request.wait(Duration::ZERO),
-        (false, Some(wait)) => request.wait(wait),
+        (false, Some(Wait(Some(wait)))) => request.wait(wait),
+        (false, Some(Wait(None))) => request.wait_forever(),
         (false, None) => request,
     };
     request.await

@@ -219,11 +219,7 @@ impl Target {
     pub(crate) async fn locker_with(&self, ttl: Duration, fencing: bool) -> Locker {
         let backend_url = match self {
             Self::Memory(table) => {
-                let config = DlockConfig {
-                    ttl,
-                    fencing,
-                    ..DlockConfig::default()
-                };
+                let config = DlockConfig::default().with_ttl(ttl).with_fencing(fencing);
                 return Locker::with_config(Arc::new(table.clone()), &config).expect("config");
             }
             Self::Redis { url, .. }

@@ -62,12 +62,10 @@ impl WorkerArgs {
 
 /// The worker's main loop; it ends only when the resource goes away (or the runner kills it).
 pub(crate) async fn run(args: WorkerArgs) -> ExitCode {
-    let config = DlockConfig {
-        backend: BackendSpec::Url(args.url.clone()),
-        ttl: TTL,
-        operation_timeout: OPERATION_TIMEOUT,
-        ..DlockConfig::default()
-    };
+    let config = DlockConfig::default()
+        .with_backend(BackendSpec::Url(args.url.clone()))
+        .with_ttl(TTL)
+        .with_operation_timeout(OPERATION_TIMEOUT);
     let mut rng = StdRng::seed_from_u64(args.seed);
     let Ok(mut resource) = Resource::connect(args.resource, args.id).await else {
         return ExitCode::FAILURE;

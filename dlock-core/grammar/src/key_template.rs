@@ -1,6 +1,5 @@
 //! The key-template grammar of `#[distributed_lock(key = "..")]` and of dlock-tower's
-//! `path_key("..")`: one parser for both. **Not API-stable**; dlock-macros compiles this very
-//! file into itself (a proc-macro crate cannot depend on dlock-core), so it uses `std` only.
+//! `path_key("..")`: one parser for both. **Not API-stable**.
 //!
 //! ```text
 //! template    = { text | escape | placeholder }
@@ -14,7 +13,7 @@
 //! # Examples
 //!
 //! ```
-//! use dlock_core::key_template::{KeyTemplate, Part};
+//! use dlock_grammar::key_template::{KeyTemplate, Part};
 //! let template = KeyTemplate::parse("a<<b>>:<order.id>").unwrap();
 //! assert_eq!(template.parts()[0], Part::Text("a<b>:".into()));
 //! ```
