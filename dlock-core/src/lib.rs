@@ -74,6 +74,8 @@
 //! The crate root is the user's API; [`backend`] holds the backend contract, the values that
 //! cross it and the built-in backends, for implementors.
 
+#![cfg_attr(dlock_nightly_doc, feature(doc_cfg))]
+
 // The user's API: the handle, the acquire builder, the guard, the one acquire -> run ->
 // release scope, and what they speak in.
 mod backend_spec;

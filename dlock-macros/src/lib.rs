@@ -7,6 +7,8 @@
 //! The generated code reaches `dlock-core` through `::dlock_core::__private` (override with
 //! `crate = "..."`). Set `DLOCK_MACROS_DEBUG=1` while building to print each expansion.
 
+#![cfg_attr(dlock_nightly_doc, feature(doc_cfg))]
+
 mod attr;
 mod expand;
 mod key_template;

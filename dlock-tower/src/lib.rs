@@ -78,6 +78,8 @@
 //! The lock covers the handler until its response (status and headers) is ready; a streaming
 //! body keeps flowing after the release.
 
+#![cfg_attr(dlock_nightly_doc, feature(doc_cfg))]
+
 /// The workspace README's Rust snippets (core, tower and axum), compiled as doctests here,
 /// where every crate they use is a (dev-)dependency.
 #[cfg(all(doctest, feature = "axum"))]

@@ -14,5 +14,7 @@
 //! assert!(bare.to_string().contains("`10` has no unit"), "{bare}");
 //! ```
 
+#![cfg_attr(dlock_nightly_doc, feature(doc_cfg))]
+
 pub mod duration;
 pub mod key_template;
