@@ -476,3 +476,115 @@ async fn a_frozen_server_answers_a_wait_within_its_bound_and_leaks_nothing() {
         .expect("no lock left held by the abandoned acquire");
     taken.release().await.expect("release");
 }
+
+/// Whether the server holds dlock's lock key for user key `key` (default prefix).
+async fn holds_lock_key(server: &RedisServer, key: &str) -> bool {
+    let exists = server
+        .command(&["EXISTS", &format!("{{dlock:{key}}}")])
+        .await
+        .unwrap();
+    exists.trim() == "1"
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_unix_socket_url_reaches_the_server() {
+    let socket = std::env::temp_dir().join(format!("dlock-test-{}.sock", std::process::id()));
+    let socket_arg = socket.display().to_string();
+    let server = RedisServer::start_with(&["--unixsocket", &socket_arg, "--unixsocketperm", "700"])
+        .await
+        .unwrap();
+    for url in [
+        format!("redis+unix://{socket_arg}"),
+        format!("unix://{socket_arg}"),
+    ] {
+        let config = DlockConfig::default().with_backend(url.parse().unwrap());
+        let locker = Locker::connect(&config)
+            .await
+            .unwrap_or_else(|e| panic!("{url}: {e}"));
+        let guard = locker.lock("over-unix").await.unwrap();
+        assert!(holds_lock_key(&server, "over-unix").await, "{url}");
+        guard.release().await.unwrap();
+        assert!(!holds_lock_key(&server, "over-unix").await, "{url}");
+    }
+    let _ = std::fs::remove_file(&socket);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_locker_on_a_client_the_application_built() {
+    let server = RedisServer::start().await.unwrap();
+    // The application's own client, in RESP2 (redis-rs's default): dlock's connections
+    // still get the pushes that wake waiters.
+    let client = redis::Client::open(server.url()).unwrap();
+    let backend = RedisBackend::from_client(&client, OPERATION_TIMEOUT)
+        .await
+        .unwrap();
+    let locker = Locker::with_config(Arc::new(backend), &DlockConfig::default()).unwrap();
+    let guard = locker
+        .lock("from-client")
+        .ttl(Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert!(holds_lock_key(&server, "from-client").await);
+
+    // A waiter of this Locker is woken by another Locker's release, long before the ttl.
+    let other = locker_with_url(&server.url()).await;
+    let waiter = {
+        let locker = locker.clone();
+        tokio::spawn(async move {
+            let started = Instant::now();
+            let second = locker.lock("shared").wait(Duration::from_secs(20)).await;
+            (second.map(drop), started.elapsed())
+        })
+    };
+    let held = other
+        .lock("shared")
+        .ttl(Duration::from_secs(30))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    held.release().await.unwrap();
+    let (second, waited) = waiter.await.unwrap();
+    second.unwrap();
+    assert!(waited < Duration::from_secs(10), "woken after {waited:?}");
+    guard.release().await.unwrap();
+}
+
+async fn locker_with_url(url: &str) -> Locker {
+    locker(url, Duration::from_secs(30)).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connect_errors_name_the_address_and_a_tls_url_on_a_plain_server_says_so() {
+    // A port nobody listens on: bound, then let go.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let config = DlockConfig::default()
+        .with_backend(format!("redis://127.0.0.1:{closed}").parse().unwrap())
+        .with_operation_timeout(OPERATION_TIMEOUT);
+    let refused = Locker::connect(&config).await.unwrap_err().to_string();
+    assert!(
+        refused.contains(&format!("127.0.0.1:{closed}")),
+        "{refused}"
+    );
+
+    let server = RedisServer::start().await.unwrap();
+    let tls_url = server.url().replacen("redis://", "rediss://", 1);
+    let config = DlockConfig::default()
+        .with_backend(tls_url.parse().unwrap())
+        .with_operation_timeout(OPERATION_TIMEOUT);
+    let started = Instant::now();
+    let mismatch = Locker::connect(&config).await.unwrap_err();
+    assert!(
+        started.elapsed() < OPERATION_TIMEOUT * 3,
+        "{:?}",
+        started.elapsed()
+    );
+    let message = mismatch.to_string();
+    assert!(
+        message.contains("plain text, use `redis://`") && message.contains(&server.addr()),
+        "{message}"
+    );
+}

@@ -153,7 +153,8 @@ impl BackendKind {
     fn from_scheme(scheme: &str) -> Option<Self> {
         Some(match scheme {
             "memory" => Self::Memory,
-            "redis" | "rediss" => Self::Redis,
+            // `redis+unix:///path/redis.sock` and `unix:///path/redis.sock`: a local socket.
+            "redis" | "rediss" | "redis+unix" | "unix" => Self::Redis,
             "redis+cluster" | "rediss+cluster" => Self::RedisCluster,
             "redlock" | "redlocks" => Self::RedLock,
             "etcd" | "etcds" => Self::Etcd,
@@ -260,7 +261,7 @@ impl BackendUrl {
         })?;
         let kind = BackendKind::from_scheme(&scheme.to_ascii_lowercase()).ok_or_else(|| {
             bad(format!(
-                "unknown backend `{scheme}`; known: memory, redis, rediss, redis+cluster, rediss+cluster, redlock, redlocks, etcd, etcds, zk, zks, postgres"
+                "unknown backend `{scheme}`; known: memory, redis, rediss, redis+unix, unix, redis+cluster, rediss+cluster, redlock, redlocks, etcd, etcds, zk, zks, postgres"
             ))
         })?;
         if !kind.is_built_in() {

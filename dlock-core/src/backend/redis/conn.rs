@@ -145,17 +145,75 @@ pub(super) async fn open(
     let connecting = async {
         match settings {
             RedisUrl::Cluster(nodes) => open_cluster(nodes, certs, timeout, pushes).await,
-            RedisUrl::Single(info) => open_single(info, certs, timeout, pushes).await,
+            RedisUrl::Single(info) => {
+                let client = client(info, certs)?;
+                open_client(client, timeout, pushes).await
+            }
         }
     };
-    tokio::time::timeout(timeout, connecting)
-        .await
-        .map_err(|_| Error::Timeout {
+    bounded_connect(settings.infos(), timeout, connecting).await
+}
+
+/// Opens a connection through a client the application built (RESP3 switched on, its TLS
+/// settings kept); with `pushes`, pub/sub messages are delivered there.
+pub(super) async fn open_with_client(
+    client: &Client,
+    timeout: Duration,
+    pushes: Option<UnboundedSender<PushInfo>>,
+) -> Result<Conn> {
+    let info = client.get_connection_info().clone();
+    let resp3 = info
+        .redis_settings()
+        .clone()
+        .set_protocol(ProtocolVersion::RESP3);
+    let info = info.set_redis_settings(resp3);
+    let connecting = async {
+        let client = Client::open(info.clone())?;
+        open_client(client, timeout, pushes).await
+    };
+    bounded_connect(std::slice::from_ref(&info), timeout, connecting).await
+}
+
+/// Runs `connecting` within `timeout`; a failure names the servers it was connecting to, and
+/// over TLS says what a server that speaks plain text looks like from here.
+async fn bounded_connect(
+    servers: &[ConnectionInfo],
+    timeout: Duration,
+    connecting: impl Future<Output = redis::RedisResult<Conn>>,
+) -> Result<Conn> {
+    let addresses: Vec<String> = servers.iter().map(|info| info.addr().to_string()).collect();
+    let addresses = addresses.join(", ");
+    let tls = servers
+        .iter()
+        .any(|info| matches!(info.addr(), ConnectionAddr::TcpTls { .. }));
+    let hint = if tls {
+        "; the URL asks for TLS (`rediss://`): if the server speaks plain text, use `redis://`, \
+         or point at its `tls-port`"
+    } else {
+        ""
+    };
+    match tokio::time::timeout(timeout, connecting).await {
+        Err(_) if tls => Err(Error::unavailable(
+            "redis",
+            format!("connecting to {addresses}: no TLS session within {timeout:?}{hint}"),
+        )),
+        Err(_) => Err(Error::Timeout {
             backend: "redis",
             operation: "connect",
             after: timeout,
-        })?
-        .map_err(super::errors::from_redis)
+        }),
+        Ok(Ok(conn)) => Ok(conn),
+        Ok(Err(error)) => Err(match super::errors::from_redis(error) {
+            Error::Unavailable { source, .. } => Error::unavailable(
+                "redis",
+                format!("connecting to {addresses}: {source}{hint}"),
+            ),
+            Error::Refused { source, .. } => {
+                Error::refused("redis", format!("connecting to {addresses}: {source}"))
+            }
+            other => other,
+        }),
+    }
 }
 
 /// The TLS files of `url`'s connections, read once; `None` for plain text.
@@ -241,13 +299,11 @@ fn client(info: &ConnectionInfo, certs: Option<TlsCertificates>) -> redis::Redis
     }
 }
 
-async fn open_single(
-    info: &ConnectionInfo,
-    certs: Option<TlsCertificates>,
+async fn open_client(
+    client: Client,
     timeout: Duration,
     pushes: Option<UnboundedSender<PushInfo>>,
 ) -> redis::RedisResult<Conn> {
-    let client = client(info, certs)?;
     let manager =
         ConnectionManager::new_with_config(client, manager_config(timeout, pushes)).await?;
     Ok(Conn::Single(manager))

@@ -165,10 +165,54 @@ impl RedisBackend {
     /// reached within `timeout`.
     pub async fn connect(url: &BackendUrl, timeout: Duration) -> Result<Self> {
         let (pushes_tx, pushes_rx) = tokio::sync::mpsc::unbounded_channel();
-        let id = OwnerId::random("redis-locker");
         let certs = conn::url_certificates(url)?;
         let conn = conn::open(url, certs.clone(), timeout, None).await?;
         let subscriber = conn::open(url, certs, timeout, Some(pushes_tx)).await?;
+        Ok(Self::start(conn, subscriber, pushes_rx, timeout).await)
+    }
+
+    /// Locks through a [`redis::Client`] the application already built (its address,
+    /// credentials, database and TLS settings), with `timeout` bounding every round trip: the
+    /// backend opens its own two connections with it (commands, and the pub/sub that wakes
+    /// waiters, in RESP3 whatever the client's protocol). One server; a Cluster takes
+    /// [`connect`](Self::connect) with a `redis+cluster://` URL.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Unavailable`](crate::Error::Unavailable) /
+    /// [`Error::Timeout`](crate::Error::Timeout) when the server cannot be reached within
+    /// `timeout`; [`Error::Refused`](crate::Error::Refused) when it refuses the credentials.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> dlock_core::Result<()> {
+    /// use std::{sync::Arc, time::Duration};
+    /// use dlock_core::{DlockConfig, Locker, backend::RedisBackend};
+    ///
+    /// let client = redis::Client::open("redis://127.0.0.1:6379/0").expect("a Redis URL");
+    /// let backend = RedisBackend::from_client(&client, Duration::from_secs(5)).await?;
+    /// let locker = Locker::with_config(Arc::new(backend), &DlockConfig::default())?;
+    /// let guard = locker.lock("order:42").await?;
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn from_client(client: &redis::Client, timeout: Duration) -> Result<Self> {
+        let (pushes_tx, pushes_rx) = tokio::sync::mpsc::unbounded_channel();
+        let conn = conn::open_with_client(client, timeout, None).await?;
+        let subscriber = conn::open_with_client(client, timeout, Some(pushes_tx)).await?;
+        Ok(Self::start(conn, subscriber, pushes_rx, timeout).await)
+    }
+
+    /// The backend over its command connection and its subscriber (whose pushes arrive on
+    /// `pushes_rx`).
+    async fn start(
+        conn: conn::Conn,
+        subscriber: conn::Conn,
+        pushes_rx: tokio::sync::mpsc::UnboundedReceiver<redis::PushInfo>,
+        timeout: Duration,
+    ) -> Self {
+        let id = OwnerId::random("redis-locker");
         let backend = Self {
             node: Node::new(conn, timeout),
             waiters: Waiters::start(
@@ -180,7 +224,7 @@ impl RedisBackend {
             id,
         };
         backend.warn_about_eviction().await;
-        Ok(backend)
+        backend
     }
 
     /// The server's `maxmemory-policy` if it lets Redis evict keys that have no ttl concern
