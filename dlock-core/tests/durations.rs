@@ -6,13 +6,6 @@ use std::time::Duration;
 
 use dlock_core::{DlockConfig, Error};
 
-/// What a case expects.
-#[derive(Debug)]
-enum Expected {
-    Wait(Option<Duration>),
-    Error(&'static str),
-}
-
 fn check(surface: &str, text: &str, got: Result<DlockConfig, Error>, expected: &Expected) {
     match (expected, got) {
         (Expected::Wait(wait), Ok(config)) => {
@@ -27,18 +20,6 @@ fn check(surface: &str, text: &str, got: Result<DlockConfig, Error>, expected: &
         }
         (expected, got) => panic!("{surface} {text:?}: expected {expected:?}, got {got:?}"),
     }
-}
-
-macro_rules! expected {
-    (millis $ms:literal) => {
-        Expected::Wait(Some(Duration::from_millis($ms)))
-    };
-    (forever) => {
-        Expected::Wait(None)
-    };
-    (error $hint:literal) => {
-        Expected::Error($hint)
-    };
 }
 
 macro_rules! duration_cases {

@@ -308,7 +308,9 @@ impl Ensemble for ZkEnsemble {
 /// nor does a reader that comes after it — and once they released, the writer gets the lock
 /// with a fencing token above all of theirs.
 async fn leader_killed_while_held(cluster: &impl Ensemble, holders: &[LockMode]) {
-    let ttl = Duration::from_secs(6);
+    // Longer than a failover takes on a loaded 2-core machine: a new etcd leader once took
+    // 6.4 s to be seen (election timeout 1 s) in a full-suite run, past a 6 s lease.
+    let ttl = Duration::from_secs(10);
     let mut guards = Vec::new();
     for mode in holders {
         let holder = locker(&cluster.url(), ttl).await;

@@ -347,28 +347,7 @@ impl LockArgs {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use super::{LockArgs, Wait};
-
-    /// What a case of the duration table expects.
-    #[derive(Debug)]
-    enum Expected {
-        Wait(Wait),
-        Error(&'static str),
-    }
-
-    macro_rules! expected {
-        (millis $ms:literal) => {
-            Expected::Wait(Wait::For(Duration::from_millis($ms)))
-        };
-        (forever) => {
-            Expected::Wait(Wait::Forever)
-        };
-        (error $hint:literal) => {
-            Expected::Error($hint)
-        };
-    }
 
     macro_rules! duration_cases {
         ($($name:ident: $text:literal => $kind:ident($($arg:tt)*),)*) => {
@@ -379,6 +358,7 @@ mod tests {
                         syn::parse_str(&format!("key = \"job\", wait = {:?}", $text));
                     match (expected!($kind $($arg)*), parsed) {
                         (Expected::Wait(wait), Ok(args)) => {
+                            let wait = wait.map_or(Wait::Forever, Wait::For);
                             assert_eq!(args.wait, Some(wait), "{:?}", $text);
                         }
                         (Expected::Error(hint), Err(error)) => {

@@ -138,15 +138,7 @@ pub fn parse(text: &str) -> Result<Duration, DurationError> {
 /// assert_eq!(parse_wait("2s"), Ok(Some(Duration::from_secs(2))));
 /// ```
 pub fn parse_wait(text: &str) -> Result<Option<Duration>, DurationError> {
-    if text.trim() == "forever" {
-        return Ok(None);
-    }
-    parse_part_sum(text)
-        .map(Some)
-        .map_err(|problem| DurationError {
-            problem,
-            accepts: Accepts::Wait,
-        })
+    parse_or(text, "forever", Accepts::Wait)
 }
 
 /// Parses an optional limit: a duration, or `none` (`None`: no limit).
@@ -162,15 +154,17 @@ pub fn parse_wait(text: &str) -> Result<Option<Duration>, DurationError> {
 /// assert_eq!(parse_optional("none"), Ok(None));
 /// ```
 pub fn parse_optional(text: &str) -> Result<Option<Duration>, DurationError> {
-    if text.trim() == "none" {
+    parse_or(text, "none", Accepts::Optional)
+}
+
+/// A duration, or `word` for `None`.
+fn parse_or(text: &str, word: &str, accepts: Accepts) -> Result<Option<Duration>, DurationError> {
+    if text.trim() == word {
         return Ok(None);
     }
     parse_part_sum(text)
         .map(Some)
-        .map_err(|problem| DurationError {
-            problem,
-            accepts: Accepts::Optional,
-        })
+        .map_err(|problem| DurationError { problem, accepts })
 }
 
 fn parse_part_sum(text: &str) -> Result<Duration, Problem> {

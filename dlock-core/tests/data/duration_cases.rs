@@ -7,6 +7,26 @@
 //   - the `DLOCK_WAIT` environment variable  dlock-core/tests/durations.rs
 //   - the command line's `--wait ..`         dlock-core/src/bin/dlock/args.rs (its tests)
 // (An empty or blank environment variable is an unset one, so blank text is not a case here.)
+
+/// What a case expects: a wait (`None`: forever), or an error whose message has the hint.
+#[derive(Debug)]
+enum Expected {
+    Wait(Option<std::time::Duration>),
+    Error(&'static str),
+}
+
+macro_rules! expected {
+    (millis $ms:literal) => {
+        Expected::Wait(Some(std::time::Duration::from_millis($ms)))
+    };
+    (forever) => {
+        Expected::Wait(None)
+    };
+    (error $hint:literal) => {
+        Expected::Error($hint)
+    };
+}
+
 duration_cases! {
     seconds: "10s" => millis(10_000),
     milliseconds: "250ms" => millis(250),

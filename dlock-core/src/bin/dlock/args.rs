@@ -188,25 +188,6 @@ mod tests {
         Cli::command().debug_assert();
     }
 
-    /// What a case of the duration table expects.
-    #[derive(Debug)]
-    enum Expected {
-        Wait(Option<Duration>),
-        Error(&'static str),
-    }
-
-    macro_rules! expected {
-        (millis $ms:literal) => {
-            Expected::Wait(Some(Duration::from_millis($ms)))
-        };
-        (forever) => {
-            Expected::Wait(None)
-        };
-        (error $hint:literal) => {
-            Expected::Error($hint)
-        };
-    }
-
     macro_rules! duration_cases {
         ($($name:ident: $text:literal => $kind:ident($($arg:tt)*),)*) => {
             #[test]
