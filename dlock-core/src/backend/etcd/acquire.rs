@@ -17,6 +17,10 @@ use crate::backend::queued::QueuedMark;
 use crate::lease::{AcquireOutcome, AcquireRequest, Lease};
 use crate::{Error, LockMode, Result};
 
+/// How long a waiter out of time deletes its queue key before it answers Busy: part of the
+/// core's 250 ms wait slack ([`crate::WAIT_SLACK`]), the rest left for the answer to travel.
+const DELETE_BEFORE_BUSY: Duration = Duration::from_millis(150);
+
 /// A grant's `valid_from` is refreshed by a keepalive when the lease's last answered one is
 /// older than this fraction of the ttl.
 const FRESHNESS: u32 = 10;
@@ -478,7 +482,9 @@ impl Inner {
                 // core answers within its wait slack anyway: a delete still running then is
                 // finished in the background, as `pending` drops.)
                 Wake::Deadline => {
-                    pending.delete_now().await;
+                    // Within the core's wait slack, so the answer stays Busy on a slow server:
+                    // a delete cut short here goes on in the background, as `pending` drops.
+                    let _ = tokio::time::timeout(DELETE_BEFORE_BUSY, pending.delete_now()).await;
                     return Ok(Turn::Busy);
                 }
                 Wake::SessionLost => {
