@@ -350,8 +350,12 @@ impl LockerState {
         let wait = options.wait.unwrap_or(self.config.wait);
         let _waiting = (wait != Some(Duration::ZERO)).then(|| meter.waiting());
         // Debug, not warn: tasks of one service contending for a key is the common case; a
-        // task waiting for its own spawner's lock is the case this line explains.
-        if wait != Some(Duration::ZERO) && self.reentrancy.is_held(&full_key) {
+        // task waiting for its own spawner's lock is the case this line explains. The holds
+        // table is looked up only when the line would be written (not on every acquire).
+        if wait != Some(Duration::ZERO)
+            && tracing::enabled!(tracing::Level::DEBUG)
+            && self.reentrancy.is_held(&full_key)
+        {
             tracing::debug!(
                 key = options.key,
                 "dlock: waiting for a lock this Locker holds in another task; if that task \
