@@ -8,7 +8,7 @@
 //!     ::dlock_core::__private::run(
 //!         ::dlock_core::__private::Locker::global(),          // or IntoLocker::into_locker(expr)
 //!         ::std::borrow::Cow::Owned(::std::format!("order:{}", id)),
-//!         ::dlock_core::__private::Options { ttl: .., wait: .., watchdog: true, max_hold: None, fencing: None, mode: .., write_side: false, key_template: "order:<id>" },
+//!         ::dlock_core::__private::Options { ttl: .., wait: .., watchdog: true, max_hold: None, fencing: None, mode: .., kind: .., key_template: "order:<id>" },
 //!         async move { body },
 //!     )
 //!     .await
@@ -21,6 +21,7 @@ use std::time::Duration;
 
 pub use crate::Locker;
 use crate::current::CurrentLock;
+use crate::mode::LockKind;
 use crate::{Error, LockMode, Result};
 
 /// The attribute's `ttl`, `wait`, `watchdog`, `fencing`, `mode` and `permits` arguments.
@@ -38,9 +39,9 @@ pub struct Options {
     pub fencing: Option<bool>,
     /// `mode = "read"` (shared), `permits = N` (a permit), else exclusive.
     pub mode: LockMode,
-    /// `mode = "write"`: an exclusive lock that is the write side of a read-write lock, not
-    /// a mutex (see [`AcquireRequest::write_side`](crate::backend::AcquireRequest::write_side)).
-    pub write_side: bool,
+    /// The recipe: `mode = "write"` is the write side of a read-write lock, not a mutex (see
+    /// [`AcquireRequest::kind`](crate::backend::AcquireRequest::kind)).
+    pub kind: LockKind,
     /// `key = ".."` as written: the template, for the lock's metrics
     /// ([`LockRequest::key_template`](crate::LockRequest::key_template)).
     pub key_template: &'static str,
@@ -117,12 +118,9 @@ where
     E: From<Error>,
 {
     let locker = locker?;
-    let request = if options.write_side || options.mode != LockMode::Exclusive {
-        locker.lock_as(&key, options.mode)
-    } else {
-        locker.lock(&key)
-    };
-    let mut request = request
+    let mut request = locker
+        .lock_as(&key, options.mode)
+        .kind(options.kind)
         .watchdog(options.watchdog)
         .key_template(options.key_template);
     if let Some(ttl) = options.ttl {

@@ -17,6 +17,7 @@ use crate::keeper::LeaseKeeper;
 use crate::lease::{AcquireOutcome, AcquireRequest, Lease, OwnerId};
 use crate::lease_watch::LeaseWatch;
 use crate::meter::{self, Meter};
+use crate::mode::LockKind;
 use crate::reentrancy::{HolderId, Reentrancy};
 use crate::{Error, LockMode, LostReason, Result};
 
@@ -72,8 +73,8 @@ pub(crate) struct AcquireOptions<'a> {
     pub(crate) max_hold: Option<Duration>,
     /// How the key is held.
     pub(crate) mode: LockMode,
-    /// An exclusive hold is the write side of a read-write lock, not a mutex.
-    pub(crate) write_side: bool,
+    /// The recipe the grant belongs to (an exclusive hold: a mutex or a writer).
+    pub(crate) kind: LockKind,
     /// The template the key was built from: its metrics' `key` label.
     pub(crate) key_template: Option<&'a str>,
 }
@@ -346,7 +347,7 @@ impl LockerState {
         )
         .with_fencing(checked.fencing)
         .with_mode(options.mode)
-        .with_write_side(options.write_side && options.mode == LockMode::Exclusive);
+        .with_kind(options.kind);
         let wait = options.wait.unwrap_or(self.config.wait);
         let _waiting = (wait != Some(Duration::ZERO)).then(|| meter.waiting());
         // Debug, not warn: tasks of one service contending for a key is the common case; a

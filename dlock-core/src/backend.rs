@@ -50,6 +50,7 @@ pub use crate::key::{MAX_KEY_LEN, validate_key};
 pub use crate::lease::{
     AcquireOutcome, AcquireRequest, Lease, LostLease, OwnerId, ReleaseOutcome, RenewOutcome,
 };
+pub use crate::mode::LockKind;
 #[cfg(feature = "etcd")]
 pub use etcd::EtcdBackend;
 #[cfg(feature = "memory")]

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::error::LostReason;
-use crate::mode::LockMode;
+use crate::mode::{LockKind, LockMode};
 
 /// A unique identity for one grant of a lock. A [`Locker`](crate::Locker) makes its own:
 /// its id (128 random bits, drawn once) and the number of the grant, counted up per Locker.
@@ -92,13 +92,12 @@ pub struct AcquireRequest {
     /// How the key is to be held. The core asks only for modes the backend's
     /// [`Capabilities`](crate::backend::Capabilities) claim.
     pub mode: LockMode,
-    /// For an exclusive request: `true` when it is the write side of a read-write lock
-    /// ([`Locker::write_lock`](crate::Locker::write_lock)), `false` for a mutex
-    /// ([`Locker::lock`](crate::Locker::lock)). Every backend makes the two exclude each
-    /// other; one whose peers lay them out differently uses it to match them (ZooKeeper:
-    /// Curator's `InterProcessReadWriteLock` writes `__WRIT__` nodes, its `InterProcessMutex`
-    /// `lock-` nodes). Always `false` for other modes.
-    pub write_side: bool,
+    /// The recipe the grant belongs to: a mutex, a read-write lock (either side) or a
+    /// semaphore. Every backend makes a mutex and a writer exclude each other; one whose peers
+    /// lay the recipes out differently matches on it (ZooKeeper: Curator's `lock-`,
+    /// `__READ__`/`__WRIT__` and `lease-` nodes). [`LockKind::of`] the mode unless set with
+    /// [`with_kind`](Self::with_kind).
+    pub kind: LockKind,
 }
 
 impl AcquireRequest {
@@ -111,11 +110,12 @@ impl AcquireRequest {
             ttl,
             fencing: true,
             mode: LockMode::Exclusive,
-            write_side: false,
+            kind: LockKind::Mutex,
         }
     }
 
-    /// Sets [`mode`](Self::mode) (exclusive unless set).
+    /// Sets [`mode`](Self::mode) (exclusive unless set), and the [`kind`](Self::kind) that
+    /// mode belongs to ([`LockKind::of`]).
     ///
     /// # Examples
     ///
@@ -130,24 +130,26 @@ impl AcquireRequest {
     #[must_use]
     pub const fn with_mode(mut self, mode: LockMode) -> Self {
         self.mode = mode;
+        self.kind = LockKind::of(mode);
         self
     }
 
-    /// Sets [`write_side`](Self::write_side): an exclusive request is the write side of a
-    /// read-write lock rather than a mutex (ignored for other modes).
+    /// Sets [`kind`](Self::kind): the recipe the grant belongs to (after
+    /// [`with_mode`](Self::with_mode), which sets the mode's own kind).
     ///
     /// # Examples
     ///
     /// ```
     /// use std::time::Duration;
-    /// use dlock_core::backend::{AcquireRequest, OwnerId};
+    /// use dlock_core::backend::{AcquireRequest, LockKind, OwnerId};
+    /// // The write side of a read-write lock:
     /// let req = AcquireRequest::new("k", OwnerId::random("doc"), Duration::from_secs(1))
-    ///     .with_write_side(true);
-    /// assert!(req.write_side);
+    ///     .with_kind(LockKind::ReadWrite);
+    /// assert_eq!(req.kind, LockKind::ReadWrite);
     /// ```
     #[must_use]
-    pub const fn with_write_side(mut self, write_side: bool) -> Self {
-        self.write_side = write_side;
+    pub const fn with_kind(mut self, kind: LockKind) -> Self {
+        self.kind = kind;
         self
     }
 

@@ -271,7 +271,7 @@ impl Locker {
     /// # drop((reader, writer)); Ok(()) }
     /// ```
     pub fn write_lock<'a>(&'a self, key: &'a str) -> LockRequest<'a> {
-        LockRequest::new(&self.state, key, LockMode::Exclusive).write_side()
+        LockRequest::new(&self.state, key, LockMode::Exclusive).writer()
     }
 
     /// Starts building an acquire of one of `permits` permits of the semaphore `key`: at most
@@ -321,7 +321,7 @@ impl Locker {
     /// # Ok(()) }
     /// ```
     pub fn lock_as<'a>(&'a self, key: &'a str, mode: LockMode) -> LockRequest<'a> {
-        LockRequest::new(&self.state, key, mode).write_side()
+        LockRequest::new(&self.state, key, mode).writer()
     }
 
     /// Like [`lock`](Self::lock), but makes exactly one attempt: it never waits.

@@ -65,3 +65,54 @@ impl fmt::Display for LockMode {
         }
     }
 }
+
+/// Which lock recipe a grant belongs to: what a backend whose peers lay the recipes out
+/// differently matches on to share their layout (ZooKeeper: Curator's `InterProcessMutex`
+/// writes `lock-` nodes, its `InterProcessReadWriteLock` `__READ__` and `__WRIT__` nodes, its
+/// `InterProcessSemaphoreV2` `lease-` nodes). Every backend makes a mutex and a write lock of
+/// one key exclude each other whatever their layout; a backend with one layout ignores it.
+///
+/// The kind follows the [`LockMode`] unless set: a shared grant belongs to a read-write lock,
+/// a permit to a semaphore, an exclusive grant to a mutex unless it is the write side of a
+/// read-write lock ([`Locker::write_lock`](crate::Locker::write_lock)).
+///
+/// # Examples
+///
+/// ```
+/// use dlock_core::LockMode;
+/// use dlock_core::backend::LockKind;
+/// assert_eq!(LockKind::of(LockMode::Shared), LockKind::ReadWrite);
+/// assert_eq!(LockKind::of(LockMode::Exclusive), LockKind::Mutex);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum LockKind {
+    /// A mutex ([`Locker::lock`](crate::Locker::lock)): exclusive grants only.
+    #[default]
+    Mutex,
+    /// A read-write lock: shared grants (readers) and exclusive ones (the writer).
+    ReadWrite,
+    /// A counting semaphore: permits.
+    Semaphore,
+}
+
+impl LockKind {
+    /// The kind a grant in `mode` belongs to unless told otherwise: exclusive → mutex,
+    /// shared → read-write lock, permit → semaphore.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use dlock_core::LockMode;
+    /// use dlock_core::backend::LockKind;
+    /// assert_eq!(LockKind::of(LockMode::Permit { limit: 2 }), LockKind::Semaphore);
+    /// ```
+    #[must_use]
+    pub const fn of(mode: LockMode) -> Self {
+        match mode {
+            LockMode::Exclusive => Self::Mutex,
+            LockMode::Shared => Self::ReadWrite,
+            LockMode::Permit { .. } => Self::Semaphore,
+        }
+    }
+}

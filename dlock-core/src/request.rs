@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use crate::acquire::{AcquireOptions, LockerState};
 use crate::guard::LockGuard;
+use crate::mode::LockKind;
 use crate::{LockMode, Result};
 
 /// An acquire being configured; `.await` it to get a [`LockGuard`].
@@ -45,16 +46,25 @@ impl<'a> LockRequest<'a> {
                 fencing: None,
                 max_hold: None,
                 mode,
-                write_side: false,
+                kind: LockKind::of(mode),
                 key_template: None,
             },
         }
     }
 
-    /// Marks an exclusive request as the write side of a read-write lock (see
-    /// [`AcquireRequest::write_side`](crate::backend::AcquireRequest::write_side)).
-    pub(crate) const fn write_side(mut self) -> Self {
-        self.options.write_side = true;
+    /// Marks an exclusive request as the write side of a read-write lock rather than a mutex
+    /// (see [`AcquireRequest::kind`](crate::backend::AcquireRequest::kind)); other modes
+    /// keep their kind.
+    pub(crate) const fn writer(mut self) -> Self {
+        if matches!(self.options.mode, LockMode::Exclusive) {
+            self.options.kind = LockKind::ReadWrite;
+        }
+        self
+    }
+
+    /// Sets the recipe the grant belongs to (the attribute's `mode`).
+    pub(crate) const fn kind(mut self, kind: LockKind) -> Self {
+        self.options.kind = kind;
         self
     }
 

@@ -239,7 +239,13 @@ fn gen_options(args: &LockArgs) -> TokenStream {
         }
         (Some(Mode::Write) | None, None) => quote! { #krate::LockMode::Exclusive },
     };
-    let write_side = args.mode == Some(Mode::Write);
+    let kind = match (args.mode, args.permits) {
+        (Some(Mode::Write), _) | (Some(Mode::Read), None) => {
+            quote! { #krate::backend::LockKind::ReadWrite }
+        }
+        (_, Some(_)) => quote! { #krate::backend::LockKind::Semaphore },
+        (None, None) => quote! { #krate::backend::LockKind::Mutex },
+    };
     // The literal as written (`order:<id>`): the `key` label of the lock's metrics.
     let key_template = args.key.as_ref().map(|key| &key.lit);
     quote! {
@@ -250,7 +256,7 @@ fn gen_options(args: &LockArgs) -> TokenStream {
             max_hold: #max_hold,
             fencing: #fencing,
             mode: #mode,
-            write_side: #write_side,
+            kind: #kind,
             key_template: #key_template,
         }
     }

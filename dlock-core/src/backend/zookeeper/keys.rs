@@ -3,6 +3,7 @@
 //! `StandardLockInternalsDriver` and `InterProcessReadWriteLock` of Curator 5.4).
 
 use crate::lease::AcquireRequest;
+use crate::mode::LockKind;
 use crate::{Error, LockMode, Result};
 
 /// Curator's protected-mode prefix: a node is `_c_<uuid>-<lock name><sequence>`, so that its
@@ -30,10 +31,10 @@ pub(super) enum NodeKind {
 impl NodeKind {
     /// The node kind a request puts under its lock path (for a permit: its lease).
     pub(super) const fn of(request: &AcquireRequest) -> Self {
-        match request.mode {
-            LockMode::Shared => Self::Read,
-            LockMode::Permit { .. } => Self::Lease,
-            LockMode::Exclusive if request.write_side => Self::Write,
+        match (request.mode, request.kind) {
+            (LockMode::Shared, _) => Self::Read,
+            (LockMode::Permit { .. }, _) => Self::Lease,
+            (LockMode::Exclusive, LockKind::ReadWrite) => Self::Write,
             _ => Self::Mutex,
         }
     }
