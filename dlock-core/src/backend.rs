@@ -26,7 +26,6 @@ pub(crate) mod memory;
 #[cfg(feature = "postgres")]
 pub(crate) mod postgres;
 #[cfg(any(feature = "etcd", feature = "zookeeper", feature = "postgres"))]
-mod queued;
 #[cfg(feature = "redis")]
 pub(crate) mod redis;
 #[cfg(feature = "redlock")]

@@ -5,7 +5,7 @@
 //! so the timing scenarios run with a 3 s ttl; a crashed client's lease ends when etcd's lessor
 //! next looks (every 500 ms) after its ttl.
 
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
 use dlock_core::backend::{BackendUrl, EtcdBackend};
@@ -15,8 +15,7 @@ use dlock_core::harness::{EtcdCluster, EtcdServer, TestCerts};
 const TIMEOUT: Duration = Duration::from_secs(2);
 
 /// A target whose clients are new `EtcdBackend`s (a Locker each: its own connection, leases
-/// and watches) on `url`, keeping `server` alive as long as the target. The queue probe counts
-/// the waiters of every client made so far.
+/// and watches) on `url`, keeping `server` alive as long as the target.
 async fn target<S: Send + Sync + 'static>(server: S, url: String) -> Target<EtcdBackend> {
     let server = Arc::new(server);
     let url = BackendUrl::parse(&url).expect("harness URL");
@@ -26,29 +25,16 @@ async fn target<S: Send + Sync + 'static>(server: S, url: String) -> Target<Etcd
         .slack(Duration::from_millis(800))
         // etcd's lessor looks for expired leases every 500 ms, then commits the revocation.
         .expiry_lag(Duration::from_millis(500));
-    let clients: Arc<Mutex<Vec<Weak<EtcdBackend>>>> = Arc::default();
-    let counted = Arc::clone(&clients);
     Target::new(
         move || {
-            let (url, server, clients) = (url.clone(), Arc::clone(&server), Arc::clone(&clients));
+            let (url, server) = (url.clone(), Arc::clone(&server));
             async move {
                 let _alive = server;
-                let client = Arc::new(EtcdBackend::connect(&url, TIMEOUT).await.expect("connect"));
-                clients.lock().unwrap().push(Arc::downgrade(&client));
-                client
+                Arc::new(EtcdBackend::connect(&url, TIMEOUT).await.expect("connect"))
             }
         },
         expect,
     )
-    .with_queue_probe(move |key| {
-        counted
-            .lock()
-            .unwrap()
-            .iter()
-            .filter_map(Weak::upgrade)
-            .map(|client| client.waiters(key))
-            .sum()
-    })
 }
 
 async fn single() -> Target<EtcdBackend> {

@@ -9,7 +9,6 @@ use dlock_core::conformance::{Expectations, Target};
 async fn direct() -> Target<MemoryBackend> {
     let table = MemoryBackend::new();
     let expect = Expectations::of(&table);
-    let probe = table.clone();
     Target::new(
         move || {
             let client = table.clone();
@@ -17,13 +16,11 @@ async fn direct() -> Target<MemoryBackend> {
         },
         expect,
     )
-    .with_queue_probe(move |key| probe.waiters(key))
 }
 
 async fn dynamic() -> Target<dyn LockBackend> {
     let table = MemoryBackend::new();
     let expect = Expectations::of(&table);
-    let probe = table.clone();
     Target::new(
         move || {
             let client: Arc<dyn LockBackend> = Arc::new(table.clone());
@@ -31,7 +28,6 @@ async fn dynamic() -> Target<dyn LockBackend> {
         },
         expect,
     )
-    .with_queue_probe(move |key| probe.waiters(key))
 }
 
 dlock_core::conformance_tests!(memory_direct, direct());

@@ -6,7 +6,7 @@
 //! scenarios run with a 2 s ttl (the session timeout the server grants). The server expires a
 //! crashed client's session at the first tick after its timeout.
 
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
 use dlock_core::backend::{BackendUrl, ZooKeeperBackend};
@@ -16,8 +16,7 @@ use dlock_core::harness::{TestCerts, ZkEnsemble, ZkServer};
 const TIMEOUT: Duration = Duration::from_secs(2);
 
 /// A target whose clients are new `ZooKeeperBackend`s (a Locker each: its own sessions and
-/// watches) on `url`, keeping `server` alive as long as the target. The queue probe counts the
-/// waiters of every client made so far.
+/// watches) on `url`, keeping `server` alive as long as the target.
 async fn target<S: Send + Sync + 'static>(server: S, url: String) -> Target<ZooKeeperBackend> {
     let server = Arc::new(server);
     let url = BackendUrl::parse(&url).expect("harness URL");
@@ -29,33 +28,20 @@ async fn target<S: Send + Sync + 'static>(server: S, url: String) -> Target<ZooK
         .slack(Duration::from_millis(800))
         // The session expires at the first tick (500 ms) after its timeout.
         .expiry_lag(Duration::from_millis(500));
-    let clients: Arc<Mutex<Vec<Weak<ZooKeeperBackend>>>> = Arc::default();
-    let counted = Arc::clone(&clients);
     Target::new(
         move || {
-            let (url, server, clients) = (url.clone(), Arc::clone(&server), Arc::clone(&clients));
+            let (url, server) = (url.clone(), Arc::clone(&server));
             async move {
                 let _alive = server;
-                let client = Arc::new(
+                Arc::new(
                     ZooKeeperBackend::connect(&url, TIMEOUT)
                         .await
                         .expect("connect"),
-                );
-                clients.lock().unwrap().push(Arc::downgrade(&client));
-                client
+                )
             }
         },
         expect,
     )
-    .with_queue_probe(move |key| {
-        counted
-            .lock()
-            .unwrap()
-            .iter()
-            .filter_map(Weak::upgrade)
-            .map(|client| client.waiters(key))
-            .sum()
-    })
 }
 
 /// The server's TLS port, trusting the test CA and presenting a client certificate (the

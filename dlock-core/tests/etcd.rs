@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use dlock_core::backend::{BackendUrl, EtcdBackend, LockBackend};
 use dlock_core::harness::{EtcdCluster, EtcdServer};
 use dlock_core::{DlockConfig, Error, Locker, LostReason};
-use processes::{etcd_keys, etcdctl, signal, until};
+use processes::{etcd_keys, etcdctl, signal};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Child;
 
@@ -89,6 +89,24 @@ fn first_line(child: &mut Child) -> tokio::task::JoinHandle<(String, Instant)> {
 /// prefix) is refused by `try_lock`, queues, and gets the lock as soon as `etcdctl` releases
 /// (SIGTERM: it unlocks), long before etcdctl's 10 s lease could run out. Then the reverse:
 /// dlock holds, `etcdctl lock` queues behind it and prints its key only after dlock's release.
+/// Returns once `count` acquires wait for `full_key` in etcd's queue, as `inspect` (read by
+/// `backend`, whichever client queued them) lists them.
+async fn until_queued(backend: &EtcdBackend, full_key: &str, count: usize) {
+    let give_up = Instant::now() + Duration::from_secs(5);
+    loop {
+        let info = backend.inspect(full_key).await.expect("inspect");
+        let waiting = info.waiters.map_or(0, |waiters| waiters.len());
+        if waiting >= count {
+            return;
+        }
+        assert!(
+            Instant::now() < give_up,
+            "{count} waiters never queued on `{full_key}` ({waiting} did)"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dlock_and_etcdctl_lock_exclude_each_other() {
     let server = EtcdServer::start().await.expect("etcd");
@@ -106,10 +124,7 @@ async fn dlock_and_etcdctl_lock_exclude_each_other() {
         "dlock got a lock etcdctl holds"
     );
     let waiting = spawn_waiter(&locker, name);
-    until("the dlock waiter queues", Duration::from_secs(5), || {
-        backend.waiters(name) == 1
-    })
-    .await;
+    until_queued(&backend, name, 1).await;
     assert!(!waiting.is_finished(), "granted while etcdctl holds");
     let info = locker.inspect(name).await.expect("inspect");
     assert_eq!(info.holders.len(), 1, "{info:?}");
@@ -229,10 +244,7 @@ async fn etcdctl_lock_waits_for_dlock_readers_and_readers_wait_for_it() {
             (guard, Instant::now())
         }
     });
-    until("the dlock reader queues", Duration::from_secs(5), || {
-        backend.waiters(name) == 1
-    })
-    .await;
+    until_queued(&backend, name, 1).await;
     let unlocked = Instant::now();
     signal(&writer, "TERM");
     let (guard, acquired) = waiting.await.expect("reader task");
@@ -505,10 +517,7 @@ async fn one_lease_per_ttl_two_tasks_still_exclude_each_other() {
     let first = locker.lock("shared").await.expect("acquire");
     let other = locker.lock("other").await.expect("acquire");
     let second_task = spawn_waiter(&locker, "shared");
-    until("the second task queues", Duration::from_secs(5), || {
-        backend.waiters("shared") == 1
-    })
-    .await;
+    until_queued(&backend, "shared", 1).await;
     let leases = etcd_leases(&endpoint).await;
     assert_eq!(leases.len(), 1, "one lease per Locker and ttl: {leases:?}");
     let keys = etcd_keys(&endpoint, "shared/").await;
@@ -596,9 +605,8 @@ async fn contended_lock_is_fifo_without_double_holders() {
     let server = EtcdServer::start().await.expect("etcd");
     let ttl = Duration::from_secs(10);
     let (a, backend_a) = locker(&server.url(), "dlock:", ttl).await;
-    let (b, backend_b) = locker(&server.url(), "dlock:", ttl).await;
+    let (b, _) = locker(&server.url(), "dlock:", ttl).await;
     let lockers = [a, b];
-    let queued = || backend_a.waiters("dlock:hot") + backend_b.waiters("dlock:hot");
 
     // Phase 1: an ordered queue.
     let held = lockers[0].lock("hot").await.expect("acquire");
@@ -616,10 +624,7 @@ async fn contended_lock_is_fifo_without_double_holders() {
             order.lock().unwrap().push(worker);
             guard.release().await.expect("release");
         }));
-        until("the worker queues", Duration::from_secs(5), || {
-            queued() == worker + 1
-        })
-        .await;
+        until_queued(&backend_a, "dlock:hot", worker + 1).await;
     }
     held.release().await.expect("release");
     for task in tasks {

@@ -311,12 +311,6 @@ impl MemoryBackend {
         table.keys.len()
     }
 
-    /// How many acquires are queued on `key`.
-    #[must_use]
-    pub fn waiters(&self, key: &str) -> usize {
-        self.queues.len(key)
-    }
-
     fn table(&self) -> MutexGuard<'_, Table> {
         // The table is consistent after every statement, so a panic elsewhere cannot leave it
         // half-updated: recover from poisoning.
@@ -516,7 +510,11 @@ mod tests {
         let cancelled =
             tokio::time::timeout(Duration::from_millis(20), backend.acquire(&waiter, None)).await;
         assert!(cancelled.is_err());
-        assert_eq!(backend.waiters("k"), 0, "a cancelled waiter stayed queued");
+        assert_eq!(
+            backend.queues.len("k"),
+            0,
+            "a cancelled waiter stayed queued"
+        );
         backend.release(&holder).await.unwrap();
         assert_eq!(
             backend.held_keys(),
@@ -537,7 +535,7 @@ mod tests {
             let (backend, req) = (backend.clone(), waiter_req.clone());
             async move { backend.acquire(&req, None).await }
         });
-        while backend.waiters("k") == 0 {
+        while backend.queues.len("k") == 0 {
             tokio::task::yield_now().await;
         }
         backend.release(&lease).await.unwrap();
@@ -566,7 +564,7 @@ mod tests {
                 backend.acquire(&req, None).await
             }
         });
-        while backend.waiters("k") == 0 {
+        while backend.queues.len("k") == 0 {
             tokio::task::yield_now().await;
         }
         // Hand off to the waiter, then break its grant before it is polled (this test runs on

@@ -65,14 +65,11 @@ use crate::config::DlockConfig;
 use crate::lease::{AcquireOutcome, AcquireRequest};
 use crate::locker::Locker;
 
-type QueueProbe = dyn Fn(&str) -> usize + Send + Sync;
-
 type Connect<B> = dyn Fn() -> Pin<Box<dyn Future<Output = Arc<B>> + Send>> + Send + Sync;
 
 /// A lock service under test: how to open another client of it, and what to expect.
 pub struct Target<B: LockBackend + ?Sized> {
     connect: Arc<Connect<B>>,
-    queue_probe: Option<Arc<QueueProbe>>,
     /// What the scenarios may rely on.
     pub expect: Expectations,
 }
@@ -95,36 +92,37 @@ impl<B: LockBackend + ?Sized> Target<B> {
     {
         Self {
             connect: Arc::new(move || Box::pin(connect())),
-            queue_probe: None,
             expect,
         }
     }
 
-    /// Lets the suite see how many acquires wait on a (full) key, so ordering scenarios know
-    /// a waiter has queued instead of sleeping and hoping it has.
-    #[must_use]
-    pub fn with_queue_probe(
-        mut self,
-        probe: impl Fn(&str) -> usize + Send + Sync + 'static,
-    ) -> Self {
-        self.queue_probe = Some(Arc::new(probe));
-        self
-    }
-
-    /// Returns once `count` acquires wait on `full_key`: by the probe when there is one, else
-    /// after a pause long enough for a waiter to enqueue on a healthy backend.
+    /// Returns once `count` acquires wait on `full_key`, as a client's
+    /// [`inspect`](LockBackend::inspect) of the service lists them, so ordering scenarios know
+    /// a waiter has queued instead of sleeping and hoping it has. Where waiters queue in each
+    /// client rather than on the service (Redis, RedLock), after a pause long enough for a
+    /// waiter to enqueue on a healthy backend.
     pub(crate) async fn until_queued(&self, full_key: &str, count: usize) {
-        let Some(probe) = &self.queue_probe else {
-            tokio::time::sleep(self.expect.slack / 2).await;
-            return;
-        };
+        let client = (self.connect)().await;
         let give_up = std::time::Instant::now() + self.expect.slack * 20;
-        while probe(full_key) < count {
+        loop {
+            let waiting = match client.inspect(full_key).await {
+                Ok(crate::LockInfo {
+                    waiters: Some(waiters),
+                    ..
+                }) => waiters.len(),
+                _ => {
+                    tokio::time::sleep(self.expect.slack / 2).await;
+                    return;
+                }
+            };
+            if waiting >= count {
+                return;
+            }
             assert!(
                 std::time::Instant::now() < give_up,
-                "waiter {count} never queued on `{full_key}`"
+                "waiter {count} never queued on `{full_key}` ({waiting} did)"
             );
-            tokio::time::sleep(Duration::from_millis(1)).await;
+            tokio::time::sleep(Duration::from_millis(2)).await;
         }
     }
 

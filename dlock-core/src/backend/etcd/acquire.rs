@@ -13,7 +13,6 @@ use super::keys::LockName;
 use super::session::Session;
 use super::watch::Watch;
 use super::{Delete, EtcdGrant, Inner, call};
-use crate::backend::queued::QueuedMark;
 use crate::lease::{AcquireOutcome, AcquireRequest, Lease};
 use crate::{Error, LockMode, Result};
 
@@ -442,7 +441,6 @@ impl Inner {
         pending.delete = Delete::Exact(create_revision);
         let mut seen = create_revision;
         let mut predecessor = ahead(req, name, &get_ranges(&reply), create_revision)?;
-        let mut queued: Option<QueuedMark> = None;
         let mut retry_in = Duration::from_millis(20);
         loop {
             let watched = match &predecessor {
@@ -473,7 +471,6 @@ impl Inner {
                     limit: *limit,
                 },
             };
-            queued.get_or_insert_with(|| self.queued.mark(&req.key));
             fresh = None; // stale by the time our turn comes
             match self.wait_deleted(watched, seen, &session, deadline).await {
                 Wake::Recheck => {}

@@ -29,7 +29,6 @@ pub(crate) use self::config::EtcdUrl;
 use self::session::{Session, Sessions};
 use crate::backend::BackendUrl;
 use crate::backend::background::Background;
-use crate::backend::queued::QueuedCounts;
 use crate::backend::{Capabilities, Fencing, LockBackend};
 use crate::lease::{AcquireOutcome, AcquireRequest, Lease, OwnerId, ReleaseOutcome, RenewOutcome};
 use crate::{Error, LockMode, Result};
@@ -167,8 +166,6 @@ pub(super) struct Inner {
     keys: Mutex<Keys>,
     shutdown: CancellationToken,
     background: Background,
-    /// How many acquires wait in etcd's queue, by full key.
-    queued: QueuedCounts,
 }
 
 impl std::fmt::Debug for Inner {
@@ -322,24 +319,8 @@ impl EtcdBackend {
             keys: Mutex::default(),
             shutdown: CancellationToken::new(),
             background,
-            queued: QueuedCounts::default(),
         });
         Ok(Self { inner })
-    }
-
-    /// How many acquires through this backend wait in etcd's queue for `key` (a full key, the
-    /// Locker's prefix included): their key is in etcd, behind the holder's.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # async fn probe(backend: &dlock_core::backend::EtcdBackend) {
-    /// assert_eq!(backend.waiters("dlock:order:42"), 0);
-    /// # }
-    /// ```
-    #[must_use]
-    pub fn waiters(&self, key: &str) -> usize {
-        self.inner.queued.of(key)
     }
 }
 

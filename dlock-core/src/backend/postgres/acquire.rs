@@ -69,7 +69,6 @@ impl Inner {
             return Ok(AcquireOutcome::Busy { retry_after: None });
         }
         let mut conn_use = self.conns.for_wait(req.ttl, first_key(req)).await?;
-        let _queued = self.queued.mark(&req.key);
         let got = match req.mode {
             LockMode::Permit { limit } => {
                 self.wait_permit(&mut conn_use, req, limit, deadline)

@@ -28,7 +28,6 @@ use self::session::{Conn, Conns};
 use self::sql::Statements;
 use crate::backend::background::Background;
 use crate::backend::grant_claim::{Claim, GrantClaim};
-use crate::backend::queued::QueuedCounts;
 use crate::backend::{BackendUrl, Capabilities, Fencing, LockBackend};
 use crate::lease::{
     AcquireOutcome, AcquireRequest, Lease, LostLease, OwnerId, ReleaseOutcome, RenewOutcome,
@@ -137,8 +136,6 @@ pub(super) struct Inner {
     conns: Conns,
     timeout: Duration,
     sql: Statements,
-    /// How many acquires wait in PostgreSQL's queue, by full key.
-    queued: QueuedCounts,
 }
 
 impl std::fmt::Debug for Inner {
@@ -288,7 +285,6 @@ impl PostgresBackend {
                 sql: Statements::new(&settings.fence_table),
                 conns: Conns::new(settings.clone(), timeout, background),
                 timeout,
-                queued: QueuedCounts::default(),
             }),
         })
     }
@@ -307,21 +303,6 @@ impl PostgresBackend {
     #[must_use]
     pub fn advisory_key(full_key: &str) -> i64 {
         keys::advisory_key(full_key)
-    }
-
-    /// How many acquires through this backend wait in PostgreSQL's queue for `key` (a full
-    /// key).
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # async fn probe(backend: &dlock_core::backend::PostgresBackend) {
-    /// assert_eq!(backend.waiters("dlock:order:42"), 0);
-    /// # }
-    /// ```
-    #[must_use]
-    pub fn waiters(&self, key: &str) -> usize {
-        self.inner.queued.of(key)
     }
 
     /// How many lock connections this backend has open.

@@ -58,7 +58,7 @@ impl Inner {
                     )
                     .await?;
                 let reader = kind == NodeKind::Read;
-                self.wait_turn(&session, &path, &node.0, reader, deadline, &req.key)
+                self.wait_turn(&session, &path, &node.0, reader, deadline)
                     .await?
                     .map(|valid_from| Granted {
                         path: format!("{path}/{}", node.0),
@@ -115,7 +115,7 @@ impl Inner {
             )
             .await?;
         if self
-            .wait_turn(&session, &locks, &mutex, false, deadline, &req.key)
+            .wait_turn(&session, &locks, &mutex, false, deadline)
             .await?
             .is_none()
         {
@@ -130,7 +130,6 @@ impl Inner {
                 nodes,
             )
             .await?;
-        let mut queued = None;
         let mut checked = false;
         let valid_from = loop {
             let sent = Instant::now();
@@ -154,14 +153,12 @@ impl Inner {
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 break None;
             }
-            queued.get_or_insert_with(|| self.queued.mark(&req.key));
             tokio::select! {
                 _ = watcher.changed() => {}
                 () = until(deadline) => break None,
                 () = session.lost() => return Err(session_gone(&session)),
             }
         };
-        drop(queued);
         let mutex_path = format!("{locks}/{mutex}");
         self.delete(&session, &mutex_path).await?;
         nodes.keep(&mutex_path); // deleted: nothing left to clean up
@@ -298,9 +295,7 @@ impl Inner {
         node: &str,
         reader: bool,
         deadline: Option<Instant>,
-        full_key: &str,
     ) -> Result<Option<Instant>> {
-        let mut queued = None;
         loop {
             let sent = Instant::now();
             let children = timed(
@@ -317,7 +312,6 @@ impl Inner {
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 return Ok(None);
             }
-            queued.get_or_insert_with(|| self.queued.mark(full_key));
             let watched = timed_raw(
                 self.timeout,
                 "get data",

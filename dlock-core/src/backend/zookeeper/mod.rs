@@ -24,7 +24,6 @@ pub(crate) use self::config::ZkUrl;
 use self::session::{Session, Sessions};
 use crate::backend::background::Background;
 use crate::backend::grant_claim::{Claim, GrantClaim};
-use crate::backend::queued::QueuedCounts;
 use crate::backend::{BackendUrl, Capabilities, Fencing, LockBackend};
 use crate::lease::{
     AcquireOutcome, AcquireRequest, Lease, LostLease, OwnerId, ReleaseOutcome, RenewOutcome,
@@ -121,8 +120,6 @@ pub struct ZooKeeperBackend {
 pub(super) struct Inner {
     sessions: Sessions,
     timeout: Duration,
-    /// How many acquires wait in ZooKeeper's queue, by full key.
-    queued: QueuedCounts,
     background: Background,
 }
 
@@ -240,25 +237,9 @@ impl ZooKeeperBackend {
             inner: Arc::new(Inner {
                 sessions: Sessions::new(settings.clone(), timeout),
                 timeout,
-                queued: QueuedCounts::default(),
                 background,
             }),
         })
-    }
-
-    /// How many acquires through this backend wait in ZooKeeper's queue for `key` (a full key,
-    /// the Locker's prefix included): their node exists, behind the holder's.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # async fn probe(backend: &dlock_core::backend::ZooKeeperBackend) {
-    /// assert_eq!(backend.waiters("dlock:order:42"), 0);
-    /// # }
-    /// ```
-    #[must_use]
-    pub fn waiters(&self, key: &str) -> usize {
-        self.inner.queued.of(key)
     }
 }
 
