@@ -14,24 +14,26 @@ use tokio::sync::broadcast;
 
 use crate::{LockMode, Result};
 
-#[cfg(any(feature = "etcd", feature = "zookeeper", feature = "postgres"))]
-mod background;
+pub(crate) mod background;
+#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+mod cleanup;
 #[cfg(feature = "etcd")]
 pub(crate) mod etcd;
-#[cfg(any(feature = "zookeeper", feature = "postgres"))]
+#[cfg(any(feature = "etcd", feature = "zookeeper", feature = "postgres"))]
 mod grant_claim;
 mod host_list;
 #[cfg(feature = "memory")]
 pub(crate) mod memory;
 #[cfg(feature = "postgres")]
 pub(crate) mod postgres;
-#[cfg(any(feature = "etcd", feature = "zookeeper", feature = "postgres"))]
 #[cfg(feature = "redis")]
 pub(crate) mod redis;
 #[cfg(feature = "redlock")]
 pub(crate) mod redlock;
 #[cfg(any(feature = "etcd", feature = "zookeeper", feature = "postgres"))]
 mod session_end;
+#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+mod sessions;
 #[cfg(any(
     feature = "redis",
     feature = "etcd",

@@ -1,6 +1,7 @@
 //! The one error type of dlock, and its `Result` alias.
 
 use std::fmt;
+use std::future::Future;
 use std::time::Duration;
 
 /// The end of [`Error::Busy`]'s message when the holder is the caller's own Locker.
@@ -209,7 +210,40 @@ pub enum ErrorKind {
     InvalidInput,
 }
 
+/// Awaits `work` for at most `after`: [`Error::Timeout`] naming `backend` and `operation` if
+/// it has not finished by then (the one time bound every backend request runs under).
+pub(crate) async fn within<T>(
+    backend: &'static str,
+    operation: &'static str,
+    after: Duration,
+    work: impl Future<Output = T>,
+) -> Result<T> {
+    tokio::time::timeout(after, work)
+        .await
+        .map_err(|_| Error::timeout(backend, operation, after))
+}
+
 impl Error {
+    /// Builds an [`Error::Timeout`]: `backend`'s `operation` did not finish within `after`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use dlock_core::{Error, ErrorKind};
+    /// let err = Error::timeout("redis", "acquire", Duration::from_secs(2));
+    /// assert_eq!(err.kind(), ErrorKind::Unavailable);
+    /// assert_eq!(err.to_string(), "redis acquire timed out after 2s");
+    /// ```
+    #[must_use]
+    pub const fn timeout(backend: &'static str, operation: &'static str, after: Duration) -> Self {
+        Self::Timeout {
+            backend,
+            operation,
+            after,
+        }
+    }
+
     /// Builds an [`Error::Unavailable`] from a client-library error.
     ///
     /// # Examples

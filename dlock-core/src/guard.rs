@@ -142,7 +142,9 @@ impl LockGuard {
     /// ```
     #[must_use]
     pub fn is_held(&self) -> bool {
-        self.hold.watch().check_deadline()
+        let watch = self.hold.watch();
+        watch.expire_if_due();
+        watch.is_held()
     }
 
     /// When the lease runs out unless renewed: the local, conservative deadline (the grant's
@@ -201,11 +203,8 @@ impl LockGuard {
     #[must_use]
     pub fn lost_reason(&self) -> Option<LostReason> {
         let watch = self.hold.watch();
-        if watch.check_deadline() {
-            None
-        } else {
-            watch.lost_reason()
-        }
+        watch.expire_if_due();
+        watch.lost_reason()
     }
 
     /// A future that resolves, with the reason, when the lease is lost: when a renewal is

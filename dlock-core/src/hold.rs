@@ -82,16 +82,7 @@ impl Hold {
 
     /// The error a guard of this hold reports once the lease is lost.
     pub(crate) fn lost_error(&self) -> Option<Error> {
-        if self.watch.check_deadline() {
-            return None;
-        }
-        Some(Error::LeaseLost {
-            key: self.watch.user_key().to_owned(),
-            reason: self
-                .watch
-                .lost_reason()
-                .unwrap_or(crate::LostReason::Expired),
-        })
+        self.watch.lost_error()
     }
 
     /// Releases the grant now (the caller gave up the last share).

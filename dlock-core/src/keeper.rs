@@ -72,11 +72,7 @@ impl LeaseKeeper {
 
     /// [`Error::Timeout`] for `operation`, after the operation timeout.
     pub(crate) const fn timeout(&self, operation: &'static str) -> Error {
-        Error::Timeout {
-            backend: self.name,
-            operation,
-            after: self.operation_timeout,
-        }
+        Error::timeout(self.name, operation, self.operation_timeout)
     }
 
     pub(crate) const fn watchdog(&self) -> &Watchdog {

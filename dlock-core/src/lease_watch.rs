@@ -6,15 +6,9 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
-use crate::LostReason;
+use crate::lease::drift_margin;
 use crate::meter::Meter;
-
-/// The safety margin subtracted from every lease: clocks on two machines may run at slightly
-/// different rates (RedLock's analysis uses 1 % of the ttl plus 2 ms).
-#[must_use]
-pub(crate) fn drift_margin(ttl: Duration) -> Duration {
-    ttl / 100 + Duration::from_millis(2)
-}
+use crate::{Error, LostReason};
 
 /// Deadline bookkeeping and the lost signal of one lease.
 #[derive(Debug)]
@@ -92,23 +86,42 @@ impl LeaseWatch {
     /// Records a successful renewal whose request was sent at `sent_at`. A renewal that
     /// answers after the deadline already passed does not revive the lease (fail closed).
     pub(crate) fn renewed(&self, sent_at: Instant) {
-        if self.check_deadline() {
+        self.expire_if_due();
+        if self.is_held() {
             let mut deadline = self.deadline.lock().unwrap_or_else(PoisonError::into_inner);
             *deadline = (*deadline).max(Self::deadline_from(self.ttl, sent_at));
         }
     }
 
-    /// `true` while the lease is not known lost and its deadline has not passed; marks it
-    /// lost (expired) when the deadline has passed.
-    pub(crate) fn check_deadline(&self) -> bool {
-        if self.reason.get().is_some() {
-            return false;
-        }
-        if Instant::now() >= self.deadline() {
+    /// Marks the lease lost ([`LostReason::Expired`]) if its local deadline has passed and
+    /// it is not lost already. Call it before [`is_held`](Self::is_held) to take the clock
+    /// into account.
+    pub(crate) fn expire_if_due(&self) {
+        if self.reason.get().is_none() && Instant::now() >= self.deadline() {
             self.mark_lost(LostReason::Expired);
-            return false;
         }
-        true
+    }
+
+    /// Whether the lease is not known lost (as of the last [`expire_if_due`](Self::expire_if_due)
+    /// or reported loss).
+    pub(crate) fn is_held(&self) -> bool {
+        self.reason.get().is_none()
+    }
+
+    /// The error for this lease if it is lost now (its deadline checked against the clock
+    /// first): what every guard and wrapper reports once the lease is lost.
+    pub(crate) fn lost_error(&self) -> Option<Error> {
+        self.expire_if_due();
+        self.lost_reason()
+            .map(|reason| self.lost_error_with(reason))
+    }
+
+    /// The error for this lease, lost for `reason`.
+    pub(crate) fn lost_error_with(&self, reason: LostReason) -> Error {
+        Error::LeaseLost {
+            key: self.user_key().to_owned(),
+            reason,
+        }
     }
 
     /// Marks the lease lost (the first reason wins) and wakes everyone waiting on it.
@@ -157,8 +170,9 @@ impl LeaseWatch {
             if self.released.load(Ordering::SeqCst) {
                 return std::future::pending().await;
             }
-            if !self.check_deadline() {
-                return self.lost_reason().unwrap_or(LostReason::Expired);
+            self.expire_if_due();
+            if let Some(reason) = self.lost_reason() {
+                return reason;
             }
             // Wakes at the deadline as it is now; a renewal meanwhile moves it, and the next
             // turn of the loop sleeps until the new one.

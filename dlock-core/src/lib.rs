@@ -93,8 +93,8 @@ mod scope;
 mod setters;
 mod tls;
 
-// The mechanisms the core owns: the acquire steps, holds and reentrancy, the lease keeper and
-// its watchdog, lease deadlines, keys.
+// The mechanisms the core owns: a Locker's state and its acquire steps, holds and reentrancy,
+// the lease keeper and its watchdog, lease deadlines, keys.
 mod acquire;
 mod hold;
 mod keeper;
@@ -102,6 +102,7 @@ mod key;
 mod lease_watch;
 mod meter;
 mod reentrancy;
+mod state;
 mod watchdog;
 
 // The contract's values (`pub mod backend` below holds the contract, a URL-scheme -> backend

@@ -5,10 +5,10 @@ use std::future::Future;
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
-use crate::acquire::LockerState;
 use crate::backend::{Capabilities, LockBackend};
 use crate::config::DlockConfig;
 use crate::request::LockRequest;
+use crate::state::LockerState;
 use crate::{Error, LockMode, Result};
 
 /// A cheap-to-clone handle over one lock backend, with the defaults of every lock taken

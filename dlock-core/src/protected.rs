@@ -9,8 +9,8 @@ use std::task::{Context, Poll};
 use pin_project_lite::pin_project;
 
 use crate::LostReason;
+use crate::Result;
 use crate::lease_watch::LeaseWatch;
-use crate::{Error, Result};
 
 type LostFuture = Pin<Box<dyn Future<Output = LostReason> + Send>>;
 
@@ -71,30 +71,16 @@ impl<F> Protected<F> {
     }
 }
 
-/// The error for `watch`'s lease if it is lost now (its deadline checked against the clock).
-fn lost_now(watch: &LeaseWatch) -> Option<Error> {
-    if watch.check_deadline() {
-        return None;
-    }
-    Some(Error::LeaseLost {
-        key: watch.user_key().to_owned(),
-        reason: watch.lost_reason().unwrap_or(LostReason::Expired),
-    })
-}
-
 impl<F: Future> Future for Protected<F> {
     type Output = Result<F::Output>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
-        if let Some(error) = lost_now(this.watch) {
+        if let Some(error) = this.watch.lost_error() {
             return Poll::Ready(Err(error));
         }
         if let Poll::Ready(reason) = this.lost.as_mut().poll(cx) {
-            return Poll::Ready(Err(Error::LeaseLost {
-                key: this.watch.user_key().to_owned(),
-                reason,
-            }));
+            return Poll::Ready(Err(this.watch.lost_error_with(reason)));
         }
         this.work.poll(cx).map(Ok)
     }
@@ -104,7 +90,7 @@ impl<F> fmt::Debug for Protected<F> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Protected")
             .field("key", &self.watch.user_key())
-            .field("held", &self.watch.check_deadline())
+            .field("held", &self.watch.is_held())
             .finish_non_exhaustive()
     }
 }

@@ -5,9 +5,10 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::acquire::{AcquireOptions, LockerState};
+use crate::acquire::AcquireOptions;
 use crate::guard::LockGuard;
 use crate::mode::LockKind;
+use crate::state::LockerState;
 use crate::{LockMode, Result};
 
 /// An acquire being configured; `.await` it to get a [`LockGuard`].

@@ -12,17 +12,17 @@ use std::ops::{Deref, DerefMut};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use tokio::runtime::Handle;
 use tokio::sync::{Notify, broadcast};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 use tracing::Instrument as _;
 
 use crate::LostReason;
 use crate::backend::LockBackend;
-use crate::lease::{Lease, LostLease, OwnerId, RenewOutcome};
-use crate::lease_watch::{LeaseWatch, drift_margin};
+use crate::backend::background::Background;
+use crate::error::within;
+use crate::lease::{Lease, LostLease, OwnerId, RenewOutcome, drift_margin};
+use crate::lease_watch::LeaseWatch;
 
 /// The watchdog of one Locker.
 #[derive(Debug)]
@@ -33,13 +33,12 @@ pub(crate) struct Watchdog {
     /// The task, once started: a runtime that ends takes it along (it is then finished), and
     /// the next acquire starts another.
     task: Mutex<Option<JoinHandle<()>>>,
-    /// The runtime of the latest acquire: background work spawned from outside any runtime
-    /// (a guard dropped in synchronous code) goes there.
-    runtime: Mutex<Option<Handle>>,
     /// Subscribed when the Locker is built, so no loss pushed after a grant is missed.
     pushed_losses: Mutex<Option<broadcast::Receiver<LostLease>>>,
-    /// Work spawned on the Locker's behalf (background releases), which a shutdown awaits.
-    background: TaskTracker,
+    /// Work spawned on the Locker's behalf (background releases), which a shutdown awaits,
+    /// on the runtime of the latest acquire when spawned from outside any runtime (a guard
+    /// dropped in synchronous code).
+    background: Background,
 }
 
 #[derive(Debug, Default)]
@@ -113,9 +112,8 @@ impl Watchdog {
             backend,
             operation_timeout,
             task: Mutex::new(None),
-            runtime: Mutex::new(None),
             pushed_losses: Mutex::new(pushed_losses),
-            background: TaskTracker::new(),
+            background: Background::new(),
         }
     }
 
@@ -174,33 +172,17 @@ impl Watchdog {
         self.shared.entries().len()
     }
 
-    /// The current runtime, else the one of the latest acquire.
-    fn runtime(&self) -> Option<Handle> {
-        let mut remembered = self.runtime.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Ok(current) = Handle::try_current() {
-            *remembered = Some(current);
-        }
-        remembered.clone()
-    }
-
-    /// Runs `work` in the background on [`runtime`](Self::runtime); `false` if there is none.
-    pub(crate) fn spawn<F>(&self, work: F) -> bool
-    where
-        F: Future<Output = ()> + Send + 'static,
-    {
-        self.runtime()
-            .map(|runtime| self.background.spawn_on(work, &runtime))
-            .is_some()
+    /// Runs `work` in the background, on the current runtime or the one of the latest
+    /// acquire; `false` if there is none.
+    pub(crate) fn spawn(&self, work: impl Future<Output = ()> + Send + 'static) -> bool {
+        self.background.spawn(work)
     }
 
     /// Waits, at most `bound`, for the work [`spawn`](Self::spawn) started to finish
     /// (releases of dropped guards, of grants that came too late); `false` if some is still
     /// running.
     pub(crate) async fn settle(&self, bound: Duration) -> bool {
-        self.background.close();
-        tokio::time::timeout(bound, self.background.wait())
-            .await
-            .is_ok()
+        self.background.settle(bound).await
     }
 
     /// (Re)starts the task if it is not running: a runtime that ended (e.g. one test's) takes
@@ -211,7 +193,7 @@ impl Watchdog {
         if task.as_ref().is_some_and(|task| !task.is_finished()) {
             return false;
         }
-        let Some(runtime) = self.runtime() else {
+        let Some(runtime) = self.background.runtime() else {
             return false;
         };
         let pushed_losses = self
@@ -312,7 +294,8 @@ fn tick(shared: &Arc<Shared>, settings: &Settings) -> Instant {
             }
             next_wake = earliest(next_wake, until);
         }
-        if !entry.watch.check_deadline() {
+        entry.watch.expire_if_due();
+        if !entry.watch.is_held() {
             expired.push((entry.lease.clone(), entry.watch.deadline()));
             return false;
         }
@@ -404,16 +387,16 @@ async fn renew_batch(shared: Arc<Shared>, settings: Settings, batch: Vec<Lease>)
     );
     let sent_at = Instant::now();
     let timeout = settings.operation_timeout;
-    let outcomes = tokio::time::timeout(timeout, settings.backend.as_ref().renew(&batch))
-        .instrument(span.clone())
-        .await
-        .unwrap_or_else(|_| {
-            Err(crate::Error::Timeout {
-                backend: settings.backend.capabilities().name,
-                operation: "renew",
-                after: timeout,
-            })
-        });
+    let name = settings.backend.capabilities().name;
+    let outcomes = within(
+        name,
+        "renew",
+        timeout,
+        settings.backend.as_ref().renew(&batch),
+    )
+    .instrument(span.clone())
+    .await
+    .and_then(|outcomes| outcomes);
     let _in_span = span.enter();
     let (mut renewed, mut lost, mut retried) = (0_usize, 0_usize, 0_usize);
     let mut entries = shared.entries();

@@ -7,8 +7,7 @@ use super::support::{assert_between, key};
 use crate::Error;
 use crate::LostReason;
 use crate::backend::LockBackend;
-use crate::lease::{AcquireRequest, OwnerId};
-use crate::lease_watch::drift_margin;
+use crate::lease::{AcquireRequest, OwnerId, drift_margin};
 
 /// A holder that vanishes without releasing keeps the lock for its ttl, not less (unless the
 /// service frees a closed connection's locks at once), and then another client gets it: a crashed client (granted through the raw contract, then its

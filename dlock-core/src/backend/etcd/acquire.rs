@@ -326,7 +326,7 @@ impl Inner {
         name: &LockName,
     ) -> Result<AcquireOutcome> {
         let shared = req.mode == LockMode::Shared;
-        if !self.sessions.has_live(req.ttl) {
+        if self.sessions.live(req.ttl).is_none() {
             // Without a lease yet, look before granting one: a busy lock costs one read
             // instead of a lease grant and revoke.
             let end = name.blockers_end(shared);
@@ -567,7 +567,7 @@ impl Inner {
             opened = call(self.timeout, "watch", watch) => opened,
         };
         let mut stream = match opened {
-            Ok(stream) => Watch::new(stream, self.timeout),
+            Ok(stream) => Watch::new(stream, self.timeout, self.background.clone()),
             Err(error) => {
                 tracing::debug!(%error, "dlock: etcd watch failed; re-checking");
                 // Do not spin on a failing watch: wait a little before the re-check.
@@ -686,6 +686,7 @@ impl Inner {
                 key,
                 create_revision,
                 session,
+                req.owner.clone(),
             )));
         lease.ttl = ttl;
         lease

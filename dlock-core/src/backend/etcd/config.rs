@@ -12,6 +12,7 @@ use etcd_client::{Certificate, Client, ConnectOptions, GetOptions, Identity, Tls
 use crate::backend::host_list::HostsUrl;
 use crate::backend::tls_files::{TlsFiles, refuse_for_plain_text};
 use crate::backend_spec::redact;
+use crate::error::within;
 use crate::{Error, Result, TlsConfig};
 
 /// HTTP/2 pings on busy connections, so a member that vanished without closing its sockets is
@@ -116,20 +117,14 @@ impl EtcdUrl {
                 .with_auto_token_refresh(true);
         }
         let started = std::time::Instant::now();
-        let client =
-            match tokio::time::timeout(timeout, Client::connect(&self.endpoints, Some(options)))
-                .await
-            {
-                Ok(Ok(client)) => client,
-                Ok(Err(error)) => return Err(super::errors::from_etcd(error)),
-                Err(_) => {
-                    return Err(Error::Timeout {
-                        backend: "etcd",
-                        operation: "connect",
-                        after: timeout,
-                    });
-                }
-            };
+        let client = within(
+            "etcd",
+            "connect",
+            timeout,
+            Client::connect(&self.endpoints, Some(options)),
+        )
+        .await?
+        .map_err(super::errors::from_etcd)?;
         let probe = format!("{}dlock:connect-check", self.namespace);
         let left = timeout.saturating_sub(started.elapsed());
         super::call(left, "connect", || {

@@ -18,7 +18,7 @@ mod watch;
 
 use std::collections::HashSet;
 use std::future::Future;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -26,9 +26,11 @@ use etcd_client::{Client, Txn, TxnResponse};
 use tokio_util::sync::CancellationToken;
 
 pub(crate) use self::config::EtcdUrl;
-use self::session::{Session, Sessions};
+use self::session::Session;
 use crate::backend::BackendUrl;
 use crate::backend::background::Background;
+use crate::backend::grant_claim::{Claim, GrantClaim};
+use crate::backend::sessions::Sessions;
 use crate::backend::{Capabilities, Fencing, LockBackend};
 use crate::lease::{AcquireOutcome, AcquireRequest, Lease, OwnerId, ReleaseOutcome, RenewOutcome};
 use crate::{Error, LockMode, Result};
@@ -162,7 +164,7 @@ pub(super) struct Inner {
     client: Client,
     namespace: String,
     timeout: Duration,
-    sessions: Sessions,
+    sessions: Sessions<Session>,
     keys: Mutex<Keys>,
     shutdown: CancellationToken,
     background: Background,
@@ -193,57 +195,43 @@ struct Keys {
 pub(super) struct EtcdGrant {
     key: String,
     create_revision: i64,
-    claim: Mutex<Option<Claim>>,
-}
-
-/// A grant's use of its session, given up once.
-struct Claim {
-    inner: Weak<Inner>,
-    session: Arc<Session>,
+    claim: GrantClaim<Inner, Session>,
 }
 
 impl EtcdGrant {
-    fn new(inner: &Arc<Inner>, key: String, create_revision: i64, session: Arc<Session>) -> Self {
+    fn new(
+        inner: &Arc<Inner>,
+        key: String,
+        create_revision: i64,
+        session: Arc<Session>,
+        owner: OwnerId,
+    ) -> Self {
         Self {
             key,
             create_revision,
-            claim: Mutex::new(Some(Claim {
-                inner: Arc::downgrade(inner),
-                session,
-            })),
+            claim: GrantClaim::new(inner, session, owner),
         }
     }
 
-    fn claim(&self) -> MutexGuard<'_, Option<Claim>> {
-        self.claim.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Whether `inner` granted this and it is not given up yet.
-    fn is_live_grant_of(&self, inner: &Arc<Inner>) -> bool {
-        self.claim()
-            .as_ref()
-            .is_some_and(|claim| std::ptr::eq(claim.inner.as_ptr(), Arc::as_ptr(inner)))
-    }
-
-    /// The session the key is on, while the grant is not given up.
-    fn session(&self) -> Option<Arc<Session>> {
-        self.claim()
-            .as_ref()
-            .map(|claim| Arc::clone(&claim.session))
+    /// The session the key is on if `inner` made this grant for `owner` and it is not given
+    /// up yet.
+    fn live_session(&self, inner: &Arc<Inner>, owner: &OwnerId) -> Option<Arc<Session>> {
+        self.claim.live(inner, owner)
     }
 
     /// Gives the grant up (once): the caller deletes the key as it knows best.
     fn give_up(&self) -> Option<Arc<Session>> {
-        self.claim().take().map(|claim| claim.session)
+        self.claim.give_up().map(|claim| claim.session)
     }
 }
 
 impl Drop for EtcdGrant {
     /// The last copy of a lease that was never released: delete its key in the background.
     fn drop(&mut self) {
-        let claim = self.claim().take();
-        if let Some(Claim { inner, session }) = claim
-            && let Some(inner) = inner.upgrade()
+        if let Some(Claim {
+            backend, session, ..
+        }) = self.claim.give_up()
+            && let Some(inner) = backend.upgrade()
         {
             inner.finish_key(
                 std::mem::take(&mut self.key),
@@ -312,7 +300,7 @@ impl EtcdBackend {
         };
         let client = url.connect(tls, timeout).await?;
         let inner = Arc::new(Inner {
-            sessions: Sessions::new(client.clone(), timeout),
+            sessions: Sessions::new("etcd", timeout, background.clone()),
             client,
             namespace: url.namespace,
             timeout,
@@ -397,11 +385,7 @@ where
             }
             Ok(Err(error)) => return Err(errors::from_etcd(error)),
             Err(_) => {
-                return Err(Error::Timeout {
-                    backend: "etcd",
-                    operation,
-                    after: timeout,
-                });
+                return Err(Error::timeout("etcd", operation, timeout));
             }
         }
     }
@@ -444,11 +428,19 @@ impl Inner {
         }
         // A session no keepalive was answered for during its whole ttl (this process was
         // paused, or cut off) is gone on the server: never put a key on it.
-        if let Some((stale, reason)) = self.sessions.overdue(ttl) {
+        if let Some((stale, reason)) = self
+            .sessions
+            .live(ttl)
+            .and_then(|live| live.overdue().map(|reason| (live, reason)))
+        {
             stale.mark_lost(reason);
             self.session_lost(&stale);
         }
-        let (session, new) = self.sessions.checkout(ttl).await?;
+        let (client, timeout) = (&self.client, self.timeout);
+        let (session, new) = self
+            .sessions
+            .checkout(ttl, || session::grant(client, timeout, ttl))
+            .await?;
         if new {
             let weak = Arc::downgrade(self);
             self.background.spawn(session::keep_alive(
@@ -467,24 +459,8 @@ impl Inner {
 
     /// One user of `session` is done. The last one leaves the lease idle for a while (the
     /// next lock reuses it), then revokes it unless a lock took it up again.
-    fn end_use(self: &Arc<Self>, session: &Arc<Session>) {
-        if !self.sessions.checkin(session) || self.shutdown.is_cancelled() {
-            return;
-        }
-        let linger = session.effective_ttl() * session::IDLE_LINGER;
-        let (inner, session) = (Arc::downgrade(self), Arc::clone(session));
-        self.background.spawn(async move {
-            tokio::select! {
-                () = tokio::time::sleep(linger) => {}
-                () = session.lost() => {}
-            }
-            let Some(inner) = inner.upgrade() else {
-                return; // the backend is gone: its shutdown revoked every lease
-            };
-            if inner.sessions.retire_if_idle(&session) && !inner.shutdown.is_cancelled() {
-                inner.revoke(session.id);
-            }
-        });
+    fn end_use(&self, session: &Arc<Session>) {
+        self.sessions.checkin(session);
     }
 
     /// Revokes lease `id` in the background (best effort: it expires anyway).
@@ -496,21 +472,10 @@ impl Inner {
         });
     }
 
-    /// Revokes lease `id`, within the operation timeout; a lease etcd no longer has is
-    /// revoked already.
+    /// Revokes lease `id`, within the operation timeout.
     fn revoke_now(&self, id: i64) -> impl Future<Output = Result<()>> + Send + 'static {
         let (client, timeout) = (self.client.clone(), self.timeout);
-        async move {
-            let revoked = call(timeout, "lease revoke", || {
-                let mut leases = client.lease_client();
-                async move { leases.revoke(id).await }
-            })
-            .await;
-            match revoked {
-                Err(error) if !errors::is_lease_not_found(&error) => Err(error),
-                _ => Ok(()),
-            }
-        }
+        async move { session::revoke(&client, timeout, id).await }
     }
 
     /// Reserves an etcd key for a new grant of `session` under `name`.

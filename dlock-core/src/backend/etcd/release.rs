@@ -1,7 +1,6 @@
 //! Renew, release, force release, and the background work that deletes keys given up.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use etcd_client::{
     Compare, CompareOp, GetOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse,
@@ -10,6 +9,7 @@ use etcd_client::{
 use super::keys::LockName;
 use super::session::Session;
 use super::{Delete, EtcdGrant, Inner};
+use crate::backend::cleanup::{Releasing, delete_until_gone};
 use crate::lease::{Lease, ReleaseOutcome, RenewOutcome};
 use crate::{Error, Result};
 
@@ -21,10 +21,8 @@ impl Inner {
         let mut outcomes: Vec<Option<RenewOutcome>> = Vec::with_capacity(leases.len());
         let mut checks = Vec::new();
         for (index, lease) in leases.iter().enumerate() {
-            let grant = lease
-                .extension::<EtcdGrant>()
-                .filter(|grant| grant.is_live_grant_of(self));
-            match grant.and_then(|grant| Some((grant, grant.session()?))) {
+            let grant = lease.extension::<EtcdGrant>();
+            match grant.and_then(|grant| Some((grant, grant.live_session(self, &lease.owner)?))) {
                 Some((grant, session)) if !session.is_lost() => {
                     checks.push((index, grant, session));
                     outcomes.push(None);
@@ -93,7 +91,7 @@ impl Inner {
         let Some(grant) = lease.extension::<EtcdGrant>() else {
             return Ok(ReleaseOutcome::NotHeld);
         };
-        if !grant.is_live_grant_of(self) {
+        if grant.live_session(self, &lease.owner).is_none() {
             return self.release_remote(lease).await;
         }
         let Some(session) = grant.give_up() else {
@@ -101,14 +99,12 @@ impl Inner {
         };
         // Until the delete is confirmed, the key is deleted in the background if this future
         // is dropped or the delete fails.
-        let mut pending = Releasing {
-            inner: Arc::clone(self),
-            key: grant.key.clone(),
-            session: Some(session),
-            create_revision: Some(grant.create_revision),
-        };
+        let (inner, key) = (Arc::clone(self), grant.key.clone());
+        let mut pending = Releasing::new(grant.create_revision, move |left: Option<i64>| {
+            inner.finish_key(key, session, left.map_or(Delete::Nothing, Delete::Exact));
+        });
         let deleted = self.delete_exact(&grant.key, grant.create_revision).await?;
-        pending.create_revision = None;
+        pending.confirmed();
         Ok(if deleted {
             ReleaseOutcome::Released
         } else {
@@ -189,65 +185,37 @@ impl Inner {
         // A put whose outcome is unknown may still be applied after a first delete: look again
         // once the operation timeout has passed.
         let mut second_look = matches!(delete, Delete::Unknown(_));
-        let mut retry_in = Duration::from_millis(50);
-        loop {
-            if session.is_lost() || self.shutdown.is_cancelled() {
-                break;
+        let attempt = || {
+            let look_again = std::mem::take(&mut second_look);
+            let (inner, key, delete) = (&self, &key, &delete);
+            async move {
+                let deleted = match delete {
+                    Delete::Nothing => return Ok(None),
+                    Delete::Exact(create_revision) => {
+                        inner.delete_exact(key, *create_revision).await?
+                    }
+                    Delete::Unknown(owner) => {
+                        let txn = Txn::new()
+                            .when([Compare::value(
+                                key.as_str(),
+                                CompareOp::Equal,
+                                owner.as_str(),
+                            )])
+                            .and_then([TxnOp::delete(key.as_str(), None)]);
+                        inner.txn("release", txn).await?.succeeded()
+                    }
+                };
+                Ok((look_again && !deleted).then_some(inner.timeout))
             }
-            let outcome = match &delete {
-                Delete::Nothing => break,
-                Delete::Exact(create_revision) => self.delete_exact(&key, *create_revision).await,
-                Delete::Unknown(owner) => {
-                    let txn = Txn::new()
-                        .when([Compare::value(
-                            key.as_str(),
-                            CompareOp::Equal,
-                            owner.as_str(),
-                        )])
-                        .and_then([TxnOp::delete(key.as_str(), None)]);
-                    self.txn("release", txn)
-                        .await
-                        .map(|reply| reply.succeeded())
-                }
-            };
-            let wait = match outcome {
-                Ok(deleted) if second_look && !deleted => {
-                    second_look = false;
-                    self.timeout
-                }
-                Ok(_) => break,
-                Err(error) => {
-                    tracing::debug!(%key, %error, "dlock: deleting an etcd lock key failed; retrying");
-                    retry_in = (retry_in * 2).min(Duration::from_secs(1));
-                    retry_in
-                }
-            };
+        };
+        let stopped = async {
             tokio::select! {
-                () = session.lost() => break,
-                () = self.shutdown.cancelled() => break,
-                () = tokio::time::sleep(wait) => {}
+                () = session.lost() => {}
+                () = self.shutdown.cancelled() => {}
             }
-        }
+        };
+        delete_until_gone("etcd", &key, attempt, stopped).await;
         self.keys().reserved.remove(&key);
         self.end_use(&session);
-    }
-}
-
-/// A release in flight: dropped before its delete is confirmed, it deletes in the background.
-struct Releasing {
-    inner: Arc<Inner>,
-    key: String,
-    session: Option<Arc<Session>>,
-    /// `Some` until the delete is confirmed.
-    create_revision: Option<i64>,
-}
-
-impl Drop for Releasing {
-    fn drop(&mut self) {
-        if let Some(session) = self.session.take() {
-            let delete = self.create_revision.map_or(Delete::Nothing, Delete::Exact);
-            self.inner
-                .finish_key(std::mem::take(&mut self.key), session, delete);
-        }
     }
 }

@@ -2,16 +2,17 @@
 //! backend with that ttl — like Go's `concurrency.Session` — and kept alive by a keepalive
 //! stream at ttl/3.
 //!
-//! A session counts its users (each lock key attached to the lease). When the last one is done
-//! the lease stays, idle and kept alive, for one ttl: a lock taken meanwhile reuses it (one
-//! lease grant per busy period, not per lock); after that it is revoked. The
-//! session is *lost* when etcd answers a keepalive with ttl 0 (the lease expired or was
+//! The shared pool (`backend::sessions`) counts a session's users (each lock key attached to
+//! the lease). When the last one is done the lease stays, idle and kept alive, for one ttl: a
+//! lock taken meanwhile reuses it (one lease grant per busy period, not per lock); after that
+//! it is revoked. The session is *lost* when etcd answers a keepalive with ttl 0 (the lease expired or was
 //! revoked) or when no keepalive was answered for the lease's whole ttl; every lock on it is
 //! then lost.
 
-use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use etcd_client::{Client, LeaseClient, LeaseKeepAliveStream, LeaseKeeper};
@@ -20,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::call;
 use crate::backend::session_end::SessionEnd;
+use crate::backend::sessions::PooledSession;
 use crate::{Error, Result};
 
 /// How long, in ttls of its own, a lease no lock uses stays granted and kept alive, ready for
@@ -34,7 +36,6 @@ const MIN_CADENCE: Duration = Duration::from_millis(10);
 const MAX_REOPEN_DELAY: Duration = Duration::from_millis(200);
 
 /// One etcd lease and its keepalive.
-#[derive(Debug)]
 pub(super) struct Session {
     /// The etcd lease id.
     pub(super) id: i64,
@@ -42,9 +43,6 @@ pub(super) struct Session {
     pub(super) ttl: Duration,
     /// What etcd granted: whole seconds, at least the cluster's minimum.
     pub(super) server_ttl: Duration,
-    /// Locks (held, queued, or being deleted) attached to the lease. Changed only under
-    /// [`Sessions`]' map lock.
-    users: AtomicUsize,
     /// Send time of the latest keepalive (or the grant) etcd answered: the lease lives at least
     /// until then + ttl.
     alive: watch::Sender<Instant>,
@@ -53,19 +51,41 @@ pub(super) struct Session {
     kick: Notify,
     /// Stops the keepalive task.
     stop: CancellationToken,
+    /// What revokes the lease when it is closed.
+    client: Client,
+    timeout: Duration,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("id", &format_args!("{:x}", self.id))
+            .field("ttl", &self.ttl)
+            .field("server_ttl", &self.server_ttl)
+            .field("lost", &self.is_lost())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Session {
-    fn new(id: i64, ttl: Duration, server_ttl: Duration, granted_at: Instant) -> Self {
+    fn new(
+        id: i64,
+        ttl: Duration,
+        server_ttl: Duration,
+        granted_at: Instant,
+        client: Client,
+        timeout: Duration,
+    ) -> Self {
         Self {
             id,
             ttl,
             server_ttl,
-            users: AtomicUsize::new(1),
             alive: watch::Sender::new(granted_at),
             end: SessionEnd::new(),
             kick: Notify::new(),
             stop: CancellationToken::new(),
+            client,
+            timeout,
         }
     }
 
@@ -128,7 +148,7 @@ impl Session {
     }
 
     /// The reason to give up on the lease if no keepalive was answered for its whole ttl.
-    fn overdue(&self) -> Option<String> {
+    pub(super) fn overdue(&self) -> Option<String> {
         (Instant::now() > self.last_ok() + self.server_ttl).then(|| {
             format!(
                 "no keepalive of etcd lease {:x} was answered for its ttl ({:?})",
@@ -138,136 +158,72 @@ impl Session {
     }
 }
 
-/// The live sessions of one backend, by requested ttl.
-pub(super) struct Sessions {
-    client: Client,
-    timeout: Duration,
-    live: Mutex<HashMap<Duration, Arc<Session>>>,
-    /// Serialises grants, so concurrent first acquires with one ttl share one lease.
-    granting: tokio::sync::Mutex<()>,
-}
-
-impl std::fmt::Debug for Sessions {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Sessions")
-            .field("live", &*self.live())
-            .finish_non_exhaustive()
-    }
-}
-
-impl Sessions {
-    pub(super) fn new(client: Client, timeout: Duration) -> Self {
-        Self {
-            client,
-            timeout,
-            live: Mutex::default(),
-            granting: tokio::sync::Mutex::new(()),
-        }
+impl PooledSession for Session {
+    fn end(&self) -> &SessionEnd {
+        &self.end
     }
 
-    fn live(&self) -> MutexGuard<'_, HashMap<Duration, Arc<Session>>> {
-        self.live.lock().unwrap_or_else(PoisonError::into_inner)
+    fn linger(&self) -> Duration {
+        self.effective_ttl() * IDLE_LINGER
     }
 
-    /// Whether a usable session for `ttl` exists now.
-    pub(super) fn has_live(&self, ttl: Duration) -> bool {
-        self.live().get(&ttl).is_some_and(|s| !s.is_lost())
-    }
-
-    /// The live session for `ttl` if no keepalive was answered for its whole ttl, with why
-    /// it is considered lost.
-    pub(super) fn overdue(&self, ttl: Duration) -> Option<(Arc<Session>, String)> {
-        let live = self.live();
-        let session = live.get(&ttl).filter(|s| !s.is_lost())?;
-        let reason = session.overdue()?;
-        Some((Arc::clone(session), reason))
-    }
-
-    fn reuse(&self, ttl: Duration) -> Option<Arc<Session>> {
-        let live = self.live();
-        let session = live.get(&ttl).filter(|s| !s.is_lost())?;
-        session.users.fetch_add(1, Ordering::SeqCst);
-        Some(Arc::clone(session))
-    }
-
-    /// A session for `ttl` with one more user: the live one, or a new lease (the caller then
-    /// starts its keepalive: the `bool` is `true`).
-    pub(super) async fn checkout(&self, ttl: Duration) -> Result<(Arc<Session>, bool)> {
-        if let Some(session) = self.reuse(ttl) {
-            return Ok((session, false));
-        }
-        let _granting = self.granting.lock().await;
-        if let Some(session) = self.reuse(ttl) {
-            return Ok((session, false));
-        }
-        let seconds = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
-        let seconds = i64::try_from(seconds.max(1)).unwrap_or(i64::MAX);
-        let sent = Instant::now();
-        let granted = call(self.timeout, "lease grant", || {
-            let mut leases = self.client.lease_client();
-            async move { leases.grant(seconds, None).await }
+    /// Stops the keepalives and revokes the lease (best effort: it expires anyway).
+    fn close(self: Arc<Self>) -> Pin<Box<dyn Future<Output = ()> + Send>> {
+        self.stop.cancel();
+        Box::pin(async move {
+            let outcome = revoke(&self.client, self.timeout, self.id).await;
+            tracing::debug!(lease = %format!("{:x}", self.id), ok = outcome.is_ok(), "dlock: etcd lease revoked");
         })
-        .await?;
-        let server_seconds = u64::try_from(granted.ttl()).unwrap_or(0);
-        if server_seconds == 0 {
-            return Err(Error::refused(
-                "etcd",
-                format!("etcd granted no lease: {}", granted.error()),
-            ));
-        }
-        let session = Arc::new(Session::new(
-            granted.id(),
-            ttl,
-            Duration::from_secs(server_seconds),
-            sent,
+    }
+}
+
+/// Grants a new lease for locks of `ttl` (whole seconds, at least one), within `timeout`.
+///
+/// # Errors
+///
+/// As [`call`]; [`Error::Refused`] when etcd grants no lease.
+pub(super) async fn grant(client: &Client, timeout: Duration, ttl: Duration) -> Result<Session> {
+    let seconds = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
+    let seconds = i64::try_from(seconds.max(1)).unwrap_or(i64::MAX);
+    let sent = Instant::now();
+    let granted = call(timeout, "lease grant", || {
+        let mut leases = client.lease_client();
+        async move { leases.grant(seconds, None).await }
+    })
+    .await?;
+    let server_seconds = u64::try_from(granted.ttl()).unwrap_or(0);
+    if server_seconds == 0 {
+        return Err(Error::refused(
+            "etcd",
+            format!("etcd granted no lease: {}", granted.error()),
         ));
-        let replaced = self.live().insert(ttl, Arc::clone(&session));
-        if let Some(old) = replaced {
-            old.stop.cancel(); // a lost one: nothing more to keep alive
-        }
-        tracing::debug!(lease = %format!("{:x}", session.id), ?ttl, server_ttl = ?session.server_ttl, "dlock: etcd lease granted");
-        Ok((session, true))
     }
+    let session = Session::new(
+        granted.id(),
+        ttl,
+        Duration::from_secs(server_seconds),
+        sent,
+        client.clone(),
+        timeout,
+    );
+    tracing::debug!(lease = %format!("{:x}", session.id), ?ttl, server_ttl = ?session.server_ttl, "dlock: etcd lease granted");
+    Ok(session)
+}
 
-    /// One user of `session` is done. Returns `true` if it was the last: the lease stays in
-    /// use, idle, for [`IDLE_LINGER`] ttls, so that the next lock reuses it instead of granting
-    /// a new one (the caller then calls [`retire_if_idle`](Self::retire_if_idle)).
-    pub(super) fn checkin(&self, session: &Arc<Session>) -> bool {
-        let _live = self.live(); // `reuse` counts users up under this lock
-        session.users.fetch_sub(1, Ordering::SeqCst) == 1 && !session.is_lost()
-    }
-
-    /// Ends `session` if it is still idle (no lock took it up again meanwhile): out of use,
-    /// its keepalive stopped. Returns whether it did: the lease should then be revoked.
-    pub(super) fn retire_if_idle(&self, session: &Arc<Session>) -> bool {
-        let mut live = self.live();
-        if session.users.load(Ordering::SeqCst) != 0 {
-            return false;
-        }
-        if live
-            .get(&session.ttl)
-            .is_some_and(|s| Arc::ptr_eq(s, session))
-        {
-            live.remove(&session.ttl);
-        }
-        session.stop.cancel();
-        !session.is_lost()
-    }
-
-    /// Takes a lost `session` out of use, so the next acquire grants a new lease.
-    pub(super) fn forget(&self, session: &Arc<Session>) {
-        let mut live = self.live();
-        if live
-            .get(&session.ttl)
-            .is_some_and(|s| Arc::ptr_eq(s, session))
-        {
-            live.remove(&session.ttl);
-        }
-    }
-
-    /// Every live session, taken out of use (the backend is shutting down).
-    pub(super) fn drain(&self) -> Vec<Arc<Session>> {
-        self.live().drain().map(|(_, s)| s).collect()
+/// Revokes lease `id`, within `timeout`; a lease etcd no longer has is revoked already.
+///
+/// # Errors
+///
+/// As [`call`].
+pub(super) async fn revoke(client: &Client, timeout: Duration, id: i64) -> Result<()> {
+    let revoked = call(timeout, "lease revoke", || {
+        let mut leases = client.lease_client();
+        async move { leases.revoke(id).await }
+    })
+    .await;
+    match revoked {
+        Err(error) if !super::errors::is_lease_not_found(&error) => Err(error),
+        _ => Ok(()),
     }
 }
 

@@ -10,6 +10,7 @@
 //! confirmed the cancel — nothing follows that — in the background, bounded by the operation
 //! timeout.
 
+use crate::backend::background::Background;
 use std::time::Duration;
 
 use etcd_client::{WatchResponse, WatchStream};
@@ -20,15 +21,22 @@ pub(super) struct Watch {
     /// The watch's id, once etcd said it created it.
     id: Option<i64>,
     timeout: Duration,
+    /// Where the watch is cancelled when dropped.
+    background: Background,
 }
 
 impl Watch {
     /// Wraps a stream just opened with one watch request.
-    pub(super) const fn new(stream: WatchStream, timeout: Duration) -> Self {
+    pub(super) const fn new(
+        stream: WatchStream,
+        timeout: Duration,
+        background: Background,
+    ) -> Self {
         Self {
             stream: Some(stream),
             id: None,
             timeout,
+            background,
         }
     }
 
@@ -53,13 +61,11 @@ impl Watch {
 
 impl Drop for Watch {
     fn drop(&mut self) {
-        let (Some(stream), Ok(runtime)) =
-            (self.stream.take(), tokio::runtime::Handle::try_current())
-        else {
+        let Some(stream) = self.stream.take() else {
             return;
         };
         let (id, timeout) = (self.id, self.timeout);
-        runtime.spawn(async move {
+        self.background.spawn(async move {
             let closed = tokio::time::timeout(timeout, cancel(stream, id)).await;
             tracing::trace!(confirmed = closed.is_ok(), "dlock: etcd watch closed");
         });

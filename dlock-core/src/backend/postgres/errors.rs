@@ -6,6 +6,7 @@ use std::time::Duration;
 use tokio_postgres::error::SqlState;
 
 use crate::Error;
+use crate::error::within;
 
 /// dlock's error for a tokio-postgres error: a connection that is closed or cannot be made,
 /// or a server shutting down or refusing connections, is [`Error::Unavailable`]; an error the
@@ -83,11 +84,5 @@ pub(super) async fn timed_raw<T>(
     operation: &'static str,
     request: impl Future<Output = Result<T, tokio_postgres::Error>>,
 ) -> crate::Result<Result<T, tokio_postgres::Error>> {
-    tokio::time::timeout(timeout, request)
-        .await
-        .map_err(|_| Error::Timeout {
-            backend: "postgres",
-            operation,
-            after: timeout,
-        })
+    within("postgres", operation, timeout, request).await
 }

@@ -29,6 +29,7 @@ use super::config::{PgConnection, PgUrl};
 use crate::Result;
 use crate::backend::background::Background;
 use crate::backend::session_end::SessionEnd;
+use crate::error::within;
 use crate::lease::{LostLease, OwnerId};
 
 /// How long, as a fraction of its ttl, a connection with nothing on it is kept for the next
@@ -53,6 +54,8 @@ pub(super) struct Conn {
     pub(super) notified: Notify,
     /// The statements prepared on this connection, by their text (a dozen at most).
     prepared: Mutex<HashMap<String, Statement>>,
+    /// Where its cancel request and the undo of an interrupted attempt run.
+    background: Background,
 }
 
 /// What a connection holds or requests.
@@ -146,20 +149,19 @@ impl Conn {
     /// reported lost by the driver, and the server frees its locks as the socket closes.
     pub(super) fn close(&self, reason: impl Into<String>) {
         self.end.give_reason(reason);
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            self.closing.cancel();
-            return;
-        };
         // Cancel a statement waiting on the server first (a blocked backend reads its socket
         // only every `client_connection_check_interval`), then drop the socket.
         let cancel = self.cancel.clone();
         let connector = self.connector.clone();
         let closing = self.closing.clone();
-        runtime.spawn(async move {
+        let spawned = self.background.spawn(async move {
             let _ =
                 tokio::time::timeout(Duration::from_secs(1), cancel.cancel_query(connector)).await;
             closing.cancel();
         });
+        if !spawned {
+            self.closing.cancel();
+        }
     }
 }
 
@@ -252,12 +254,11 @@ impl Drop for ConnUse {
         if self.done {
             return;
         }
-        if let Some(undo) = self.undo.take()
-            && let Ok(runtime) = tokio::runtime::Handle::try_current()
-        {
+        if let Some(undo) = self.undo.take() {
             let (conn, keys) = (Arc::clone(&self.conn), std::mem::take(&mut self.keys));
-            runtime.spawn(undo(conn, keys));
-            return;
+            if self.conn.background.spawn(undo(conn, keys)) {
+                return;
+            }
         }
         // Cancelled, failed or timed out while a statement may be under way: what the
         // connection holds is in doubt.
@@ -405,13 +406,8 @@ impl Conns {
         if let Some(found) = pick(self.by_ttl().entry(ttl).or_default()) {
             return Ok(found);
         }
-        let _connecting = tokio::time::timeout(self.timeout, self.connecting.lock())
-            .await
-            .map_err(|_| crate::Error::Timeout {
-                backend: "postgres",
-                operation: "connect",
-                after: self.timeout,
-            })?;
+        let _connecting =
+            within("postgres", "connect", self.timeout, self.connecting.lock()).await?;
         if let Some(found) = pick(self.by_ttl().entry(ttl).or_default()) {
             return Ok(found);
         }
@@ -458,6 +454,7 @@ impl Conns {
             end: SessionEnd::new(),
             notified: Notify::new(),
             prepared: Mutex::default(),
+            background: self.background.clone(),
         });
         self.background.spawn(drive(
             connection,

@@ -197,11 +197,7 @@ async fn bounded_connect(
             "redis",
             format!("connecting to {addresses}: no TLS session within {timeout:?}{hint}"),
         )),
-        Err(_) => Err(Error::Timeout {
-            backend: "redis",
-            operation: "connect",
-            after: timeout,
-        }),
+        Err(_) => Err(Error::timeout("redis", "connect", timeout)),
         Ok(Ok(conn)) => Ok(conn),
         Ok(Err(error)) => Err(match super::errors::from_redis(error) {
             Error::Unavailable { source, .. } => Error::unavailable(

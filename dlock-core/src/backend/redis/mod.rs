@@ -424,6 +424,13 @@ impl LockBackend for RedisBackend {
         self.node.inspect(key).await
     }
 
+    /// Awaits the work left running (unsubscribes, withdrawals of cancelled waiters), within
+    /// the operation timeout.
+    async fn shutdown(&self) -> Result<()> {
+        self.waiters.settle().await;
+        Ok(())
+    }
+
     fn capabilities(&self) -> Capabilities {
         Capabilities::new("redis")
             .fencing(Fencing::Volatile)

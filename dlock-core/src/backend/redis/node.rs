@@ -13,6 +13,7 @@ use super::errors;
 use super::keys::{self, RedisName};
 use super::millis;
 use super::scripts::{self, Lua};
+use crate::error::within;
 use crate::lease::{AcquireRequest, Lease};
 use crate::{Error, HolderInfo, LockInfo, LockMode, Result};
 
@@ -66,17 +67,11 @@ impl Node {
             return Ok(round_trip.await);
         }
         // Boxed: the timer would make every call's future larger, single server too.
-        Box::pin(tokio::time::timeout(self.timeout, round_trip))
-            .await
-            .map_err(|_| self.timed_out(operation))
+        Box::pin(within("redis", operation, self.timeout, round_trip)).await
     }
 
     pub(crate) fn timed_out(&self, operation: &'static str) -> Error {
-        Error::Timeout {
-            backend: "redis",
-            operation,
-            after: self.timeout,
-        }
+        Error::timeout("redis", operation, self.timeout)
     }
 
     /// A Redis error as dlock's: the client's own timeouts become [`Error::Timeout`].

@@ -24,7 +24,9 @@ use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::conn::Conn;
 use super::keys::RedisName;
+use crate::backend::background::Background;
 use crate::backend::waiters::{Ticket, WaitQueues};
+use crate::error::within;
 use crate::{Error, Result};
 
 /// The release channel of the lock with full key `key`.
@@ -51,9 +53,23 @@ pub(crate) struct Waiters {
     /// they reach the servers in the order decided.
     subscribers: tokio::sync::Mutex<Vec<Conn>>,
     timeout: Duration,
+    /// Work the backend leaves running (unsubscribes, withdrawals of cancelled waiters), which
+    /// its shutdown awaits.
+    background: Background,
 }
 
 impl Waiters {
+    /// Runs `work` in the background, awaited by [`settle`](Self::settle).
+    pub(crate) fn spawn(&self, work: impl Future<Output = ()> + Send + 'static) {
+        let _ = self.background.spawn(work);
+    }
+
+    /// Waits, at most the operation timeout, for the work left running to end (the backend
+    /// is shutting down).
+    pub(crate) async fn settle(&self) {
+        let _ = self.background.settle(self.timeout).await;
+    }
+
     /// Starts dispatching the pushes of `subscribers`, server by server: `pushes[i]` receives
     /// what `subscribers[i]`'s push sender sends.
     pub(crate) fn start(
@@ -71,13 +87,12 @@ impl Waiters {
             let weak = weak.clone();
             // A channel nobody waits on any more is unsubscribed, in the background.
             let on_emptied = move |channel: &str| {
-                let (Some(waiters), Ok(runtime)) =
-                    (weak.upgrade(), tokio::runtime::Handle::try_current())
-                else {
+                let Some(waiters) = weak.upgrade() else {
                     return;
                 };
                 let channel = channel.to_owned();
-                runtime.spawn(async move { waiters.unsubscribe_if_idle(channel).await });
+                let background = waiters.background.clone();
+                background.spawn(async move { waiters.unsubscribe_if_idle(channel).await });
             };
             Self {
                 own_id,
@@ -87,6 +102,7 @@ impl Waiters {
                 subscribed: Mutex::default(),
                 subscribers: tokio::sync::Mutex::new(subscribers),
                 timeout,
+                background: Background::new(),
             }
         });
         for (server, mut pushes) in pushes.into_iter().enumerate() {
@@ -254,14 +270,14 @@ impl Waiters {
             .map(|(server, subscriber)| {
                 let (mut subscriber, channel) = (subscriber.clone(), channel.to_owned());
                 async move {
-                    let reply = tokio::time::timeout(timeout, subscriber.subscribe(&channel))
-                        .await
-                        .map_err(|_| Error::Timeout {
-                            backend: "redis",
-                            operation: "subscribe",
-                            after: timeout,
-                        })?
-                        .map_err(super::errors::from_redis);
+                    let reply = within(
+                        "redis",
+                        "subscribe",
+                        timeout,
+                        subscriber.subscribe(&channel),
+                    )
+                    .await?
+                    .map_err(super::errors::from_redis);
                     reply.map(|()| server)
                 }
             })

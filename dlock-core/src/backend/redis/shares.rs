@@ -199,14 +199,11 @@ impl Drop for WriterMark<'_> {
         if !self.marked {
             return;
         }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
         let mut conn = self.backend.node.conn.clone();
         let timeout = self.backend.node.timeout;
         let key = self.req.key.clone();
         let owner = self.req.owner.as_str().to_owned();
-        runtime.spawn(async move {
+        self.backend.waiters.spawn(async move {
             // EVAL: cancellation is rare, and this task cannot retry on NOSCRIPT cheaply.
             let mut cmd = scripts::WITHDRAW_WRITER.eval(4);
             fill_withdraw(&mut cmd, &key, &owner);

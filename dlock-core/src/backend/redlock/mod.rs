@@ -17,8 +17,10 @@ pub(crate) use self::config::RedLockUrl;
 use self::quorum::{Answer, Verdict, decide};
 use crate::backend::redis::{Attempt, Node, Waiters, certificates, channel_of, open_lazy};
 use crate::backend::{BackendUrl, Capabilities, LockBackend};
-use crate::lease::{AcquireOutcome, AcquireRequest, Lease, OwnerId, ReleaseOutcome, RenewOutcome};
-use crate::lease_watch::drift_margin;
+use crate::error::within;
+use crate::lease::{
+    AcquireOutcome, AcquireRequest, Lease, OwnerId, ReleaseOutcome, RenewOutcome, drift_margin,
+};
 use crate::{Error, LockMode, Result};
 
 /// Leases renewed in one script per master.
@@ -188,15 +190,9 @@ impl RedLockBackend {
         let mut pending: FuturesUnordered<_> = requests
             .enumerate()
             .map(|(index, request)| async move {
-                let reply = tokio::time::timeout(bound, request)
+                let reply = within("redlock", "a master's request", bound, request)
                     .await
-                    .unwrap_or_else(|_| {
-                        Err(Error::Timeout {
-                            backend: "redlock",
-                            operation: "a master's request",
-                            after: bound,
-                        })
-                    });
+                    .and_then(|reply| reply);
                 (index, reply)
             })
             .collect();
@@ -581,6 +577,13 @@ impl LockBackend for RedLockBackend {
             holders,
             waiters: None,
         })
+    }
+
+    /// Awaits the work left running (unsubscribes, withdrawals of cancelled waiters), within
+    /// the operation timeout.
+    async fn shutdown(&self) -> Result<()> {
+        self.waiters.settle().await;
+        Ok(())
     }
 
     fn capabilities(&self) -> Capabilities {

@@ -6,6 +6,7 @@ use std::time::Duration;
 use zookeeper_client::Error as ZkError;
 
 use crate::Error;
+use crate::error::within;
 
 /// dlock's error for a ZooKeeper client error: the ensemble out of reach or the session gone
 /// is [`Error::Unavailable`]; a refusal (credentials, permissions, a request it rejects) is
@@ -44,11 +45,5 @@ pub(super) async fn timed_raw<T>(
     operation: &'static str,
     request: impl Future<Output = Result<T, ZkError>>,
 ) -> crate::Result<Result<T, ZkError>> {
-    tokio::time::timeout(timeout, request)
-        .await
-        .map_err(|_| Error::Timeout {
-            backend: "zookeeper",
-            operation,
-            after: timeout,
-        })
+    within("zookeeper", operation, timeout, request).await
 }

@@ -21,7 +21,7 @@ use async_trait::async_trait;
 use tokio::sync::broadcast;
 
 pub(crate) use self::config::ZkUrl;
-use self::session::{Session, Sessions};
+use self::session::{Session, ZkSessions};
 use crate::backend::background::Background;
 use crate::backend::grant_claim::{Claim, GrantClaim};
 use crate::backend::{BackendUrl, Capabilities, Fencing, LockBackend};
@@ -118,7 +118,7 @@ pub struct ZooKeeperBackend {
 
 /// The state shared by the backend and its background tasks.
 pub(super) struct Inner {
-    sessions: Sessions,
+    sessions: ZkSessions,
     timeout: Duration,
     background: Background,
 }
@@ -235,7 +235,7 @@ impl ZooKeeperBackend {
         settings.prepare(timeout).await?;
         Ok(Self {
             inner: Arc::new(Inner {
-                sessions: Sessions::new(settings.clone(), timeout),
+                sessions: ZkSessions::new(settings.clone(), timeout, background.clone()),
                 timeout,
                 background,
             }),
@@ -245,7 +245,7 @@ impl ZooKeeperBackend {
 
 impl Drop for ZooKeeperBackend {
     fn drop(&mut self) {
-        self.inner.sessions.shut_down();
+        let _ = self.inner.sessions.shut_down();
     }
 }
 
@@ -276,7 +276,7 @@ impl LockBackend for ZooKeeperBackend {
     }
 
     async fn shutdown(&self) -> Result<()> {
-        let closing = self.inner.sessions.close_all();
+        let closing = self.inner.sessions.close_all(self.inner.timeout);
         if !self.inner.background.settle(self.inner.timeout).await {
             tracing::debug!("dlock: ZooKeeper background work still running at shutdown");
         }
@@ -301,25 +301,12 @@ impl LockBackend for ZooKeeperBackend {
 impl Inner {
     /// A session for `ttl` with one more user.
     async fn checkout(&self, ttl: Duration) -> Result<Arc<Session>> {
-        self.sessions.checkout(ttl).await
+        self.sessions.checkout(ttl, self.timeout).await
     }
 
     /// One user of `session` is done. The last one leaves the session open, idle, for a
     /// while (the next lock reuses it), then closes it unless a lock took it up again.
-    fn end_use(self: &Arc<Self>, session: &Arc<Session>) {
-        if !self.sessions.checkin(session) {
-            return;
-        }
-        let linger = session.effective_ttl() * session::IDLE_LINGER;
-        let (inner, session) = (Arc::downgrade(self), Arc::clone(session));
-        self.background.spawn(async move {
-            tokio::select! {
-                () = tokio::time::sleep(linger) => {}
-                () = session.lost() => {}
-            }
-            if let Some(inner) = inner.upgrade() {
-                inner.sessions.close_if_idle(&session);
-            }
-        });
+    fn end_use(&self, session: &Arc<Session>) {
+        self.sessions.checkin(session);
     }
 }

@@ -1,7 +1,7 @@
 //! Renew, release, force release, and the background work that deletes nodes given up.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use zookeeper_client::{Error as ZkError, MultiReadResult};
 
@@ -9,14 +9,12 @@ use super::errors::{from_zk, timed, timed_raw};
 use super::keys;
 use super::session::Session;
 use super::{Inner, ZkGrant};
+use crate::backend::cleanup::{Releasing, delete_until_gone};
 use crate::lease::{Lease, ReleaseOutcome, RenewOutcome};
 use crate::{LockMode, Result};
 
 /// The grants of one session checked in one multi-read, with their place in the answer.
 type Batch<'a> = Vec<(usize, &'a ZkGrant)>;
-
-/// Pause between two attempts of a background delete that failed.
-const RETRY_DELETE: Duration = Duration::from_millis(200);
 
 impl Inner {
     /// Checks, in one multi-read per session, that every lock node still exists with its
@@ -119,17 +117,16 @@ impl Inner {
         };
         // Until the delete is answered, the node is deleted in the background if this future
         // is dropped or the delete fails.
-        let mut pending = Releasing {
-            inner: Arc::clone(self),
-            session: Arc::clone(&session),
-            path: Some(grant.path.clone()),
-        };
+        let (inner, in_use) = (Arc::clone(self), Arc::clone(&session));
+        let mut pending = Releasing::new(grant.path.clone(), move |left: Option<String>| {
+            inner.finish_nodes(in_use, left.into_iter().collect(), Vec::new(), true);
+        });
         if session.is_lost() {
-            pending.path = None;
+            pending.confirmed();
             return Ok(ReleaseOutcome::NotHeld);
         }
         let deleted = self.delete(&session, &grant.path).await?;
-        pending.path = None;
+        pending.confirmed();
         Ok(if deleted {
             ReleaseOutcome::Released
         } else {
@@ -237,19 +234,13 @@ impl Inner {
         }
         let inner = Arc::clone(self);
         self.background.spawn(async move {
-            while !session.is_lost() {
-                match inner.delete_nodes(&session, &paths, &by_uuid).await {
-                    Ok(()) => break,
-                    Err(error @ crate::Error::Refused { .. }) => {
-                        tracing::warn!(%error, "dlock: ZooKeeper refused to delete a lock node; it goes with its session");
-                        break;
-                    }
-                    Err(error) => {
-                        tracing::debug!(%error, "dlock: ZooKeeper node delete failed; retrying");
-                        tokio::time::sleep(RETRY_DELETE).await;
-                    }
-                }
-            }
+            let what = paths.first().map_or("a lock node", String::as_str);
+            let (on, paths, by_uuid) = (&session, &paths, &by_uuid);
+            let attempt = || async {
+                inner.delete_nodes(on, paths, by_uuid).await?;
+                Ok(None)
+            };
+            delete_until_gone("zookeeper", what, attempt, session.lost()).await;
             if end_use {
                 inner.end_use(&session);
             }
@@ -284,21 +275,5 @@ pub(super) struct InUse<'a>(pub(super) &'a Arc<Inner>, pub(super) &'a Arc<Sessio
 impl Drop for InUse<'_> {
     fn drop(&mut self) {
         self.0.end_use(self.1);
-    }
-}
-
-/// A release in flight: if it is dropped before ZooKeeper answered, or failed, the node is
-/// deleted in the background.
-struct Releasing {
-    inner: Arc<Inner>,
-    session: Arc<Session>,
-    path: Option<String>,
-}
-
-impl Drop for Releasing {
-    fn drop(&mut self) {
-        let paths = self.path.take().into_iter().collect();
-        self.inner
-            .finish_nodes(Arc::clone(&self.session), paths, Vec::new(), true);
     }
 }

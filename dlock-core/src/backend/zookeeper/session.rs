@@ -10,9 +10,7 @@
 //! Locker's local deadline keeps running until a renewal gets through again); `Expired`,
 //! `Closed` and `AuthFailed` end it, and every grant on it is reported lost at once.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use tokio::sync::broadcast;
@@ -21,7 +19,10 @@ use zookeeper_client::{Client, SessionState, StateWatcher};
 
 use super::config::ZkUrl;
 use crate::Result;
+use crate::backend::background::Background;
 use crate::backend::session_end::SessionEnd;
+use crate::backend::sessions::{PooledSession, Sessions};
+use crate::error::within;
 use crate::lease::{LostLease, OwnerId};
 
 /// How long, in ttls of its own, a session no lock uses stays open for the next lock.
@@ -37,9 +38,6 @@ pub(super) struct Session {
     pub(super) ttl: Duration,
     /// The session timeout the server granted.
     pub(super) negotiated: Duration,
-    /// Lock nodes (held, queued, or being deleted) on the session. Changed only under
-    /// [`Sessions`]' map lock.
-    users: AtomicUsize,
     /// Whether it ended, and the grants on it to report then.
     end: SessionEnd,
 }
@@ -90,55 +88,50 @@ impl Session {
 /// Why the sessions of a backend that was shut down (or dropped) ended.
 const SHUT_DOWN: &str = "the ZooKeeper backend was shut down";
 
-/// The open sessions of one backend, by requested ttl.
-pub(super) struct Sessions {
+impl PooledSession for Session {
+    fn end(&self) -> &SessionEnd {
+        &self.end
+    }
+
+    /// Closed when its last handle goes: the client closes the session then.
+    fn linger(&self) -> Duration {
+        self.effective_ttl() * IDLE_LINGER
+    }
+}
+
+/// The sessions of one backend: the shared pool, and what ZooKeeper adds to it — a state
+/// watcher per session that reports its end.
+pub(super) struct ZkSessions {
     url: ZkUrl,
-    timeout: Duration,
-    live: Mutex<HashMap<Duration, Arc<Session>>>,
-    /// Serialises connects, so concurrent first acquires with one ttl share one session.
-    connecting: tokio::sync::Mutex<()>,
+    pool: Sessions<Session>,
     /// Where the ends of sessions are reported, as lost grants.
     losses: broadcast::Sender<LostLease>,
-    /// Stops every session's state watcher, and new sessions (the backend was dropped or
-    /// shut down).
+    /// Stops every session's state watcher (the backend was dropped or shut down).
     shutdown: CancellationToken,
 }
 
-impl std::fmt::Debug for Sessions {
+impl std::fmt::Debug for ZkSessions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Sessions")
             .field("url", &self.url)
-            .field("live", &self.live().keys().collect::<Vec<_>>())
+            .field("pool", &self.pool)
             .finish_non_exhaustive()
     }
 }
 
-impl Sessions {
-    pub(super) fn new(url: ZkUrl, timeout: Duration) -> Self {
+impl ZkSessions {
+    pub(super) fn new(url: ZkUrl, timeout: Duration, background: Background) -> Self {
         Self {
             url,
-            timeout,
-            live: Mutex::default(),
-            connecting: tokio::sync::Mutex::new(()),
+            pool: Sessions::new("zookeeper", timeout, background),
             losses: broadcast::channel(1024).0,
             shutdown: CancellationToken::new(),
         }
     }
 
-    fn live(&self) -> MutexGuard<'_, HashMap<Duration, Arc<Session>>> {
-        self.live.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
     /// A receiver of the grants lost with their session.
     pub(super) fn losses(&self) -> broadcast::Receiver<LostLease> {
         self.losses.subscribe()
-    }
-
-    fn reuse(&self, ttl: Duration) -> Option<Arc<Session>> {
-        let live = self.live();
-        let session = live.get(&ttl).filter(|s| !s.is_lost())?;
-        session.users.fetch_add(1, Ordering::SeqCst);
-        Some(Arc::clone(session))
     }
 
     /// A session for `ttl` with one more user: the open one, or a new one.
@@ -148,91 +141,59 @@ impl Sessions {
     /// [`Error::Unavailable`](crate::Error::Unavailable) /
     /// [`Error::Timeout`](crate::Error::Timeout) when no server answers within the operation
     /// timeout; [`Error::Refused`](crate::Error::Refused) for refused credentials.
-    pub(super) async fn checkout(&self, ttl: Duration) -> Result<Arc<Session>> {
-        // An acquire still in flight when the Locker shut down must not open a session again.
-        if self.shutdown.is_cancelled() {
-            return Err(crate::Error::ShutDown);
-        }
-        if let Some(session) = self.reuse(ttl) {
-            return Ok(session);
-        }
-        let _connecting = tokio::time::timeout(self.timeout, self.connecting.lock())
-            .await
-            .map_err(|_| crate::Error::Timeout {
-                backend: "zookeeper",
-                operation: "connect",
-                after: self.timeout,
-            })?;
-        if let Some(session) = self.reuse(ttl) {
-            return Ok(session);
-        }
-        let client = self.url.session(ttl, self.timeout).await?;
-        let session = Arc::new(Session {
-            id: client.session_id().0,
-            negotiated: client.session_timeout(),
-            ttl,
-            users: AtomicUsize::new(1),
-            end: SessionEnd::new(),
-            client,
-        });
-        tracing::debug!(session = %format!("{:#x}", session.id), ?ttl, negotiated = ?session.negotiated, "dlock: ZooKeeper session opened");
-        tokio::spawn(watch_state(
-            Arc::downgrade(&session),
-            session.client.state_watcher(),
-            self.losses.clone(),
-            self.shutdown.clone(),
-        ));
-        if let Some(old) = self.live().insert(ttl, Arc::clone(&session)) {
-            old.mark_lost("replaced"); // a lost one: nothing to report any more
+    pub(super) async fn checkout(&self, ttl: Duration, timeout: Duration) -> Result<Arc<Session>> {
+        let (session, opened) = self
+            .pool
+            .checkout(ttl, || async {
+                let client = self.url.session(ttl, timeout).await?;
+                Ok(Session {
+                    id: client.session_id().0,
+                    negotiated: client.session_timeout(),
+                    ttl,
+                    end: SessionEnd::new(),
+                    client,
+                })
+            })
+            .await?;
+        if opened {
+            tracing::debug!(session = %format!("{:#x}", session.id), ?ttl, negotiated = ?session.negotiated, "dlock: ZooKeeper session opened");
+            tokio::spawn(watch_state(
+                Arc::downgrade(&session),
+                session.client.state_watcher(),
+                self.losses.clone(),
+                self.shutdown.clone(),
+            ));
         }
         Ok(session)
     }
 
-    /// One user of `session` is done. Returns `true` if it was the last: the session stays
-    /// open, idle, for [`IDLE_LINGER`] ttls (the caller then calls
-    /// [`close_if_idle`](Self::close_if_idle)).
-    pub(super) fn checkin(&self, session: &Arc<Session>) -> bool {
-        let _live = self.live(); // `reuse` counts users up under this lock
-        session.users.fetch_sub(1, Ordering::SeqCst) == 1 && !session.is_lost()
-    }
-
-    /// Closes `session` if it is still idle: out of the map, so its last handle goes (the
-    /// client closes the session when its last handle is dropped).
-    pub(super) fn close_if_idle(&self, session: &Arc<Session>) {
-        let mut live = self.live();
-        if session.users.load(Ordering::SeqCst) == 0
-            && live
-                .get(&session.ttl)
-                .is_some_and(|s| Arc::ptr_eq(s, session))
-        {
-            live.remove(&session.ttl);
-        }
+    /// One user of `session` is done: the last leaves it open, idle, for its linger.
+    pub(super) fn checkin(&self, session: &Arc<Session>) {
+        self.pool.checkin(session);
     }
 
     /// Closes every session (the Locker is shut down): each closes on the server — its
     /// ephemeral nodes, held locks and queued waiters alike, deleted — once its last handle
     /// goes (a background delete may still hold one). [`Closing::wait`] waits for that.
-    pub(super) fn close_all(&self) -> Closing {
+    pub(super) fn close_all(&self, timeout: Duration) -> Closing {
         let watchers = self
-            .live()
-            .values()
+            .shut_down()
+            .iter()
             .map(|session| (session.id, session.client.state_watcher()))
             .collect();
-        self.shut_down();
-        Closing {
-            watchers,
-            timeout: self.timeout,
-        }
+        Closing { watchers, timeout }
     }
 
     /// Takes every session out of use (the backend is dropped): each closes — and the server
     /// deletes its nodes — when its last handle goes, at once for sessions no lease or
-    /// background delete still holds.
-    pub(super) fn shut_down(&self) {
+    /// background delete still holds. Returns them.
+    pub(super) fn shut_down(&self) -> Vec<Arc<Session>> {
         self.shutdown.cancel();
-        for (_, session) in self.live().drain() {
+        let sessions = self.pool.drain();
+        for session in &sessions {
             session.mark_lost(SHUT_DOWN);
         }
+        sessions
     }
 }
 
@@ -288,7 +249,7 @@ impl Closing {
     /// [`Error::Timeout`](crate::Error::Timeout) when one was not closed in time; the server
     /// then ends it at its session timeout.
     pub(super) async fn wait(self) -> Result<()> {
-        let closed = tokio::time::timeout(self.timeout, async {
+        within("zookeeper", "close session", self.timeout, async {
             for (id, mut states) in self.watchers {
                 let mut state = states.peek_state();
                 while !state.is_terminated() {
@@ -297,11 +258,6 @@ impl Closing {
                 tracing::debug!(session = %format!("{id:#x}"), ?state, "dlock: ZooKeeper session closed");
             }
         })
-        .await;
-        closed.map_err(|_| crate::Error::Timeout {
-            backend: "zookeeper",
-            operation: "close session",
-            after: self.timeout,
-        })
+        .await
     }
 }

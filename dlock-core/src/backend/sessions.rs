@@ -1,0 +1,336 @@
+//! Sessions by ttl, written once for the backends whose locks live in a server session (an
+//! etcd lease, a ZooKeeper session): one session per requested ttl, shared by every lock of
+//! one backend with that ttl (like Go's `concurrency.Session`), opened at its first use and
+//! counted by its users. When the last user is done the session stays, idle, for its
+//! [`linger`](PooledSession::linger) — a lock taken meanwhile reuses it, so a Locker that locks
+//! one key at a time opens one session, not one per lock — and is then closed, by one task per
+//! session. A session that ends by itself (lost) is taken out of use; a shutdown drains them
+//! all. The backends keep only their protocol: how to open, keep alive and close a session.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::time::{Duration, Instant};
+
+use crate::backend::background::Background;
+use crate::backend::session_end::SessionEnd;
+use crate::error::within;
+use crate::{Error, Result};
+
+/// What the pool needs of one session.
+pub(crate) trait PooledSession: Send + Sync + 'static {
+    /// Whether the session ended (lost or closed), why, and the grants on it.
+    fn end(&self) -> &SessionEnd;
+
+    /// How long the session stays open with no user, for the next lock.
+    fn linger(&self) -> Duration;
+
+    /// Closes a session no lock uses any more (taken out of the pool already): what the
+    /// server keeps for it ends. Runs in the background; the default does nothing (the
+    /// session closes when its last handle is dropped).
+    fn close(self: Arc<Self>) -> Pin<Box<dyn Future<Output = ()> + Send>> {
+        Box::pin(async {})
+    }
+}
+
+/// One pooled session and its use.
+struct Entry<S> {
+    session: Arc<S>,
+    /// Locks (held, queued, or being deleted) on the session.
+    users: usize,
+    /// When the last user left; `None` while in use.
+    idle_since: Option<Instant>,
+    /// A linger task watches the idle session.
+    lingering: bool,
+}
+
+/// The pool's state, shared with its linger tasks.
+struct Pool<S> {
+    live: Mutex<HashMap<Duration, Entry<S>>>,
+    /// Set by [`Sessions::drain`]: no session is opened or closed by the pool any more.
+    drained: AtomicBool,
+}
+
+impl<S> Pool<S> {
+    fn live(&self) -> MutexGuard<'_, HashMap<Duration, Entry<S>>> {
+        self.live.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// The sessions of one backend, by requested ttl.
+pub(crate) struct Sessions<S> {
+    backend: &'static str,
+    timeout: Duration,
+    pool: Arc<Pool<S>>,
+    /// Serialises opens, so concurrent first acquires with one ttl share one session.
+    opening: tokio::sync::Mutex<()>,
+    background: Background,
+}
+
+impl<S> std::fmt::Debug for Sessions<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sessions")
+            .field("ttls", &self.pool.live().keys().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S: PooledSession> Sessions<S> {
+    /// The sessions of `backend` (its name, for errors), opening each within `timeout`, and
+    /// lingering in `background`.
+    pub(crate) fn new(backend: &'static str, timeout: Duration, background: Background) -> Self {
+        Self {
+            backend,
+            timeout,
+            pool: Arc::new(Pool {
+                live: Mutex::default(),
+                drained: AtomicBool::new(false),
+            }),
+            opening: tokio::sync::Mutex::new(()),
+            background,
+        }
+    }
+
+    /// The live session for `ttl`, if there is one (no use is counted).
+    #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
+    pub(crate) fn live(&self, ttl: Duration) -> Option<Arc<S>> {
+        self.pool
+            .live()
+            .get(&ttl)
+            .filter(|entry| !entry.session.end().is_ended())
+            .map(|entry| Arc::clone(&entry.session))
+    }
+
+    fn reuse(&self, ttl: Duration) -> Option<Arc<S>> {
+        let mut live = self.pool.live();
+        let entry = live
+            .get_mut(&ttl)
+            .filter(|entry| !entry.session.end().is_ended())?;
+        entry.users += 1;
+        entry.idle_since = None;
+        Some(Arc::clone(&entry.session))
+    }
+
+    /// A session for `ttl` with one more user: the live one, or a new one from `open` (then
+    /// the `bool` is `true`: the caller starts what keeps it alive).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::ShutDown`] once the pool was drained; [`Error::Timeout`] when another open
+    /// takes longer than the operation timeout; else `open`'s error.
+    pub(crate) async fn checkout<F, Fut>(&self, ttl: Duration, open: F) -> Result<(Arc<S>, bool)>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<S>>,
+    {
+        // An acquire still in flight when the Locker shut down must not open a session again.
+        if self.pool.drained.load(Ordering::SeqCst) {
+            return Err(Error::ShutDown);
+        }
+        if let Some(session) = self.reuse(ttl) {
+            return Ok((session, false));
+        }
+        let _opening = within(
+            self.backend,
+            "open session",
+            self.timeout,
+            self.opening.lock(),
+        )
+        .await?;
+        if let Some(session) = self.reuse(ttl) {
+            return Ok((session, false));
+        }
+        let session = Arc::new(open().await?);
+        if self.pool.drained.load(Ordering::SeqCst) {
+            Arc::clone(&session).close().await;
+            return Err(Error::ShutDown);
+        }
+        // A session replaced here had ended: nothing more to close.
+        self.pool.live().insert(
+            ttl,
+            Entry {
+                session: Arc::clone(&session),
+                users: 1,
+                idle_since: None,
+                lingering: false,
+            },
+        );
+        Ok((session, true))
+    }
+
+    /// One user of `session` is done. When it was the last, the session lingers, idle (one
+    /// task per session watches it), and is closed unless a lock took it up again meanwhile.
+    pub(crate) fn checkin(&self, session: &Arc<S>) {
+        let mut live = self.pool.live();
+        let Some(entry) = live
+            .values_mut()
+            .find(|entry| Arc::ptr_eq(&entry.session, session))
+        else {
+            return; // out of use already: lost, replaced or drained
+        };
+        entry.users = entry.users.saturating_sub(1);
+        if entry.users > 0 || session.end().is_ended() {
+            return;
+        }
+        entry.idle_since = Some(Instant::now());
+        if std::mem::replace(&mut entry.lingering, true) {
+            return; // its linger task is still watching
+        }
+        drop(live);
+        let (pool, session) = (Arc::downgrade(&self.pool), Arc::clone(session));
+        let _ = self.background.spawn(linger(pool, session));
+    }
+
+    /// Takes `session` out of use (it was lost), so the next checkout opens a new one.
+    #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
+    pub(crate) fn forget(&self, session: &Arc<S>) {
+        self.pool
+            .live()
+            .retain(|_, entry| !Arc::ptr_eq(&entry.session, session));
+    }
+
+    /// Every session, taken out of use for good (the backend is shutting down): the caller
+    /// ends them.
+    pub(crate) fn drain(&self) -> Vec<Arc<S>> {
+        self.pool.drained.store(true, Ordering::SeqCst);
+        self.pool
+            .live()
+            .drain()
+            .map(|(_, entry)| entry.session)
+            .collect()
+    }
+}
+
+/// Watches an idle `session`: closes it once it has been idle for its linger, unless a lock
+/// took it up again (the task then ends; the next idle spell starts another) or it ended.
+async fn linger<S: PooledSession>(pool: Weak<Pool<S>>, session: Arc<S>) {
+    let linger = session.linger();
+    loop {
+        let Some(state) = pool.upgrade() else {
+            return; // the backend is gone: its shutdown ended every session
+        };
+        let close_at = {
+            let mut live = state.live();
+            let Some((&ttl, entry)) = live
+                .iter_mut()
+                .find(|(_, entry)| Arc::ptr_eq(&entry.session, &session))
+            else {
+                return; // lost, replaced or drained
+            };
+            let Some(idle_since) = entry.idle_since else {
+                entry.lingering = false;
+                return; // in use again
+            };
+            if idle_since + linger <= Instant::now() || session.end().is_ended() {
+                live.remove(&ttl);
+                None
+            } else {
+                Some(idle_since + linger)
+            }
+        };
+        drop(state);
+        let Some(close_at) = close_at else {
+            if !session.end().is_ended() {
+                session.close().await;
+            }
+            return;
+        };
+        tokio::select! {
+            () = tokio::time::sleep_until(close_at.into()) => {}
+            () = session.end().ended() => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicUsize;
+
+    use super::*;
+
+    #[derive(Debug)]
+    struct Fake {
+        end: SessionEnd,
+        closed: Arc<AtomicUsize>,
+    }
+
+    impl PooledSession for Fake {
+        fn end(&self) -> &SessionEnd {
+            &self.end
+        }
+
+        fn linger(&self) -> Duration {
+            Duration::from_secs(1)
+        }
+
+        fn close(self: Arc<Self>) -> Pin<Box<dyn Future<Output = ()> + Send>> {
+            self.closed.fetch_add(1, Ordering::SeqCst);
+            Box::pin(async {})
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn one_session_per_ttl_lingers_once_idle_then_closes() {
+        let closed = Arc::new(AtomicUsize::new(0));
+        let sessions = Sessions::new("test", Duration::from_secs(1), Background::new());
+        let open = || async {
+            Ok(Fake {
+                end: SessionEnd::new(),
+                closed: Arc::clone(&closed),
+            })
+        };
+        let ttl = Duration::from_secs(3);
+        let (a, opened) = sessions.checkout(ttl, open).await.unwrap();
+        assert!(opened);
+        let (b, opened) = sessions.checkout(ttl, open).await.unwrap();
+        assert!(!opened && Arc::ptr_eq(&a, &b), "one session per ttl");
+        sessions.checkin(&a);
+        sessions.checkin(&b);
+        // Idle: taken up again before its linger ran out, by the same session.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let (c, opened) = sessions.checkout(ttl, open).await.unwrap();
+        assert!(!opened && Arc::ptr_eq(&a, &c));
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(closed.load(Ordering::SeqCst), 0, "closed while in use");
+        sessions.checkin(&c);
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        assert_eq!(closed.load(Ordering::SeqCst), 1, "closed after its linger");
+        assert!(sessions.live(ttl).is_none());
+        let (d, opened) = sessions.checkout(ttl, open).await.unwrap();
+        assert!(
+            opened && !Arc::ptr_eq(&a, &d),
+            "a new session after the close"
+        );
+        assert_eq!(sessions.drain().len(), 1);
+        assert!(matches!(
+            sessions.checkout(ttl, open).await,
+            Err(Error::ShutDown)
+        ));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lost_session_is_replaced_and_never_closed() {
+        let closed = Arc::new(AtomicUsize::new(0));
+        let sessions = Sessions::new("test", Duration::from_secs(1), Background::new());
+        let open = || async {
+            Ok(Fake {
+                end: SessionEnd::new(),
+                closed: Arc::clone(&closed),
+            })
+        };
+        let ttl = Duration::from_secs(3);
+        let (a, _) = sessions.checkout(ttl, open).await.unwrap();
+        sessions.checkin(&a);
+        let _ = a.end.end("expired");
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let (b, opened) = sessions.checkout(ttl, open).await.unwrap();
+        assert!(opened && !Arc::ptr_eq(&a, &b));
+        assert_eq!(
+            closed.load(Ordering::SeqCst),
+            0,
+            "a lost session is not closed"
+        );
+    }
+}
