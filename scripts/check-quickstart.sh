@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Guards the newcomer's two builds that must work on a machine with nothing but Rust (and a C
 # compiler): the README's first command, `cargo run -p dlock-examples --bin quickstart`, and
-# the command line's install line, `cargo install dlock-core --features cli`:
-#   1. neither dependency tree (the examples with default features, dlock-core with `cli`)
+# the command line's install line, `cargo install --path dlock-core/cli`:
+#   1. neither dependency tree (the examples with default features, the dlock-cli package)
 #      holds a crate that needs a system tool at build time (the list below is the one place
 #      that names them);
 #   2. the quickstart runs and passes on the memory backend;
@@ -63,12 +63,12 @@ check_run() {
 }
 
 check_cli() {
-    log "PROTOC=/nonexistent cargo build -p dlock-core --features cli --bin dlock"
-    PROTOC=/nonexistent/protoc cargo build --locked -q -p dlock-core --features cli --bin dlock
+    log "PROTOC=/nonexistent cargo build -p dlock-cli --bin dlock"
+    PROTOC=/nonexistent/protoc cargo build --locked -q -p dlock-cli --bin dlock
 
     local output status
-    output=$(env -u DLOCK_URL target/debug/dlock run --url etcd://127.0.0.1:1 -- true 2>&1) && status=0 || status=$?
-    local expected="cargo install dlock-core --features cli,etcd"
+    output=$(env -u DLOCK_URL "${CARGO_TARGET_DIR:-target}/debug/dlock" run --url etcd://127.0.0.1:1 -- true 2>&1) && status=0 || status=$?
+    local expected="cargo install --path dlock-core/cli --features etcd"
     if [[ $status -eq 0 || $output != *"$expected"* ]]; then
         log "FAIL: dlock installed without etcd, given etcd://, should fail naming \`$expected\`"
         log "got (exit $status):"
@@ -79,7 +79,7 @@ check_cli() {
 }
 
 check_tree "the quickstart's default dependency tree" -p dlock-examples
-check_tree "the command line's (dlock-core --features cli)" -p dlock-core --features cli
+check_tree "the command line's (dlock-cli)" -p dlock-cli
 if [[ ${1:-} != --tree-only ]]; then
     check_run
     check_cli

@@ -39,14 +39,15 @@
 //! | `metrics`     | no      | the metrics below, on the [`metrics`](https://docs.rs/metrics) facade |
 //! | `macros`      | no      | the `#[distributed_lock]` attribute on `async fn`s                 |
 //! | `conformance` | no      | `dlock_core::conformance`, the suite every backend must pass       |
-//! | `harness`     | no      | `dlock_core::harness`, real test servers started from system binaries |
-//! | `cli`         | no      | the `dlock` binary on Redis, RedLock, ZooKeeper and PostgreSQL: `dlock run KEY -- COMMAND`, `inspect`, `release --force` |
 //!
 //! Every feature but `etcd` builds with nothing but Rust and a C compiler. `etcd`'s client
 //! compiles etcd's protocol buffers at build time and needs `protoc` (Debian:
-//! `protobuf-compiler`). Hence the command line installs as `cargo install dlock-core
-//! --features cli`, and with etcd as `cargo install dlock-core --features cli,etcd`; a `dlock`
-//! built without etcd, pointed at `etcd://`, names that line.
+//! `protobuf-compiler`).
+//!
+//! The `dlock` command line is a package of its own, so the library never compiles its parts:
+//! `cargo install dlock-cli` (Redis, RedLock, ZooKeeper and PostgreSQL), with etcd
+//! `cargo install dlock-cli --features etcd`; a `dlock` built without etcd, pointed at
+//! `etcd://`, names that line.
 //!
 //! HTTP handlers (tower, axum) lock through [`dlock-tower`](https://docs.rs/dlock-tower)'s
 //! `DistributedLockLayer`, over the same [`Locker`].
@@ -117,8 +118,6 @@ pub mod backend;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 pub mod guide;
-#[cfg(feature = "harness")]
-pub mod harness;
 #[doc(hidden)]
 pub use dlock_grammar::key_template;
 

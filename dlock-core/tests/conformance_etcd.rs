@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use dlock_core::backend::{BackendUrl, EtcdBackend};
 use dlock_core::conformance::{Expectations, Target};
-use dlock_core::harness::{EtcdCluster, EtcdServer, TestCerts};
+use dlock_harness::{EtcdCluster, EtcdServer, TestCerts};
 
 const TIMEOUT: Duration = Duration::from_secs(2);
 

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use dlock_core::backend::{BackendUrl, PostgresBackend};
 use dlock_core::conformance::{Expectations, Target};
-use dlock_core::harness::{PostgresServer, TestCerts};
+use dlock_harness::{PostgresServer, TestCerts};
 
 const TIMEOUT: Duration = Duration::from_secs(2);
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use dlock_core::backend::{BackendUrl, RedisBackend};
 use dlock_core::conformance::{Expectations, Target};
-use dlock_core::harness::{RedisCluster, RedisServer, TestCerts};
+use dlock_harness::{RedisCluster, RedisServer, TestCerts};
 
 const TIMEOUT: Duration = Duration::from_secs(2);
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use dlock_core::backend::{BackendUrl, RedLockBackend};
 use dlock_core::conformance::{Expectations, Target};
-use dlock_core::harness::{RedisNodes, TestCerts};
+use dlock_harness::{RedisNodes, TestCerts};
 
 const TIMEOUT: Duration = Duration::from_secs(2);
 

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use dlock_core::backend::{BackendUrl, ZooKeeperBackend};
 use dlock_core::conformance::{Expectations, Target};
-use dlock_core::harness::{TestCerts, ZkEnsemble, ZkServer};
+use dlock_harness::{TestCerts, ZkEnsemble, ZkServer};
 
 const TIMEOUT: Duration = Duration::from_secs(2);
 

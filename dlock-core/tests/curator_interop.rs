@@ -6,8 +6,8 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use dlock_core::harness::{Curator, ZkServer};
 use dlock_core::{DlockConfig, Error, Locker};
+use dlock_harness::{Curator, ZkServer};
 use tokio::sync::mpsc;
 
 /// How long the other side is given to show that it does not get in.

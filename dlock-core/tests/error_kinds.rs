@@ -6,8 +6,8 @@
 
 use std::time::Duration;
 
-use dlock_core::harness::RedisServer;
 use dlock_core::{DlockConfig, Error, ErrorKind, Locker, LostReason};
+use dlock_harness::RedisServer;
 
 fn redis_config(url: &str) -> DlockConfig {
     DlockConfig::from_toml_str(&format!(

@@ -14,8 +14,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use dlock_core::backend::{BackendUrl, EtcdBackend, LockBackend};
-use dlock_core::harness::{EtcdCluster, EtcdServer};
 use dlock_core::{DlockConfig, Error, Locker, LostReason};
+use dlock_harness::{EtcdCluster, EtcdServer};
 use processes::{etcd_keys, etcdctl, signal};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Child;

@@ -17,10 +17,10 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use dlock_core::backend::Fencing;
-use dlock_core::harness::{
+use dlock_core::{Error, LockMode, Locker};
+use dlock_harness::{
     EtcdCluster, PostgresServer, RedisCluster, RedisNodes, RedisServer, ZkEnsemble,
 };
-use dlock_core::{Error, LockMode, Locker};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 

@@ -3,14 +3,14 @@
 //! `Busy` after `wait`, and the body sees the fencing tokens it asked for.
 //!
 //! Needs the `macros`, `redis` and `harness` features (the README's test command enables all).
-#![cfg(all(feature = "macros", feature = "redis", feature = "harness"))]
+#![cfg(all(feature = "macros", feature = "redis"))]
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use dlock_core::harness::RedisServer;
 use dlock_core::{Error, Locker, current_lock, distributed_lock};
+use dlock_harness::RedisServer;
 
 /// Balances updated with a read, a sleep and a write: overlapping updates lose one.
 #[derive(Debug, Default)]

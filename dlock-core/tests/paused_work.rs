@@ -8,8 +8,8 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use dlock_core::harness::{EtcdServer, RedisServer, ZkServer};
 use dlock_core::{Error, Locker, distributed_lock};
+use dlock_harness::{EtcdServer, RedisServer, ZkServer};
 
 const TTL: Duration = Duration::from_secs(1);
 

@@ -7,8 +7,8 @@
 use std::time::{Duration, Instant};
 
 use dlock_core::backend::PostgresBackend;
-use dlock_core::harness::{PostgresServer, PsqlSession};
 use dlock_core::{DlockConfig, Error, LockGuard, Locker};
+use dlock_harness::{PostgresServer, PsqlSession};
 use tokio_postgres::{Client, NoTls};
 
 const TTL: Duration = Duration::from_secs(2);

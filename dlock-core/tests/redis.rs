@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use dlock_core::backend::{BackendUrl, RedisBackend};
-use dlock_core::harness::RedisServer;
 use dlock_core::{DlockConfig, Error, Locker, LostReason};
+use dlock_harness::RedisServer;
 
 const OPERATION_TIMEOUT: Duration = Duration::from_millis(500);
 

@@ -6,8 +6,8 @@
 
 use std::time::{Duration, Instant};
 
-use dlock_core::harness::RedisServer;
 use dlock_core::{DlockConfig, Locker};
+use dlock_harness::RedisServer;
 
 async fn locker(server: &RedisServer, ttl: Duration) -> Locker {
     let config = DlockConfig::from_toml_str(&format!(

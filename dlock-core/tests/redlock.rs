@@ -8,8 +8,8 @@ mod connect;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use dlock_core::harness::{ProxyMode, RedisNodes, TcpProxy};
 use dlock_core::{DlockConfig, Error, Locker};
+use dlock_harness::{ProxyMode, RedisNodes, TcpProxy};
 
 const OPERATION_TIMEOUT: Duration = Duration::from_secs(1);
 

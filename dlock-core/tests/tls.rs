@@ -6,8 +6,8 @@
 
 use std::time::{Duration, Instant};
 
-use dlock_core::harness::{EtcdServer, PostgresServer, RedisServer, TestCerts, ZkServer};
 use dlock_core::{BackendSpec, DlockConfig, Error, Locker};
+use dlock_harness::{EtcdServer, PostgresServer, RedisServer, TestCerts, ZkServer};
 
 const OPERATION_TIMEOUT: Duration = Duration::from_secs(1);
 

@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 use dlock_core::backend::{
     AcquireOutcome, AcquireRequest, BackendUrl, LockBackend, OwnerId, ZooKeeperBackend,
 };
-use dlock_core::harness::{ProxyMode, TcpProxy, ZkEnsemble, ZkServer};
 use dlock_core::{BackendSpec, DlockConfig, Error, Locker, LostReason};
+use dlock_harness::{ProxyMode, TcpProxy, ZkEnsemble, ZkServer};
 use zookeeper_client::Client;
 
 const TIMEOUT: Duration = Duration::from_secs(2);

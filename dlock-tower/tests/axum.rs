@@ -13,7 +13,7 @@ use axum::extract::{Path, State};
 use axum::http::{Request, StatusCode};
 use axum::routing::post;
 use dlock_core::Locker;
-use dlock_core::harness::RedisServer;
+use dlock_harness::RedisServer;
 use dlock_tower::{DistributedLockLayer, path_key};
 use tower::ServiceExt;
 

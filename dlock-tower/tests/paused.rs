@@ -12,7 +12,7 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use axum::routing::post;
 use dlock_core::Locker;
-use dlock_core::harness::{EtcdServer, RedisServer};
+use dlock_harness::{EtcdServer, RedisServer};
 use dlock_tower::DistributedLockLayer;
 use tower::ServiceExt;
 

@@ -9,7 +9,7 @@
 use std::process::Output;
 use std::time::Duration;
 
-use dlock_core::harness::{EtcdServer, PostgresServer, RedisNodes, RedisServer, ZkServer};
+use dlock_harness::{EtcdServer, PostgresServer, RedisNodes, RedisServer, ZkServer};
 use tokio::process::Command;
 
 /// Runs an example binary with `DLOCK_URL` set (or removed, for `None`) and its arguments;

@@ -7,8 +7,8 @@ use dlock_core::backend::PostgresBackend;
 use dlock_core::backend::{
     AcquireOutcome, AcquireRequest, BackendKind, BackendUrl, LockBackend, MemoryBackend, OwnerId,
 };
-use dlock_core::harness::{EtcdServer, PostgresServer, RedisNodes, RedisServer, ZkServer};
 use dlock_core::{DlockConfig, Locker};
+use dlock_harness::{EtcdServer, PostgresServer, RedisNodes, RedisServer, ZkServer};
 use redis::aio::ConnectionManager;
 
 use crate::redis_raw;

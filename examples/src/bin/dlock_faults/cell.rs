@@ -4,7 +4,7 @@
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use dlock_core::harness::{ProxyMode, TcpProxy};
+use dlock_harness::{ProxyMode, TcpProxy};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio::process::{Child, Command};

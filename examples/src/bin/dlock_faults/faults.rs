@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use dlock_core::harness::ProxyMode;
+use dlock_harness::ProxyMode;
 use rand::Rng;
 use rand::rngs::StdRng;
 

@@ -3,7 +3,7 @@
 
 use std::net::SocketAddr;
 
-use dlock_core::harness::{
+use dlock_harness::{
     EtcdCluster, EtcdServer, HarnessError, PostgresServer, RedisCluster, RedisNodes, RedisServer,
     ZkEnsemble, ZkServer,
 };

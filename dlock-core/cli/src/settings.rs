@@ -78,8 +78,9 @@ fn not_installed(backend: &BackendSpec) -> Result<()> {
                 backend.to_string(),
                 format!(
                     "this dlock was installed without the {kind} backend; install it with \
-                     `cargo install dlock-core --features cli,{}`{needs}",
-                    kind.feature()
+                     `cargo install --path dlock-core/cli --features {feature}` (from \
+                     crates.io: `cargo install dlock-cli --features {feature}`){needs}",
+                    feature = kind.feature()
                 ),
             ))
         }

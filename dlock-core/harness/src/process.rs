@@ -478,9 +478,9 @@ macro_rules! process_methods {
             ///
             /// # Errors
             ///
-            /// [`HarnessError::Io`](crate::harness::HarnessError::Io) if the signal could not be
+            /// [`HarnessError::Io`](crate::HarnessError::Io) if the signal could not be
             /// sent (e.g. the server was killed).
-            pub fn pause(&self) -> $crate::harness::Result<()> {
+            pub fn pause(&self) -> $crate::Result<()> {
                 self.process.pause()
             }
 
@@ -488,9 +488,9 @@ macro_rules! process_methods {
             ///
             /// # Errors
             ///
-            /// [`HarnessError::Io`](crate::harness::HarnessError::Io) if the signal could not be
+            /// [`HarnessError::Io`](crate::HarnessError::Io) if the signal could not be
             /// sent (e.g. the server was killed).
-            pub fn resume(&self) -> $crate::harness::Result<()> {
+            pub fn resume(&self) -> $crate::Result<()> {
                 self.process.resume()
             }
 
@@ -499,9 +499,9 @@ macro_rules! process_methods {
             ///
             /// # Errors
             ///
-            /// [`HarnessError::Io`](crate::harness::HarnessError::Io) if it could not be killed
+            /// [`HarnessError::Io`](crate::HarnessError::Io) if it could not be killed
             /// or did not exit.
-            pub async fn kill(&self) -> $crate::harness::Result<()> {
+            pub async fn kill(&self) -> $crate::Result<()> {
                 self.process.kill().await
             }
 
@@ -510,10 +510,10 @@ macro_rules! process_methods {
             ///
             /// # Errors
             ///
-            /// [`HarnessError::Startup`](crate::harness::HarnessError::Startup) if it does not
+            /// [`HarnessError::Startup`](crate::HarnessError::Startup) if it does not
             /// come back (e.g. another process took its port meanwhile), or
-            /// [`HarnessError::Io`](crate::harness::HarnessError::Io).
-            pub async fn restart(&self) -> $crate::harness::Result<()> {
+            /// [`HarnessError::Io`](crate::HarnessError::Io).
+            pub async fn restart(&self) -> $crate::Result<()> {
                 self.process.restart().await
             }
         }

@@ -1,11 +1,10 @@
 //! The test-server harness really starts, serves, and cleans up every kind of server.
-#![cfg(feature = "harness")]
 
 use std::net::{Ipv4Addr, TcpListener};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use dlock_core::harness::{
+use dlock_harness::{
     EtcdCluster, EtcdServer, HarnessError, PostgresServer, RedisCluster, RedisNodes, RedisServer,
     ZkEnsemble, ZkServer,
 };

@@ -1,6 +1,7 @@
 //! `dlock`: runs a command under a distributed lock on any dlock backend — flock(1) for a
-//! fleet of machines. Built by the `cli` feature (`cargo install dlock-core --features cli`,
-//! with `,etcd` for etcd, whose client needs `protoc` to build);
+//! fleet of machines. Installed with `cargo install dlock-cli` (from this repository:
+//! `cargo install --path dlock-core/cli`), with `--features etcd` for etcd, whose client needs
+//! `protoc` to build;
 //! the README's "Command line" section and `dlock_core::guide::command_line` are its manual.
 //!
 //! ```text

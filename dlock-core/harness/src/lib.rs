@@ -1,4 +1,6 @@
-//! A test harness that starts real lock servers from the system's binaries.
+//! A test harness that starts real lock servers from the system's binaries, for dlock's tests
+//! (and the benchmark and fault binaries in `examples/`). Not published: the library never
+//! compiles it.
 //!
 //! Every server runs on free loopback ports, in its own temporary directory, with its output
 //! logged to `server.log` there. It is killed (`SIGKILL`) and reaped when its handle is dropped,

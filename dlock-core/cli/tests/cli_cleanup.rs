@@ -13,14 +13,14 @@
 
 #[path = "support/dlock_cli.rs"]
 mod dlock_cli;
-#[path = "support/processes.rs"]
+#[path = "../../tests/support/processes.rs"]
 mod processes;
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use dlock_cli::{LIMIT, dlock, hold, run};
-use dlock_core::harness::{Curator, EtcdServer, RedisServer, ZkServer};
+use dlock_harness::{Curator, EtcdServer, RedisServer, ZkServer};
 use processes::{etcd_keys, etcdctl, signal, until};
 use tokio::process::Child;
 

@@ -39,8 +39,8 @@ pub enum ProxyMode {
 /// # Examples
 ///
 /// ```no_run
-/// # async fn demo(server: &dlock_core::harness::ZkServer) -> dlock_core::harness::Result<()> {
-/// use dlock_core::harness::{ProxyMode, TcpProxy};
+/// # async fn demo(server: &dlock_harness::ZkServer) -> dlock_harness::Result<()> {
+/// use dlock_harness::{ProxyMode, TcpProxy};
 /// let proxy = TcpProxy::start(server.connect_string().parse().unwrap()).await?;
 /// let url = format!("zk://{}", proxy.address()); // clients connect here
 /// proxy.set(ProxyMode::Cut); // ... and are cut off

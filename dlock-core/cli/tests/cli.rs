@@ -17,7 +17,7 @@
 
 #[path = "support/dlock_cli.rs"]
 mod dlock_cli;
-#[path = "support/processes.rs"]
+#[path = "../../tests/support/processes.rs"]
 mod processes;
 
 use std::path::{Path, PathBuf};
@@ -25,7 +25,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use dlock_cli::{LIMIT, dlock, exit_code, hold, run, status, stderr};
-use dlock_core::harness::{EtcdServer, PostgresServer, ProxyMode, RedisServer, TcpProxy, ZkServer};
+use dlock_harness::{EtcdServer, PostgresServer, ProxyMode, RedisServer, TcpProxy, ZkServer};
 use processes::{etcd_keys, etcdctl, signal, until};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Child;

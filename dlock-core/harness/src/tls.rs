@@ -24,8 +24,8 @@ pub const SERVER_NAME: &str = "127.0.0.1";
 /// # Examples
 ///
 /// ```no_run
-/// # async fn demo() -> dlock_core::harness::Result<()> {
-/// let certs = dlock_core::harness::TestCerts::generate()?;
+/// # async fn demo() -> dlock_harness::Result<()> {
+/// let certs = dlock_harness::TestCerts::generate()?;
 /// assert!(certs.ca_file().exists());
 /// # Ok(()) }
 /// ```

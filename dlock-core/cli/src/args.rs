@@ -211,7 +211,7 @@ mod tests {
         };
     }
 
-    include!("../../../tests/data/duration_cases.rs");
+    include!("../../tests/data/duration_cases.rs");
 
     #[test]
     fn durations_take_units() {
