@@ -271,16 +271,24 @@ mod tests {
         }
     }
 
+    /// A pool of fakes, and how many it closed.
+    fn pool() -> (Sessions<Fake>, Arc<AtomicUsize>) {
+        let sessions = Sessions::new("test", Duration::from_secs(1), Background::new());
+        (sessions, Arc::new(AtomicUsize::new(0)))
+    }
+
+    /// A new fake session, counted in `closed` when it is closed.
+    async fn new_fake(closed: &Arc<AtomicUsize>) -> Result<Fake> {
+        Ok(Fake {
+            end: SessionEnd::new(),
+            closed: Arc::clone(closed),
+        })
+    }
+
     #[tokio::test(start_paused = true)]
     async fn one_session_per_ttl_lingers_once_idle_then_closes() {
-        let closed = Arc::new(AtomicUsize::new(0));
-        let sessions = Sessions::new("test", Duration::from_secs(1), Background::new());
-        let open = || async {
-            Ok(Fake {
-                end: SessionEnd::new(),
-                closed: Arc::clone(&closed),
-            })
-        };
+        let (sessions, closed) = pool();
+        let open = || new_fake(&closed);
         let ttl = Duration::from_secs(3);
         let (a, opened) = sessions.checkout(ttl, open).await.unwrap();
         assert!(opened);
@@ -312,14 +320,8 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_lost_session_is_replaced_and_never_closed() {
-        let closed = Arc::new(AtomicUsize::new(0));
-        let sessions = Sessions::new("test", Duration::from_secs(1), Background::new());
-        let open = || async {
-            Ok(Fake {
-                end: SessionEnd::new(),
-                closed: Arc::clone(&closed),
-            })
-        };
+        let (sessions, closed) = pool();
+        let open = || new_fake(&closed);
         let ttl = Duration::from_secs(3);
         let (a, _) = sessions.checkout(ttl, open).await.unwrap();
         sessions.checkin(&a);
