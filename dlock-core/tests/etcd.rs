@@ -14,8 +14,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use dlock_core::backend::{BackendUrl, EtcdBackend, LockBackend};
-use dlock_core::{DlockConfig, Error, Locker, LostReason};
-use dlock_harness::{EtcdCluster, EtcdServer};
+use dlock_core::{BackendSpec, DlockConfig, Error, Locker, LostReason};
+use dlock_harness::{EtcdCluster, EtcdServer, ProxyMode, TcpProxy};
 use processes::{etcd_keys, etcdctl, signal};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Child;
@@ -814,4 +814,62 @@ async fn shutdown_revokes_every_lease_and_its_keys() {
         1,
         "no lease opened again"
     );
+}
+
+/// An acquire whose put gets no answer within the operation timeout (a proxy holds etcd's
+/// replies back, so the put *was* applied) retires the lease it used. A put that lands late —
+/// sent to a member that was frozen, applied when it wakes, after every delete looked for it —
+/// would otherwise leave a queue key on a lease this Locker keeps alive, and every later
+/// acquire of the name would wait behind it for good (`dlock-faults` found that stall with a
+/// paused etcd member). So the lease is revoked as soon as the key is settled, not after its
+/// idle linger of one ttl (30 s here), and the next acquire queues on a new lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_put_without_an_answer_retires_its_lease() {
+    let server = EtcdServer::start().await.expect("etcd");
+    let endpoint = server.endpoint();
+    let proxy = TcpProxy::start(([127, 0, 0, 1], server.port()).into())
+        .await
+        .expect("proxy");
+    let config = DlockConfig::default()
+        .with_backend(BackendSpec::Url(format!("etcd://{}", proxy.address())))
+        .with_key_prefix(String::new())
+        .with_ttl(Duration::from_secs(30))
+        .with_operation_timeout(Duration::from_millis(300));
+    let locker = Locker::connect(&config).await.expect("connect");
+    let warm = locker.lock("warm").await.expect("acquire");
+    warm.release().await.expect("release");
+    let leases = etcd_leases(&endpoint).await;
+    assert_eq!(leases.len(), 1, "the idle lease lingers: {leases:?}");
+
+    proxy.set(ProxyMode::DelayReplies(Duration::from_millis(700)));
+    let unanswered = locker.lock("k").wait(Duration::ZERO).await;
+    assert!(
+        matches!(
+            unanswered,
+            Err(Error::Timeout { .. } | Error::Unavailable { .. })
+        ),
+        "{unanswered:?}"
+    );
+    proxy.set(ProxyMode::Pass);
+
+    let give_up = Instant::now() + Duration::from_secs(5);
+    while etcd_leases(&endpoint).await.contains(&leases[0]) {
+        assert!(
+            Instant::now() < give_up,
+            "the lease of the unanswered put was not revoked within 5 s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let next = locker
+        .lock("k")
+        .wait(Duration::from_secs(5))
+        .await
+        .expect("the name is free");
+    let keys = etcd_keys(&endpoint, "k/").await;
+    assert_eq!(keys.len(), 1, "{keys:?}");
+    assert!(
+        !keys[0].starts_with(&format!("k/{}", leases[0])),
+        "queued on the retired lease: {keys:?}"
+    );
+    next.release().await.expect("release");
 }

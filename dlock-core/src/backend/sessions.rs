@@ -49,6 +49,9 @@ struct Entry<S> {
 /// The pool's state, shared with its linger tasks.
 struct Pool<S> {
     live: Mutex<HashMap<Duration, Entry<S>>>,
+    /// Sessions that take no new lock ([`Sessions::retire`]), with their users: each is
+    /// closed when its last user is done. Locked after `live` when both are.
+    retired: Mutex<Vec<(Arc<S>, usize)>>,
     /// Set by [`Sessions::drain`]: no session is opened or closed by the pool any more.
     drained: AtomicBool,
 }
@@ -56,6 +59,10 @@ struct Pool<S> {
 impl<S> Pool<S> {
     fn live(&self) -> MutexGuard<'_, HashMap<Duration, Entry<S>>> {
         self.live.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn retired(&self) -> MutexGuard<'_, Vec<(Arc<S>, usize)>> {
+        self.retired.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -86,6 +93,7 @@ impl<S: PooledSession> Sessions<S> {
             timeout,
             pool: Arc::new(Pool {
                 live: Mutex::default(),
+                retired: Mutex::default(),
                 drained: AtomicBool::new(false),
             }),
             opening: tokio::sync::Mutex::new(()),
@@ -168,7 +176,9 @@ impl<S: PooledSession> Sessions<S> {
             .values_mut()
             .find(|entry| Arc::ptr_eq(&entry.session, session))
         else {
-            return; // out of use already: lost, replaced or drained
+            drop(live);
+            self.checkin_retired(session);
+            return;
         };
         entry.users = entry.users.saturating_sub(1);
         if entry.users > 0 || session.end().is_ended() {
@@ -183,23 +193,73 @@ impl<S: PooledSession> Sessions<S> {
         let _ = self.background.spawn(linger(pool, session));
     }
 
+    /// One user of a retired `session` is done; the last one closes it.
+    fn checkin_retired(&self, session: &Arc<S>) {
+        let mut retired = self.pool.retired();
+        let Some(index) = retired.iter().position(|(s, _)| Arc::ptr_eq(s, session)) else {
+            return; // out of use already: lost or drained
+        };
+        retired[index].1 = retired[index].1.saturating_sub(1);
+        if retired[index].1 == 0 {
+            let (session, _) = retired.swap_remove(index);
+            drop(retired);
+            self.close_unless_ended(session);
+        }
+    }
+
+    fn close_unless_ended(&self, session: Arc<S>) {
+        if !session.end().is_ended() {
+            let _ = self.background.spawn(session.close());
+        }
+    }
+
     /// Takes `session` out of use (it was lost), so the next checkout opens a new one.
     #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
     pub(crate) fn forget(&self, session: &Arc<S>) {
         self.pool
             .live()
             .retain(|_, entry| !Arc::ptr_eq(&entry.session, session));
+        self.pool
+            .retired()
+            .retain(|(s, _)| !Arc::ptr_eq(s, session));
+    }
+
+    /// Takes `session` out of use for new locks, but not for the ones on it: the next checkout
+    /// opens a new session, and this one is closed as soon as its last user is done (not
+    /// after a linger). For a session the server may still attach a record to after the
+    /// caller gave up on the request (a reply lost, a request still on its way to a frozen
+    /// member): closing it ends that record too, wherever it lands.
+    #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
+    pub(crate) fn retire(&self, session: &Arc<S>) {
+        let mut live = self.pool.live();
+        let Some(ttl) = live
+            .iter()
+            .find(|(_, entry)| Arc::ptr_eq(&entry.session, session))
+            .map(|(&ttl, _)| ttl)
+        else {
+            return; // out of use already: lost, replaced, retired or drained
+        };
+        let entry = live.remove(&ttl).expect("found above");
+        if entry.users == 0 {
+            drop(live);
+            self.close_unless_ended(entry.session);
+        } else {
+            self.pool.retired().push((entry.session, entry.users));
+        }
     }
 
     /// Every session, taken out of use for good (the backend is shutting down): the caller
     /// ends them.
     pub(crate) fn drain(&self) -> Vec<Arc<S>> {
         self.pool.drained.store(true, Ordering::SeqCst);
-        self.pool
+        let mut sessions: Vec<Arc<S>> = self
+            .pool
             .live()
             .drain()
             .map(|(_, entry)| entry.session)
-            .collect()
+            .collect();
+        sessions.extend(self.pool.retired().drain(..).map(|(session, _)| session));
+        sessions
     }
 }
 
@@ -316,6 +376,39 @@ mod tests {
             sessions.checkout(ttl, open).await,
             Err(Error::ShutDown)
         ));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_retired_session_takes_no_new_lock_and_closes_with_its_last_user() {
+        let (sessions, closed) = pool();
+        let open = || new_fake(&closed);
+        let ttl = Duration::from_secs(3);
+        let (a, _) = sessions.checkout(ttl, open).await.unwrap();
+        let (b, _) = sessions.checkout(ttl, open).await.unwrap();
+        sessions.retire(&a);
+        let (c, opened) = sessions.checkout(ttl, open).await.unwrap();
+        assert!(
+            opened && !Arc::ptr_eq(&a, &c),
+            "a new lock on a retired session"
+        );
+        sessions.checkin(&a);
+        tokio::task::yield_now().await;
+        assert_eq!(closed.load(Ordering::SeqCst), 0, "closed while in use");
+        sessions.checkin(&b);
+        tokio::task::yield_now().await;
+        assert_eq!(
+            closed.load(Ordering::SeqCst),
+            1,
+            "closed with its last user, not lingering"
+        );
+        // An idle session retired closes at once; a drain includes what is retired.
+        sessions.checkin(&c);
+        sessions.retire(&c);
+        tokio::task::yield_now().await;
+        assert_eq!(closed.load(Ordering::SeqCst), 2);
+        let (d, _) = sessions.checkout(ttl, open).await.unwrap();
+        sessions.retire(&d);
+        assert!(sessions.drain().iter().any(|s| Arc::ptr_eq(s, &d)));
     }
 
     #[tokio::test(start_paused = true)]

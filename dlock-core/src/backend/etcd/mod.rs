@@ -79,6 +79,9 @@ const RENEW_BATCH: usize = 128;
 ///   whose owner stops renewing it while the process lives (a leaked guard with
 ///   `.watchdog(false)`) is released by the Locker when its ttl ends, although the shared lease
 ///   lives on; a lease value dropped without a release deletes its key in the background.
+///   A lease an acquire's put may have landed on unanswered (a timeout, a lost reply, a
+///   cancelled call) takes no new lock and is revoked once its other locks are done: a put
+///   that reaches a frozen member late cannot leave a key queued on a lease kept alive.
 /// * **Renewal** answers from the keepalives — `valid_from` is the send time of the lease's
 ///   last answered keepalive — after checking, in **one transaction for up to 128 locks**,
 ///   that every lock key still exists with its create revision (an admin may have deleted it).
@@ -493,7 +496,16 @@ impl Inner {
 
     /// Gives up `key` (of `session`): deletes it as `delete` says — in the background, retried
     /// until it is gone or its lease is — then frees the reservation and the session use.
+    ///
+    /// A put whose outcome is unknown may still land after every delete looked for it — sent
+    /// to a member frozen meanwhile, it is applied when the member wakes — leaving a key that
+    /// nobody will delete, queued on a lease that stays alive: every later acquire of the name
+    /// would wait behind it. So its session takes no new lock and is revoked, with whatever
+    /// landed on it, as soon as its last key is settled.
     fn finish_key(self: &Arc<Self>, key: String, session: Arc<Session>, delete: Delete) {
+        if matches!(delete, Delete::Unknown(_)) {
+            self.sessions.retire(&session);
+        }
         if matches!(delete, Delete::Nothing) || session.is_lost() || self.shutdown.is_cancelled() {
             self.keys().reserved.remove(&key);
             self.end_use(&session);
