@@ -42,6 +42,7 @@ mod sessions;
 ))]
 pub(crate) mod tls_files;
 mod url;
+pub(crate) mod url_text;
 #[cfg(any(feature = "memory", feature = "redis"))]
 mod waiters;
 #[cfg(feature = "zookeeper")]

@@ -3,6 +3,8 @@
 use std::fmt;
 
 use percent_encoding::{NON_ALPHANUMERIC, utf8_percent_encode};
+
+use crate::backend::url_text::redact;
 use serde::{Deserialize, Serialize};
 
 /// The backend of a [`DlockConfig`](crate::DlockConfig): a URL, or the same information as a
@@ -152,30 +154,6 @@ impl fmt::Debug for BackendTable {
     }
 }
 
-/// `url` with the password of its user-info (if any) replaced by `<redacted>`.
-pub(crate) fn redact(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    if scheme.eq_ignore_ascii_case("redlock") || scheme.eq_ignore_ascii_case("redlocks") {
-        // Each master has credentials of its own.
-        let entries: Vec<String> = rest.split(',').map(redact_userinfo).collect();
-        return format!("{scheme}://{}", entries.join(","));
-    }
-    format!("{scheme}://{}", redact_userinfo(rest))
-}
-
-/// `user:<redacted>@rest` for `user:password@rest`; anything else as it is.
-pub(crate) fn redact_userinfo(authority: &str) -> String {
-    let Some((userinfo, hosts)) = authority.rsplit_once('@') else {
-        return authority.to_owned();
-    };
-    match userinfo.split_once(':') {
-        Some((user, _password)) => format!("{user}:<redacted>@{hosts}"),
-        None => authority.to_owned(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -192,20 +170,6 @@ mod tests {
         assert_eq!(
             BackendSpec::Table(table).to_url(),
             "postgres://app:p%40ss%20word@db:5432/locks"
-        );
-    }
-
-    #[test]
-    fn redaction_hides_only_the_password() {
-        assert_eq!(
-            redact("redis://app:s3cret@h:6379/0"),
-            "redis://app:<redacted>@h:6379/0"
-        );
-        assert_eq!(redact("redis://h:6379/0"), "redis://h:6379/0");
-        assert_eq!(redact("postgres://app@h/db"), "postgres://app@h/db");
-        assert_eq!(
-            redact("redlock://:a@h1:1,h2:2,u:b@h3:3/0"),
-            "redlock://:<redacted>@h1:1,h2:2,u:<redacted>@h3:3/0"
         );
     }
 

@@ -6,7 +6,8 @@ use dlock_grammar::duration as grammar;
 use serde::{Deserialize, Serialize};
 
 use crate::backend::BackendUrl;
-use crate::backend_spec::{BackendSpec, redact};
+use crate::backend::url_text::redact;
+use crate::backend_spec::BackendSpec;
 use crate::{Error, Result, TlsConfig};
 
 /// Everything a [`Locker`](crate::Locker) needs: which backend, and the defaults of every lock.

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+use crate::backend::url_text::take_query_option;
 use crate::{Error, Result};
 
 /// The files a TLS connection to the backend reads: the CA that signed the server's
@@ -145,36 +146,6 @@ impl TlsConfig {
             }
         }
         (rest, tls)
-    }
-}
-
-/// Removes every `name=value` pair from `raw`'s query, giving back the rest of the URL and
-/// the last value (percent-decoded).
-pub(crate) fn take_query_option(raw: &str, name: &str) -> (String, Option<String>) {
-    let Some((base, query)) = raw.split_once('?') else {
-        return (raw.to_owned(), None);
-    };
-    let mut value = None;
-    let kept: Vec<&str> = query
-        .split('&')
-        .filter(|pair| {
-            let (key, v) = pair.split_once('=').unwrap_or((pair, ""));
-            if key == name {
-                value = Some(
-                    percent_encoding::percent_decode_str(v)
-                        .decode_utf8_lossy()
-                        .into_owned(),
-                );
-                false
-            } else {
-                true
-            }
-        })
-        .collect();
-    if kept.is_empty() {
-        (base.to_owned(), value)
-    } else {
-        (format!("{base}?{}", kept.join("&")), value)
     }
 }
 

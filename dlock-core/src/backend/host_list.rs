@@ -23,7 +23,8 @@ impl HostsUrl {
     /// names the parts the URL may have, for the message), an empty user name, an empty host
     /// and percent-encoding that is not UTF-8.
     pub(crate) fn parse(raw: &str, default_port: u16, what: &str) -> Result<Self> {
-        let bad = |reason: &str| Error::config("backend", crate::backend_spec::redact(raw), reason);
+        let bad =
+            |reason: &str| Error::config("backend", crate::backend::url_text::redact(raw), reason);
         let (scheme, rest) = raw.split_once("://").unwrap_or(("", raw));
         if rest.contains(['?', '#']) {
             return Err(bad(&format!(

@@ -69,7 +69,7 @@ pub(crate) async fn connect(
         other => {
             return Err(Error::config(
                 "backend",
-                crate::backend_spec::redact(url.as_str()),
+                crate::backend::url_text::redact(url.as_str()),
                 format!("backend `{other}` is not available in this build"),
             ));
         }
@@ -210,7 +210,7 @@ impl fmt::Debug for BackendUrl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("BackendUrl")
             .field("kind", &self.kind)
-            .field("url", &crate::backend_spec::redact(&self.url))
+            .field("url", &crate::backend::url_text::redact(&self.url))
             .field("settings", &self.settings)
             .field("tls", &self.tls)
             .finish()
@@ -254,8 +254,9 @@ impl BackendUrl {
     /// [`Error::Config`] for a malformed URL, an unknown scheme, or a backend whose cargo
     /// feature is off (the message names the feature).
     pub fn parse(url: &str) -> Result<Self> {
-        let bad =
-            |reason: String| Error::config("backend", crate::backend_spec::redact(url), reason);
+        let bad = |reason: String| {
+            Error::config("backend", crate::backend::url_text::redact(url), reason)
+        };
         let (scheme, _) = url.split_once("://").ok_or_else(|| {
             bad("expected a URL such as `memory://` or `redis://127.0.0.1:6379`".into())
         })?;

@@ -11,7 +11,7 @@ use etcd_client::{Certificate, Client, ConnectOptions, GetOptions, Identity, Tls
 
 use crate::backend::host_list::HostsUrl;
 use crate::backend::tls_files::{TlsFiles, refuse_for_plain_text};
-use crate::backend_spec::redact;
+use crate::backend::url_text::redact;
 use crate::error::within;
 use crate::{Error, Result, TlsConfig};
 

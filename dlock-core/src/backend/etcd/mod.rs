@@ -296,7 +296,7 @@ impl EtcdBackend {
             None => {
                 return Err(Error::config(
                     "backend",
-                    crate::backend_spec::redact(url.as_str()),
+                    crate::backend::url_text::redact(url.as_str()),
                     "not an `etcd://` URL",
                 ));
             }

@@ -12,7 +12,7 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 use super::errors::timed;
 use super::keys;
 use crate::backend::tls_files::{TlsFiles, refuse_for_plain_text};
-use crate::tls::take_query_option;
+use crate::backend::url_text::take_query_option;
 use crate::{Error, Result, TlsConfig};
 
 /// A client config for a connector that never makes a TLS connection (`sslmode=disable`
@@ -87,8 +87,9 @@ impl PgUrl {
     ///
     /// [`Error::Config`] naming the URL (password redacted) and what is wrong.
     pub(crate) fn parse(raw: &str) -> Result<Self> {
-        let bad =
-            |reason: String| Error::config("backend", crate::backend_spec::redact(raw), reason);
+        let bad = |reason: String| {
+            Error::config("backend", crate::backend::url_text::redact(raw), reason)
+        };
         let (without_ours, fence_table) = take_query_option(raw, FENCE_TABLE_OPTION);
         let (without_ours, sslmode) = take_query_option(&without_ours, "sslmode");
         let tls = match sslmode.as_deref() {

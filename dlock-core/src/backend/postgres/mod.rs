@@ -274,7 +274,7 @@ impl PostgresBackend {
         let Some(settings) = url.postgres() else {
             return Err(Error::config(
                 "backend",
-                crate::backend_spec::redact(url.as_str()),
+                crate::backend::url_text::redact(url.as_str()),
                 "not a `postgres://` URL",
             ));
         };

@@ -16,8 +16,8 @@ use redis::{
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::backend::tls_files::{TlsFiles, refuse_for_plain_text};
+use crate::backend::url_text::redact;
 use crate::backend::{BackendKind, BackendUrl};
-use crate::backend_spec::redact;
 use crate::{Error, Result, TlsConfig};
 
 /// What a `redis://` or `redis+cluster://` URL says, parsed once by

@@ -7,7 +7,7 @@ use redis::ConnectionInfo;
 
 use crate::backend::BackendKind;
 use crate::backend::redis::RedisUrl;
-use crate::backend_spec::{redact, redact_userinfo};
+use crate::backend::url_text::{redact, redact_userinfo};
 use crate::{Error, Result};
 
 /// The fewest masters a RedLock may have: with fewer, a majority is every master, and one

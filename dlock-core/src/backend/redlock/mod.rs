@@ -113,7 +113,7 @@ impl RedLockBackend {
         let settings = url.redlock().ok_or_else(|| {
             Error::config(
                 "backend",
-                crate::backend_spec::redact(url.as_str()),
+                crate::backend::url_text::redact(url.as_str()),
                 "not a `redlock://` URL",
             )
         })?;

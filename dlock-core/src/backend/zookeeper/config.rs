@@ -15,7 +15,7 @@ use zookeeper_client::{Acls, Client, CreateMode, TlsOptions};
 use super::errors::timed;
 use crate::backend::host_list::HostsUrl;
 use crate::backend::tls_files::{TlsFiles, refuse_for_plain_text};
-use crate::backend_spec::redact;
+use crate::backend::url_text::redact;
 use crate::{Error, Result, TlsConfig};
 
 const DEFAULT_PORT: u16 = 2181;

@@ -227,7 +227,7 @@ impl ZooKeeperBackend {
         let Some(settings) = url.zookeeper() else {
             return Err(Error::config(
                 "backend",
-                crate::backend_spec::redact(url.as_str()),
+                crate::backend::url_text::redact(url.as_str()),
                 "not a `zk://` URL",
             ));
         };
