@@ -5,11 +5,10 @@
 //! so the timing scenarios run with a 3 s ttl; a crashed client's lease ends when etcd's lessor
 //! next looks (every 500 ms) after its ttl.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use dlock_core::backend::{BackendUrl, EtcdBackend};
-use dlock_core::conformance::{Expectations, Target};
+use dlock_core::conformance::Target;
 use dlock_harness::{EtcdCluster, EtcdServer, TestCerts};
 
 const TIMEOUT: Duration = Duration::from_secs(2);
@@ -17,24 +16,19 @@ const TIMEOUT: Duration = Duration::from_secs(2);
 /// A target whose clients are new `EtcdBackend`s (a Locker each: its own connection, leases
 /// and watches) on `url`, keeping `server` alive as long as the target.
 async fn target<S: Send + Sync + 'static>(server: S, url: String) -> Target<EtcdBackend> {
-    let server = Arc::new(server);
     let url = BackendUrl::parse(&url).expect("harness URL");
-    let probe = EtcdBackend::connect(&url, TIMEOUT).await.expect("connect");
-    let expect = Expectations::of(&probe)
-        .ttl(Duration::from_secs(3))
-        .slack(Duration::from_millis(800))
-        // etcd's lessor looks for expired leases every 500 ms, then commits the revocation.
-        .expiry_lag(Duration::from_millis(500));
-    Target::new(
-        move || {
-            let (url, server) = (url.clone(), Arc::clone(&server));
-            async move {
-                let _alive = server;
-                Arc::new(EtcdBackend::connect(&url, TIMEOUT).await.expect("connect"))
-            }
-        },
-        expect,
-    )
+    let connect = move || {
+        let url = url.clone();
+        async move { EtcdBackend::connect(&url, TIMEOUT).await.expect("connect") }
+    };
+    Target::serving(server, connect, |expect| {
+        expect
+            .ttl(Duration::from_secs(3))
+            .slack(Duration::from_millis(800))
+            // etcd's lessor looks for expired leases every 500 ms, then commits the revocation.
+            .expiry_lag(Duration::from_millis(500))
+    })
+    .await
 }
 
 async fn single() -> Target<EtcdBackend> {

@@ -6,11 +6,10 @@
 //! expects (`frees_on_disconnect`). A frozen one keeps them until its session's
 //! `idle_session_timeout`, one ttl.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use dlock_core::backend::{BackendUrl, PostgresBackend};
-use dlock_core::conformance::{Expectations, Target};
+use dlock_core::conformance::Target;
 use dlock_harness::{PostgresServer, TestCerts};
 
 const TIMEOUT: Duration = Duration::from_secs(2);
@@ -34,30 +33,23 @@ async fn single_tls() -> Target<PostgresBackend> {
 
 /// The target of clients on `url`; keeps `server` alive as long as the target.
 async fn target<S: Send + Sync + 'static>(server: S, url: &str) -> Target<PostgresBackend> {
-    let server = Arc::new(server);
     let url = BackendUrl::parse(url).expect("harness URL");
-    let probe = PostgresBackend::connect(&url, TIMEOUT)
-        .await
-        .expect("connect");
-    let expect = Expectations::of(&probe)
-        .ttl(Duration::from_secs(1))
-        .slack(Duration::from_millis(500))
-        .frees_on_disconnect(true)
-        .force_release(false);
-    Target::new(
-        move || {
-            let (url, server) = (url.clone(), Arc::clone(&server));
-            async move {
-                let _alive = server;
-                Arc::new(
-                    PostgresBackend::connect(&url, TIMEOUT)
-                        .await
-                        .expect("connect"),
-                )
-            }
-        },
-        expect,
-    )
+    let connect = move || {
+        let url = url.clone();
+        async move {
+            PostgresBackend::connect(&url, TIMEOUT)
+                .await
+                .expect("connect")
+        }
+    };
+    Target::serving(server, connect, |expect| {
+        expect
+            .ttl(Duration::from_secs(1))
+            .slack(Duration::from_millis(500))
+            .frees_on_disconnect(true)
+            .force_release(false)
+    })
+    .await
 }
 
 dlock_core::conformance_tests!(pg_single, single());

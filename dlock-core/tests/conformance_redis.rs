@@ -2,11 +2,10 @@
 //! each in plain text and over mutual TLS, started by the harness for the test and stopped
 //! after it.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use dlock_core::backend::{BackendUrl, RedisBackend};
-use dlock_core::conformance::{Expectations, Target};
+use dlock_core::conformance::Target;
 use dlock_harness::{RedisCluster, RedisServer, TestCerts};
 
 const TIMEOUT: Duration = Duration::from_secs(2);
@@ -14,22 +13,17 @@ const TIMEOUT: Duration = Duration::from_secs(2);
 /// A target whose clients are new `RedisBackend`s (a Locker each: its own connections and
 /// subscription) on `url`, keeping `server` alive as long as the target.
 async fn target<S: Send + Sync + 'static>(server: S, url: String) -> Target<RedisBackend> {
-    let server = Arc::new(server);
     let url = BackendUrl::parse(&url).expect("harness URL");
-    let probe = RedisBackend::connect(&url, TIMEOUT).await.expect("connect");
-    let expect = Expectations::of(&probe)
-        .ttl(Duration::from_millis(500))
-        .slack(Duration::from_millis(300));
-    Target::new(
-        move || {
-            let (url, server) = (url.clone(), Arc::clone(&server));
-            async move {
-                let _alive = server;
-                Arc::new(RedisBackend::connect(&url, TIMEOUT).await.expect("connect"))
-            }
-        },
-        expect,
-    )
+    let connect = move || {
+        let url = url.clone();
+        async move { RedisBackend::connect(&url, TIMEOUT).await.expect("connect") }
+    };
+    Target::serving(server, connect, |expect| {
+        expect
+            .ttl(Duration::from_millis(500))
+            .slack(Duration::from_millis(300))
+    })
+    .await
 }
 
 async fn single() -> Target<RedisBackend> {

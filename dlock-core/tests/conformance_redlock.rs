@@ -2,11 +2,10 @@
 //! three, the fewest it accepts; and over three speaking mutual TLS only), started by the
 //! harness for each test and stopped after it.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use dlock_core::backend::{BackendUrl, RedLockBackend};
-use dlock_core::conformance::{Expectations, Target};
+use dlock_core::conformance::Target;
 use dlock_harness::{RedisNodes, TestCerts};
 
 const TIMEOUT: Duration = Duration::from_secs(2);
@@ -34,30 +33,23 @@ async fn tls_masters() -> Target<RedLockBackend> {
 }
 
 async fn target<S: Send + Sync + 'static>(nodes: S, url: String) -> Target<RedLockBackend> {
-    let nodes = Arc::new(nodes);
     let url = BackendUrl::parse(&url).expect("harness URL");
-    let probe = RedLockBackend::connect(&url, TIMEOUT)
-        .await
-        .expect("connect");
-    let expect = Expectations::of(&probe)
-        .ttl(Duration::from_millis(500))
-        .slack(Duration::from_millis(300))
-        // Racers that each win a different master leave nobody a majority.
-        .split_votes(true);
-    Target::new(
-        move || {
-            let (url, nodes) = (url.clone(), Arc::clone(&nodes));
-            async move {
-                let _alive = nodes;
-                Arc::new(
-                    RedLockBackend::connect(&url, TIMEOUT)
-                        .await
-                        .expect("connect"),
-                )
-            }
-        },
-        expect,
-    )
+    let connect = move || {
+        let url = url.clone();
+        async move {
+            RedLockBackend::connect(&url, TIMEOUT)
+                .await
+                .expect("connect")
+        }
+    };
+    Target::serving(nodes, connect, |expect| {
+        expect
+            .ttl(Duration::from_millis(500))
+            .slack(Duration::from_millis(300))
+            // Racers that each win a different master leave nobody a majority.
+            .split_votes(true)
+    })
+    .await
 }
 
 dlock_core::conformance_tests!(redlock_five, masters(5));

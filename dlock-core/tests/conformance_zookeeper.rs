@@ -6,11 +6,10 @@
 //! scenarios run with a 2 s ttl (the session timeout the server grants). The server expires a
 //! crashed client's session at the first tick after its timeout.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use dlock_core::backend::{BackendUrl, ZooKeeperBackend};
-use dlock_core::conformance::{Expectations, Target};
+use dlock_core::conformance::Target;
 use dlock_harness::{TestCerts, ZkEnsemble, ZkServer};
 
 const TIMEOUT: Duration = Duration::from_secs(2);
@@ -18,30 +17,23 @@ const TIMEOUT: Duration = Duration::from_secs(2);
 /// A target whose clients are new `ZooKeeperBackend`s (a Locker each: its own sessions and
 /// watches) on `url`, keeping `server` alive as long as the target.
 async fn target<S: Send + Sync + 'static>(server: S, url: String) -> Target<ZooKeeperBackend> {
-    let server = Arc::new(server);
     let url = BackendUrl::parse(&url).expect("harness URL");
-    let probe = ZooKeeperBackend::connect(&url, TIMEOUT)
-        .await
-        .expect("connect");
-    let expect = Expectations::of(&probe)
-        .ttl(Duration::from_secs(2))
-        .slack(Duration::from_millis(800))
-        // The session expires at the first tick (500 ms) after its timeout.
-        .expiry_lag(Duration::from_millis(500));
-    Target::new(
-        move || {
-            let (url, server) = (url.clone(), Arc::clone(&server));
-            async move {
-                let _alive = server;
-                Arc::new(
-                    ZooKeeperBackend::connect(&url, TIMEOUT)
-                        .await
-                        .expect("connect"),
-                )
-            }
-        },
-        expect,
-    )
+    let connect = move || {
+        let url = url.clone();
+        async move {
+            ZooKeeperBackend::connect(&url, TIMEOUT)
+                .await
+                .expect("connect")
+        }
+    };
+    Target::serving(server, connect, |expect| {
+        expect
+            .ttl(Duration::from_secs(2))
+            .slack(Duration::from_millis(800))
+            // The session expires at the first tick (500 ms) after its timeout.
+            .expiry_lag(Duration::from_millis(500))
+    })
+    .await
 }
 
 /// The server's TLS port, trusting the test CA and presenting a client certificate (the

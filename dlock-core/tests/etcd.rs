@@ -6,8 +6,7 @@
 //! Waiting for a condition polls the condition (with a limit); no assertion depends on a sleep
 //! being long enough.
 
-#[path = "support/processes.rs"]
-mod processes;
+mod support;
 
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
@@ -16,7 +15,7 @@ use std::time::{Duration, Instant};
 use dlock_core::backend::{BackendUrl, EtcdBackend, LockBackend};
 use dlock_core::{BackendSpec, DlockConfig, Error, Locker, LostReason};
 use dlock_harness::{EtcdCluster, EtcdServer, ProxyMode, TcpProxy};
-use processes::{etcd_keys, etcdctl, signal};
+use support::processes::{etcd_keys, etcdctl, signal};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Child;
 

@@ -10,8 +10,7 @@
 //! Waiting for a condition polls it (with a limit); no assertion depends on a sleep being long
 //! enough.
 
-#[path = "support/connect.rs"]
-mod connect;
+mod support;
 
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -39,7 +38,7 @@ const TTL: Duration = Duration::from_secs(3);
 const EXPIRY_SLACK: Duration = Duration::from_millis(1500);
 
 async fn locker(url: &str, ttl: Duration) -> Locker {
-    connect::locker_at(url, ttl, Duration::from_secs(2)).await
+    support::connect::locker_at(url, ttl, Duration::from_secs(2)).await
 }
 
 /// Whether locks here ask for fencing tokens: wherever the backend has them (not RedLock).

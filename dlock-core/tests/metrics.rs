@@ -5,8 +5,10 @@
 //! One recorder is installed for the whole binary; each test uses its own key templates, so
 //! the label sets keep the tests apart.
 
+mod support;
+
 use std::sync::{Mutex, OnceLock, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use dlock_core::{DlockConfig, Error, Locker, LostReason, distributed_lock};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
@@ -116,13 +118,9 @@ fn label_values(name: &str, label: &str) -> Vec<String> {
         .collect()
 }
 
-/// Polls `condition` every 5 ms until it holds, failing after 5 s.
-async fn until(what: &str, mut condition: impl FnMut() -> bool) {
-    let give_up = Instant::now() + Duration::from_secs(5);
-    while !condition() {
-        assert!(Instant::now() < give_up, "never: {what}");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+/// Polls `condition` until it holds, failing after 5 s.
+async fn until(what: &str, condition: impl FnMut() -> bool) {
+    support::processes::until(what, Duration::from_secs(5), condition).await;
 }
 
 #[distributed_lock(key = "invoice:<id>", locker = locker)]

@@ -4,22 +4,21 @@
 //! a Locker opens. Waiting for a condition polls it with a limit; no assertion depends on a
 //! sleep being long enough.
 
+mod support;
+
 use std::time::{Duration, Instant};
 
 use dlock_core::backend::PostgresBackend;
 use dlock_core::{DlockConfig, Error, LockGuard, Locker};
 use dlock_harness::{PostgresServer, PsqlSession};
+use support::processes::eventually;
 use tokio_postgres::{Client, NoTls};
 
 const TTL: Duration = Duration::from_secs(2);
 
 async fn locker(server: &PostgresServer) -> Locker {
-    let config = DlockConfig::from_toml_str(&format!(
-        "backend = \"{}\"\nttl = \"2s\"\noperation_timeout = \"2s\"\nfencing = true",
-        server.url()
-    ))
-    .expect("config");
-    Locker::connect(&config).await.expect("connect")
+    let config = support::connect::config_at(&server.url(), TTL, Duration::from_secs(2));
+    support::connect::locker_with(&config.with_fencing(true)).await
 }
 
 async fn admin(server: &PostgresServer) -> Client {
@@ -61,15 +60,6 @@ async fn holder_pid(admin: &Client, full_key: &str) -> i32 {
         .await
         .expect("one holder in pg_locks")
         .get(0)
-}
-
-/// Polls `condition` every 10 ms until it holds, failing after `limit`.
-async fn until(what: &str, limit: Duration, mut condition: impl AsyncFnMut() -> bool) {
-    let give_up = Instant::now() + limit;
-    while !condition().await {
-        assert!(Instant::now() < give_up, "{what}: not within {limit:?}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
 }
 
 /// An admin ends the holder's session (`pg_terminate_backend`): the guard reports the loss
@@ -178,7 +168,7 @@ async fn psql_and_dlock_exclude_each_other_on_the_documented_key() {
         }
     });
     let admin = admin(&server).await;
-    until(
+    eventually(
         "dlock queues behind psql",
         Duration::from_secs(5),
         async || {
@@ -298,7 +288,7 @@ async fn a_hundred_locks_share_one_connection() {
             })
         })
         .collect();
-    until("the waits are queued", Duration::from_secs(5), async || {
+    eventually("the waits are queued", Duration::from_secs(5), async || {
         connections().await == 1 + 1 + 3
     })
     .await;

@@ -2,8 +2,7 @@
 //! eviction policy), contention without double holders, notification-driven wake-ups, and no
 //! starvation by a releaser that re-requests at once.
 
-#[path = "support/connect.rs"]
-mod connect;
+mod support;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -15,7 +14,7 @@ use dlock_harness::RedisServer;
 const OPERATION_TIMEOUT: Duration = Duration::from_millis(500);
 
 async fn locker(url: &str, ttl: Duration) -> Locker {
-    connect::locker_at(url, ttl, OPERATION_TIMEOUT).await
+    support::connect::locker_at(url, ttl, OPERATION_TIMEOUT).await
 }
 
 fn assert_backend_failure(outcome: &Result<impl std::fmt::Debug, Error>) {

@@ -4,19 +4,16 @@
 //! woken by the release channel (counted in the server's own statistics), and that renewals
 //! of many shares go in one script.
 
+mod support;
+
 use std::time::{Duration, Instant};
 
-use dlock_core::{DlockConfig, Locker};
+use dlock_core::Locker;
 use dlock_harness::RedisServer;
+use support::processes::eventually;
 
 async fn locker(server: &RedisServer, ttl: Duration) -> Locker {
-    let config = DlockConfig::from_toml_str(&format!(
-        "backend = \"{}\"\nttl = \"{}\"\noperation_timeout = \"2s\"",
-        server.url(),
-        humantime::format_duration(ttl),
-    ))
-    .expect("config");
-    Locker::connect(&config).await.expect("connect")
+    support::connect::locker_at(&server.url(), ttl, Duration::from_secs(2)).await
 }
 
 async fn command(server: &RedisServer, args: &[&str]) -> String {
@@ -35,14 +32,11 @@ async fn calls(server: &RedisServer, command: &str) -> u64 {
 
 /// Waits until `server` answers `args` with `expected`.
 async fn until_reply(server: &RedisServer, args: &[&str], expected: &str) {
-    let give_up = Instant::now() + Duration::from_secs(10);
-    while command(server, args).await != expected {
-        assert!(
-            Instant::now() < give_up,
-            "{args:?} never answered {expected:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    let what = format!("{args:?} answers {expected:?}");
+    eventually(&what, Duration::from_secs(10), async || {
+        command(server, args).await == expected
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -2,8 +2,7 @@
 //! frozen (SIGSTOP) and restarted empty while locks are held or wanted. Double holders are
 //! detected with a non-atomic read-sleep-write of shared state, not a counter.
 
-#[path = "support/connect.rs"]
-mod connect;
+mod support;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -14,7 +13,7 @@ use dlock_harness::{ProxyMode, RedisNodes, TcpProxy};
 const OPERATION_TIMEOUT: Duration = Duration::from_secs(1);
 
 async fn locker(url: &str, ttl: Duration) -> Locker {
-    connect::locker_at(url, ttl, OPERATION_TIMEOUT).await
+    support::connect::locker_at(url, ttl, OPERATION_TIMEOUT).await
 }
 
 /// `tasks` tasks over two Lockers each take `key` `rounds` times and, holding it, read the

@@ -7,6 +7,8 @@
 //! Waiting for a condition polls it (with a limit); no assertion depends on a sleep being long
 //! enough.
 
+mod support;
+
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -20,12 +22,10 @@ use zookeeper_client::Client;
 const TIMEOUT: Duration = Duration::from_secs(2);
 
 async fn locker(url: &str, ttl: Duration) -> Locker {
-    let config = DlockConfig::default()
-        .with_backend(BackendSpec::Url(url.to_owned()))
-        .with_key_prefix(String::new())
-        .with_ttl(ttl)
-        .with_operation_timeout(TIMEOUT);
-    Locker::connect(&config).await.expect("connect")
+    support::connect::locker_with(
+        &support::connect::config_at(url, ttl, TIMEOUT).with_key_prefix(String::new()),
+    )
+    .await
 }
 
 async fn raw(connect_string: &str) -> Client {
@@ -40,13 +40,9 @@ async fn children(client: &Client, path: &str) -> Vec<String> {
     }
 }
 
-/// Polls `condition` every 20 ms for up to 15 s.
-async fn eventually<F: Future<Output = bool>>(what: &str, mut condition: impl FnMut() -> F) {
-    let give_up = Instant::now() + Duration::from_secs(15);
-    while !condition().await {
-        assert!(Instant::now() < give_up, "{what}: not within 15 s");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+/// Polls the async `condition` until it holds, for up to 15 s.
+async fn eventually(what: &str, condition: impl AsyncFnMut() -> bool) {
+    support::processes::eventually(what, Duration::from_secs(15), condition).await;
 }
 
 /// `_c_<36-char uuid>-<lock name><10 digits>`, Curator's protected sequential name.

@@ -74,10 +74,10 @@ pub async fn shutdown_releases_every_lock<B: LockBackend + ?Sized>(target: &Targ
     );
     let ttl = Duration::from_secs(30);
     let mut guards = vec![holder.lock(&mutex).ttl(ttl).await.expect("lock")];
-    if target.expect.read_write {
+    if target.expect.capabilities.read_write {
         guards.push(holder.read_lock(&shared).ttl(ttl).await.expect("read lock"));
     }
-    if target.expect.semaphore {
+    if target.expect.capabilities.semaphore {
         guards.push(
             holder
                 .semaphore(&permits, 2)
@@ -99,7 +99,7 @@ pub async fn shutdown_releases_every_lock<B: LockBackend + ?Sized>(target: &Targ
     // Free at once (tries, no waiting): released, not left to expire in 30 s.
     let taken = other.try_lock(&mutex).await.expect("the mutex is free");
     drop(taken);
-    if target.expect.read_write {
+    if target.expect.capabilities.read_write {
         let writer = other
             .write_lock(&shared)
             .wait(Duration::ZERO)
@@ -107,7 +107,7 @@ pub async fn shutdown_releases_every_lock<B: LockBackend + ?Sized>(target: &Targ
             .expect("no reader is left");
         drop(writer);
     }
-    if target.expect.semaphore {
+    if target.expect.capabilities.semaphore {
         let first = other.semaphore(&permits, 2).wait(Duration::ZERO).await;
         let second = other.semaphore(&permits, 2).wait(Duration::ZERO).await;
         let both = (
@@ -183,7 +183,7 @@ pub async fn inspect_shows_holders_and_waiters<B: LockBackend + ?Sized>(target: 
         "the new holder shows as the old one"
     );
     next.release().await.expect("release");
-    if target.expect.read_write {
+    if target.expect.capabilities.read_write {
         let shared = super::support::key("inspect-rw");
         let readers = (
             holder.read_lock(&shared).await.expect("read lock"),
@@ -198,7 +198,7 @@ pub async fn inspect_shows_holders_and_waiters<B: LockBackend + ?Sized>(target: 
         );
         drop(readers);
     }
-    if target.expect.semaphore {
+    if target.expect.capabilities.semaphore {
         let semaphore = super::support::key("inspect-permits");
         let permits = (
             holder.semaphore(&semaphore, 2).await.expect("permit"),

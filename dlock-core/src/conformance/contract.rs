@@ -160,7 +160,7 @@ pub async fn fencing_tokens_strictly_increase<B: LockBackend + ?Sized>(target: &
     guard.release().await.expect("release");
     tokens.push(waiter.await.expect("waiter panicked").expect("hand-off"));
 
-    if target.expect.fencing {
+    if target.expect.fencing() {
         let tokens: Vec<u64> = tokens
             .into_iter()
             .map(|t| t.expect("a fencing backend gave no token"))
@@ -184,7 +184,7 @@ pub async fn fencing_tokens_strictly_increase<B: LockBackend + ?Sized>(target: &
 pub async fn fencing_on_request<B: LockBackend + ?Sized>(target: &Target<B>) {
     let locker = target.locker().await;
     let key = key("fencing-on-request");
-    if !target.expect.fencing {
+    if !target.expect.fencing() {
         let refused = locker.lock(&key).fencing(true).await;
         assert!(
             matches!(refused, Err(Error::Unsupported { .. })),

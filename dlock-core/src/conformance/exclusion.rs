@@ -23,7 +23,7 @@ pub async fn mutual_exclusion_read_sleep_write<B: LockBackend + ?Sized>(target: 
         let locker = lockers[worker % 2].clone();
         let key = key.clone();
         let counter = Arc::clone(&counter);
-        let fencing = target.expect.fencing && worker % 2 == 0;
+        let fencing = target.expect.fencing() && worker % 2 == 0;
         tasks.push(tokio::spawn(async move {
             for _ in 0..ROUNDS {
                 let guard = locker.lock(&key).fencing(fencing).await.expect("acquire");

@@ -33,34 +33,18 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use admin::{
-    inspect_shows_holders_and_waiters, max_hold_ends_a_hold, shutdown_releases_every_lock,
-};
-pub use contract::{
-    fencing_on_request, fencing_tokens_strictly_increase, invalid_keys_are_rejected,
-    non_owner_release_and_renew_refused, release_is_idempotent,
-};
-pub use exclusion::{mutual_exclusion_read_sleep_write, try_lock_race_has_one_winner};
-pub use leases::{
-    dropped_guard_releases, lease_expires_without_watchdog, lost_lease_cancels_work,
-    paused_holder_never_resumes_its_work, ttl_expiry_after_holder_vanishes,
-    watchdog_keeps_lock_past_three_ttls,
-};
-pub use modes::{
-    cancelled_reader_or_permit_leaves_nothing_behind, downgrade_reenters_and_upgrade_errors,
-    readers_overlap, semaphore_limit_mismatch_is_an_error, semaphore_never_exceeds_its_limit,
-    tokens_increase_across_modes, vanished_permit_frees_at_its_ttl, waiting_writer_is_not_starved,
-    writer_excludes_readers_and_writers,
-};
-pub use reentrancy::{hand_off_shares_the_hold, reentrancy_is_per_task};
+// Every scenario is a `pub async fn(&Target<B>)` in one of the files above, registered once:
+// in the list of `conformance_tests!` below.
+pub use admin::*;
+pub use contract::*;
+pub use exclusion::*;
+pub use leases::*;
+pub use modes::*;
+pub use reentrancy::*;
 pub use support::CountingBackend;
-pub use waiting::{
-    cancelled_wait_leaves_nothing_behind, given_up_waiter_leaves_nothing_behind,
-    try_lock_does_not_wait, wait_deadline_is_honoured, waiter_woken_promptly_on_release,
-    waiters_are_served_in_order,
-};
+pub use waiting::*;
 
-use crate::backend::{Fencing, LockBackend};
+use crate::backend::{Capabilities, Fencing, LockBackend};
 use crate::config::DlockConfig;
 use crate::lease::{AcquireOutcome, AcquireRequest};
 use crate::locker::Locker;
@@ -94,6 +78,32 @@ impl<B: LockBackend + ?Sized> Target<B> {
             connect: Arc::new(move || Box::pin(connect())),
             expect,
         }
+    }
+
+    /// A target on a service that `server` keeps running (a harness process, its
+    /// certificates: anything, dropped with the target), whose clients come from `connect`;
+    /// the expectations are read off a first client and adjusted by `adjust` (the lease and
+    /// slack the service's timing needs, what its capabilities do not say).
+    pub async fn serving<S, C, Fut>(
+        server: S,
+        connect: C,
+        adjust: impl FnOnce(Expectations) -> Expectations,
+    ) -> Self
+    where
+        B: Sized,
+        S: Send + Sync + 'static,
+        C: Fn() -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = B> + Send + 'static,
+    {
+        let expect = adjust(Expectations::of(&connect().await));
+        Self::new(
+            move || {
+                let _running = &server;
+                let client = connect();
+                async move { Arc::new(client.await) }
+            },
+            expect,
+        )
     }
 
     /// Returns once `count` acquires wait on `full_key`, as a client's
@@ -182,7 +192,7 @@ impl<B: LockBackend + ?Sized> Target<B> {
     /// backend issues them (`fencing = true`).
     pub async fn fenced_locker(&self) -> Locker {
         let config = DlockConfig {
-            fencing: self.expect.fencing,
+            fencing: self.expect.fencing(),
             ..self.config(&self.expect.prefix)
         };
         self.locker_with_config(&config).await
@@ -227,18 +237,14 @@ impl<B: LockBackend + ?Sized> Target<B> {
     }
 }
 
-/// What a backend promises, as explicit parameters of the suite.
+/// What a backend promises: its own [`Capabilities`] (the scenarios of a mode it lacks check
+/// that asking for it is `Unsupported`; fairness and fencing are checked where claimed), and
+/// what the capabilities do not say, as explicit parameters of the suite.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct Expectations {
-    /// Grants carry strictly increasing tokens.
-    pub fencing: bool,
-    /// Waiters are served in arrival order.
-    pub fair: bool,
-    /// Read-write locks are supported (the mode scenarios check `Unsupported` otherwise).
-    pub read_write: bool,
-    /// Semaphores are supported.
-    pub semaphore: bool,
+    /// What the backend says it can do, read off a client of it.
+    pub capabilities: Capabilities,
     /// `force_release` is supported (used to delete a key behind its holder's back).
     pub force_release: bool,
     /// [`inspect`](crate::backend::LockBackend::inspect) is supported (otherwise the
@@ -268,12 +274,8 @@ pub struct Expectations {
 impl Expectations {
     /// Expectations read off `backend`'s capabilities, with a 300 ms lease and 250 ms slack.
     pub fn of(backend: &(impl LockBackend + ?Sized)) -> Self {
-        let caps = backend.capabilities();
         Self {
-            fencing: caps.fencing != Fencing::None,
-            fair: caps.fair,
-            read_write: caps.read_write,
-            semaphore: caps.semaphore,
+            capabilities: backend.capabilities(),
             force_release: true,
             inspect: true,
             ttl: Duration::from_millis(300),
@@ -284,6 +286,12 @@ impl Expectations {
             prefix: format!("conformance:{:08x}:", rand::random::<u32>()),
             split_votes: false,
         }
+    }
+
+    /// Whether grants carry strictly increasing tokens.
+    #[must_use]
+    pub fn fencing(&self) -> bool {
+        self.capabilities.fencing != Fencing::None
     }
 
     /// Sets [`Expectations::split_votes`].

@@ -20,8 +20,8 @@ const NOT_YET: Duration = Duration::from_millis(100);
 async fn runs<B: LockBackend + ?Sized>(target: &Target<B>, mode: LockMode) -> bool {
     let supported = match mode {
         LockMode::Exclusive => true,
-        LockMode::Shared => target.expect.read_write,
-        LockMode::Permit { .. } => target.expect.semaphore,
+        LockMode::Shared => target.expect.capabilities.read_write,
+        LockMode::Permit { .. } => target.expect.capabilities.semaphore,
     };
     if supported {
         return true;
@@ -369,7 +369,7 @@ pub async fn cancelled_reader_or_permit_leaves_nothing_behind<B: LockBackend + ?
         target.locker().await,
         target.locker().await,
     );
-    if target.expect.read_write {
+    if target.expect.capabilities.read_write {
         let key = key("cancel-reader");
         let writer = holder.write_lock(&key).await.expect("write lock");
         let timed_out = tokio::time::timeout(
@@ -398,7 +398,7 @@ pub async fn cancelled_reader_or_permit_leaves_nothing_behind<B: LockBackend + ?
     } else {
         runs(target, LockMode::Shared).await;
     }
-    if target.expect.semaphore {
+    if target.expect.capabilities.semaphore {
         let key = key("cancel-permit");
         let permit = holder.semaphore(&key, 1).await.expect("permit");
         let aborted = tokio::spawn({
@@ -438,7 +438,7 @@ pub async fn cancelled_reader_or_permit_leaves_nothing_behind<B: LockBackend + ?
 /// Fencing tokens strictly increase in grant order across the modes of one key: a write
 /// lock, two overlapping read locks, a write lock; and across the permits of a semaphore.
 pub async fn tokens_increase_across_modes<B: LockBackend + ?Sized>(target: &Target<B>) {
-    if !target.expect.fencing {
+    if !target.expect.fencing() {
         return;
     }
     let (a, b) = (target.fenced_locker().await, target.fenced_locker().await);

@@ -128,7 +128,7 @@ pub async fn waiters_are_served_in_order<B: LockBackend + ?Sized>(target: &Targe
         waiter.await.expect("waiter panicked");
     }
     let order = order.lock().unwrap_or_else(PoisonError::into_inner).clone();
-    if target.expect.fair {
+    if target.expect.capabilities.fair {
         assert_eq!(
             order,
             [0, 1, 2, 3, 4],

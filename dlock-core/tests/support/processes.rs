@@ -15,6 +15,15 @@ pub async fn until(what: &str, limit: Duration, mut condition: impl FnMut() -> b
     }
 }
 
+/// Polls the async `condition` every few milliseconds until it holds; panics after `limit`.
+pub async fn eventually(what: &str, limit: Duration, mut condition: impl AsyncFnMut() -> bool) {
+    let give_up = Instant::now() + limit;
+    while !condition().await {
+        assert!(Instant::now() < give_up, "{what}: not within {limit:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// Sends `signal` (`TERM`, `KILL`, …) to `child` with kill(1).
 pub fn signal(child: &Child, signal: &str) {
     let pid = child.id().expect("running").to_string();
