@@ -1,8 +1,9 @@
 //! `shared_for_safe_methods`: in a real axum `Router`, two GETs of one order hold its lock at
-//! once, and a POST to the same order waits for both and runs alone.
+//! once, and a POST to the same order waits for both and runs alone. Each step waits for the
+//! one before it to be seen (both readers inside, the POST queued), never for a time.
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::body::Body;
@@ -11,14 +12,16 @@ use axum::http::{Request, StatusCode};
 use axum::routing::{get, post};
 use dlock_core::Locker;
 use dlock_tower::{DistributedLockLayer, path_key};
-use tokio::sync::Barrier;
+use tokio::sync::{Barrier, watch};
 use tower::ServiceExt;
 
-/// What the handlers saw, in order, and a barrier the two GETs meet at.
+/// What the handlers saw, in order, a barrier the two GETs meet at, and whether the POST is
+/// queued behind them.
 struct Order {
     events: Mutex<Vec<String>>,
     readers_inside: Mutex<usize>,
     both_readers_in: Barrier,
+    post_queued: watch::Sender<bool>,
 }
 
 impl Order {
@@ -28,12 +31,13 @@ impl Order {
 }
 
 /// A read: waits (holding its lock) until the other GET is inside too — it only gets there
-/// if the two hold the lock at once — then stays a little.
+/// if the two hold the lock at once — then until the POST waits for the lock.
 async fn show(State(order): State<Arc<Order>>, Path(id): Path<u64>) -> String {
     *order.readers_inside.lock().unwrap() += 1;
     order.log("get in");
     let met = tokio::time::timeout(Duration::from_secs(5), order.both_readers_in.wait()).await;
-    tokio::time::sleep(Duration::from_millis(30)).await;
+    let mut queued = order.post_queued.subscribe();
+    let _ = tokio::time::timeout(Duration::from_secs(5), queued.wait_for(|queued| *queued)).await;
     order.log("get out");
     *order.readers_inside.lock().unwrap() -= 1;
     if met.is_ok() {
@@ -64,8 +68,10 @@ async fn two_gets_of_one_order_overlap_and_a_post_waits_for_both() {
         events: Mutex::default(),
         readers_inside: Mutex::default(),
         both_readers_in: Barrier::new(2),
+        post_queued: watch::Sender::new(false),
     });
-    let layer = DistributedLockLayer::new(Locker::memory(), path_key("order:<id>"))
+    let locker = Locker::memory();
+    let layer = DistributedLockLayer::new(locker.clone(), path_key("order:<id>"))
         .shared_for_safe_methods()
         .wait(Duration::from_secs(10));
     let app = Router::new()
@@ -76,11 +82,29 @@ async fn two_gets_of_one_order_overlap_and_a_post_waits_for_both() {
 
     let first = tokio::spawn(app.clone().oneshot(request("GET", "/orders/7")));
     let second = tokio::spawn(app.clone().oneshot(request("GET", "/orders/7")));
-    // The POST is sent once a GET holds the lock: it must wait for both.
-    while order.events.lock().unwrap().is_empty() {
+    // The POST is sent once both GETs hold the lock: it must wait for both.
+    let give_up = Instant::now() + Duration::from_secs(5);
+    while *order.readers_inside.lock().unwrap() < 2 {
+        assert!(
+            Instant::now() < give_up,
+            "the two GETs never held the lock at once"
+        );
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
     let write = tokio::spawn(app.clone().oneshot(request("POST", "/orders/7/pay")));
+    loop {
+        let info = locker.inspect("order:7").await.unwrap();
+        if info
+            .waiters
+            .as_ref()
+            .is_some_and(|waiters| waiters.len() == 1)
+        {
+            break;
+        }
+        assert!(Instant::now() < give_up, "the POST never waited: {info:?}");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    order.post_queued.send_replace(true);
 
     for read in [first, second] {
         let response = read.await.unwrap().unwrap();
