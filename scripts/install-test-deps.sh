@@ -129,6 +129,10 @@ check_postgres_server() {
 
 check_psql() { quietly psql --version; }
 
+# A server shared by every test of a test binary is started through `setpriv --pdeathsig KILL`,
+# so it dies with the binary: setpriv must run a program with that option.
+check_setpriv() { quietly setpriv --pdeathsig KILL -- true; }
+
 # Each piece: "the check function|the Debian package that provides it|what it is".
 PIECES=(
     "check_protoc|protobuf-compiler|protoc (etcd-client's build)"
@@ -143,6 +147,7 @@ PIECES=(
     "check_curator|libcurator-recipes-java|Apache Curator 5 (its lock recipes, compiled against and run on the JVM)"
     "check_postgres_server|postgresql|PostgreSQL server (initdb, postgres and the postgres user)"
     "check_psql|postgresql-client|psql"
+    "check_setpriv|util-linux|setpriv (ties a shared test server's life to its test binary)"
 )
 
 # Prints "package|what" for every piece whose check fails.

@@ -1,5 +1,6 @@
 //! The conformance suite against real etcd: one member (in plain text and over mutual TLS),
-//! and a 3-member cluster, each started by the harness for the test and stopped after it.
+//! and a 3-member cluster, each started by the harness once and shared by every test of this
+//! binary (each test keys its locks apart), ending with it.
 //!
 //! etcd leases are whole seconds and at least 1.5 × the election timeout (the harness uses 1 s),
 //! so the timing scenarios run with a 3 s ttl; a crashed client's lease ends when etcd's lessor
@@ -9,9 +10,14 @@ use std::time::Duration;
 
 use dlock_core::backend::{BackendUrl, EtcdBackend};
 use dlock_core::conformance::Target;
-use dlock_harness::{EtcdCluster, EtcdServer, TestCerts};
+use dlock_harness::{EtcdCluster, EtcdServer, TestCerts, shared};
+use tokio::sync::OnceCell;
 
 const TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A server (with what it needs, e.g. its certificates) shared by every test of this binary,
+/// each test keying its locks apart, and the URL clients connect to.
+type Serving = (Box<dyn Send + Sync>, String);
 
 /// A target whose clients are new `EtcdBackend`s (a Locker each: its own connection, leases
 /// and watches) on `url`, keeping `server` alive as long as the target.
@@ -32,24 +38,39 @@ async fn target<S: Send + Sync + 'static>(server: S, url: String) -> Target<Etcd
 }
 
 async fn single() -> Target<EtcdBackend> {
-    let server = EtcdServer::start().await.expect("etcd");
-    let url = server.url();
-    target(server, url).await
+    static SERVER: OnceCell<Serving> = OnceCell::const_new();
+    let (server, url) = shared(&SERVER, || async {
+        let server = EtcdServer::start().await.expect("etcd");
+        let url = server.url();
+        (Box::new(server) as Box<dyn Send + Sync>, url)
+    })
+    .await;
+    target(server, url.clone()).await
 }
 
 async fn cluster() -> Target<EtcdBackend> {
-    let cluster = EtcdCluster::start(3).await.expect("etcd cluster");
-    let url = cluster.url();
-    target(cluster, url).await
+    static SERVER: OnceCell<Serving> = OnceCell::const_new();
+    let (server, url) = shared(&SERVER, || async {
+        let cluster = EtcdCluster::start(3).await.expect("etcd cluster");
+        let url = cluster.url();
+        (Box::new(cluster) as Box<dyn Send + Sync>, url)
+    })
+    .await;
+    target(server, url.clone()).await
 }
 
 /// The member's TLS port, trusting the test CA and presenting a client certificate (the
 /// member requires one).
 async fn single_tls() -> Target<EtcdBackend> {
-    let certs = TestCerts::generate().expect("certificates");
-    let server = EtcdServer::start_tls(&certs).await.expect("etcd");
-    let url = format!("{}?{}", server.tls_url(), certs.url_query());
-    target((server, certs), url).await
+    static SERVER: OnceCell<Serving> = OnceCell::const_new();
+    let (server, url) = shared(&SERVER, || async {
+        let certs = TestCerts::generate().expect("certificates");
+        let server = EtcdServer::start_tls(&certs).await.expect("etcd");
+        let url = format!("{}?{}", server.tls_url(), certs.url_query());
+        (Box::new((server, certs)) as Box<dyn Send + Sync>, url)
+    })
+    .await;
+    target(server, url.clone()).await
 }
 
 dlock_core::conformance_tests!(etcd_single, single());

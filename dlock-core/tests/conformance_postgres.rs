@@ -1,5 +1,6 @@
 //! The conformance suite against a real PostgreSQL (in plain text and over mutual TLS),
-//! started by the harness for each test and stopped after it.
+//! started by the harness once and shared by every test of this binary (each test keys its
+//! locks apart), ending with it.
 //!
 //! PostgreSQL frees a session's advisory locks when its connection closes: a crashed client
 //! (its runtime shut down, its sockets closed) frees its locks at once, which the suite
@@ -10,25 +11,40 @@ use std::time::Duration;
 
 use dlock_core::backend::{BackendUrl, PostgresBackend};
 use dlock_core::conformance::Target;
-use dlock_harness::{PostgresServer, TestCerts};
+use dlock_harness::{PostgresServer, TestCerts, shared};
+use tokio::sync::OnceCell;
 
 const TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A server (with what it needs, e.g. its certificates) shared by every test of this binary,
+/// each test keying its locks apart, and the URL clients connect to.
+type Serving = (Box<dyn Send + Sync>, String);
 
 /// A target whose clients are new `PostgresBackend`s on one harness-started server (the
 /// suite sees a waiter queued in `inspect`: `pg_locks` rows not granted).
 async fn single() -> Target<PostgresBackend> {
-    let server = PostgresServer::start().await.expect("postgres");
-    let url = server.url();
-    target(server, &url).await
+    static SERVER: OnceCell<Serving> = OnceCell::const_new();
+    let (server, url) = shared(&SERVER, || async {
+        let server = PostgresServer::start().await.expect("postgres");
+        let url = server.url();
+        (Box::new(server) as Box<dyn Send + Sync>, url)
+    })
+    .await;
+    target(server, url).await
 }
 
 /// Every client connection over TLS, checking the server's name and presenting a client
 /// certificate for the user (the server requires one on TLS sessions).
 async fn single_tls() -> Target<PostgresBackend> {
-    let certs = TestCerts::generate().expect("certificates");
-    let server = PostgresServer::start_tls(&certs).await.expect("postgres");
-    let url = format!("{}&{}", server.tls_url(), certs.url_query());
-    target((server, certs), &url).await
+    static SERVER: OnceCell<Serving> = OnceCell::const_new();
+    let (server, url) = shared(&SERVER, || async {
+        let certs = TestCerts::generate().expect("certificates");
+        let server = PostgresServer::start_tls(&certs).await.expect("postgres");
+        let url = format!("{}&{}", server.tls_url(), certs.url_query());
+        (Box::new((server, certs)) as Box<dyn Send + Sync>, url)
+    })
+    .await;
+    target(server, url).await
 }
 
 /// The target of clients on `url`; keeps `server` alive as long as the target.

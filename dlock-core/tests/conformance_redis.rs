@@ -1,14 +1,19 @@
 //! The conformance suite against real Redis: one `redis-server`, and a 3-master Redis Cluster,
-//! each in plain text and over mutual TLS, started by the harness for the test and stopped
-//! after it.
+//! each in plain text and over mutual TLS, started by the harness once and shared by every
+//! test of this binary (each test keys its locks apart), ending with it.
 
 use std::time::Duration;
 
 use dlock_core::backend::{BackendUrl, RedisBackend};
 use dlock_core::conformance::Target;
-use dlock_harness::{RedisCluster, RedisServer, TestCerts};
+use dlock_harness::{RedisCluster, RedisServer, TestCerts, shared};
+use tokio::sync::OnceCell;
 
 const TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A server (with what it needs, e.g. its certificates) shared by every test of this binary,
+/// each test keying its locks apart, and the URL clients connect to.
+type Serving = (Box<dyn Send + Sync>, String);
 
 /// A target whose clients are new `RedisBackend`s (a Locker each: its own connections and
 /// subscription) on `url`, keeping `server` alive as long as the target.
@@ -27,34 +32,54 @@ async fn target<S: Send + Sync + 'static>(server: S, url: String) -> Target<Redi
 }
 
 async fn single() -> Target<RedisBackend> {
-    let server = RedisServer::start().await.expect("redis-server");
-    let url = server.url();
-    target(server, url).await
+    static SERVER: OnceCell<Serving> = OnceCell::const_new();
+    let (server, url) = shared(&SERVER, || async {
+        let server = RedisServer::start().await.expect("redis-server");
+        let url = server.url();
+        (Box::new(server) as Box<dyn Send + Sync>, url)
+    })
+    .await;
+    target(server, url.clone()).await
 }
 
 async fn cluster() -> Target<RedisBackend> {
-    let cluster = RedisCluster::start(3).await.expect("redis cluster");
-    let url = cluster.url();
-    target(cluster, url).await
+    static SERVER: OnceCell<Serving> = OnceCell::const_new();
+    let (server, url) = shared(&SERVER, || async {
+        let cluster = RedisCluster::start(3).await.expect("redis cluster");
+        let url = cluster.url();
+        (Box::new(cluster) as Box<dyn Send + Sync>, url)
+    })
+    .await;
+    target(server, url.clone()).await
 }
 
 /// The server's TLS port, trusting the test CA and presenting a client certificate (the
 /// server requires one).
 async fn single_tls() -> Target<RedisBackend> {
-    let certs = TestCerts::generate().expect("certificates");
-    let server = RedisServer::start_tls(&certs).await.expect("redis-server");
-    let url = format!("{}?{}", server.tls_url(), certs.url_query());
-    target((server, certs), url).await
+    static SERVER: OnceCell<Serving> = OnceCell::const_new();
+    let (server, url) = shared(&SERVER, || async {
+        let certs = TestCerts::generate().expect("certificates");
+        let server = RedisServer::start_tls(&certs).await.expect("redis-server");
+        let url = format!("{}?{}", server.tls_url(), certs.url_query());
+        (Box::new((server, certs)) as Box<dyn Send + Sync>, url)
+    })
+    .await;
+    target(server, url.clone()).await
 }
 
 /// A cluster whose nodes talk TLS to each other and to clients.
 async fn cluster_tls() -> Target<RedisBackend> {
-    let certs = TestCerts::generate().expect("certificates");
-    let cluster = RedisCluster::start_tls(3, &certs)
-        .await
-        .expect("redis cluster");
-    let url = format!("{}?{}", cluster.tls_url(), certs.url_query());
-    target((cluster, certs), url).await
+    static SERVER: OnceCell<Serving> = OnceCell::const_new();
+    let (server, url) = shared(&SERVER, || async {
+        let certs = TestCerts::generate().expect("certificates");
+        let cluster = RedisCluster::start_tls(3, &certs)
+            .await
+            .expect("redis cluster");
+        let url = format!("{}?{}", cluster.tls_url(), certs.url_query());
+        (Box::new((cluster, certs)) as Box<dyn Send + Sync>, url)
+    })
+    .await;
+    target(server, url.clone()).await
 }
 
 dlock_core::conformance_tests!(redis_single, single());

@@ -1,6 +1,6 @@
 //! The conformance suite against real ZooKeeper: a standalone server (in plain text and over
-//! mutual TLS), and a 3-server ensemble, each started by the harness for the test and stopped
-//! after it.
+//! mutual TLS), and a 3-server ensemble, each started by the harness once and shared by every
+//! test of this binary (each test keys its locks apart), ending with it.
 //!
 //! The harness runs ZooKeeper with `tickTime=500` and session timeouts from 1 s: the timing
 //! scenarios run with a 2 s ttl (the session timeout the server grants). The server expires a
@@ -10,9 +10,14 @@ use std::time::Duration;
 
 use dlock_core::backend::{BackendUrl, ZooKeeperBackend};
 use dlock_core::conformance::Target;
-use dlock_harness::{TestCerts, ZkEnsemble, ZkServer};
+use dlock_harness::{TestCerts, ZkEnsemble, ZkServer, shared};
+use tokio::sync::OnceCell;
 
 const TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A server (with what it needs, e.g. its certificates) shared by every test of this binary,
+/// each test keying its locks apart, and the URL clients connect to.
+type Serving = (Box<dyn Send + Sync>, String);
 
 /// A target whose clients are new `ZooKeeperBackend`s (a Locker each: its own sessions and
 /// watches) on `url`, keeping `server` alive as long as the target.
@@ -39,22 +44,37 @@ async fn target<S: Send + Sync + 'static>(server: S, url: String) -> Target<ZooK
 /// The server's TLS port, trusting the test CA and presenting a client certificate (the
 /// server requires one).
 async fn single_tls() -> Target<ZooKeeperBackend> {
-    let certs = TestCerts::generate().expect("certificates");
-    let server = ZkServer::start_tls(&certs).await.expect("zookeeper");
-    let url = format!("{}?{}", server.tls_url(), certs.url_query());
-    target((server, certs), url).await
+    static SERVER: OnceCell<Serving> = OnceCell::const_new();
+    let (server, url) = shared(&SERVER, || async {
+        let certs = TestCerts::generate().expect("certificates");
+        let server = ZkServer::start_tls(&certs).await.expect("zookeeper");
+        let url = format!("{}?{}", server.tls_url(), certs.url_query());
+        (Box::new((server, certs)) as Box<dyn Send + Sync>, url)
+    })
+    .await;
+    target(server, url.clone()).await
 }
 
 async fn single() -> Target<ZooKeeperBackend> {
-    let server = ZkServer::start().await.expect("zookeeper");
-    let url = server.url();
-    target(server, url).await
+    static SERVER: OnceCell<Serving> = OnceCell::const_new();
+    let (server, url) = shared(&SERVER, || async {
+        let server = ZkServer::start().await.expect("zookeeper");
+        let url = server.url();
+        (Box::new(server) as Box<dyn Send + Sync>, url)
+    })
+    .await;
+    target(server, url.clone()).await
 }
 
 async fn ensemble() -> Target<ZooKeeperBackend> {
-    let ensemble = ZkEnsemble::start(3).await.expect("zookeeper ensemble");
-    let url = ensemble.url();
-    target(ensemble, url).await
+    static SERVER: OnceCell<Serving> = OnceCell::const_new();
+    let (server, url) = shared(&SERVER, || async {
+        let ensemble = ZkEnsemble::start(3).await.expect("zookeeper ensemble");
+        let url = ensemble.url();
+        (Box::new(ensemble) as Box<dyn Send + Sync>, url)
+    })
+    .await;
+    target(server, url.clone()).await
 }
 
 dlock_core::conformance_tests!(zk_single, single());

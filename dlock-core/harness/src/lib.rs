@@ -22,6 +22,9 @@
 //! Curator's lock recipes, in a JVM). A [`TcpProxy`] between a client and a server cuts the
 //! connection, or drops the server's replies, on command.
 //!
+//! A server can also be [`shared`] by every test of a test binary: started once, it dies with
+//! the binary.
+//!
 //! A missing binary is an error ([`HarnessError::MissingBinary`]) that names
 //! `scripts/install-test-deps.sh`, never a silent skip.
 
@@ -34,6 +37,7 @@ mod process;
 mod proxy;
 mod redis;
 mod redis_cluster;
+mod shared;
 mod tls;
 mod wire;
 mod zookeeper;
@@ -45,6 +49,7 @@ pub use postgres::{PostgresServer, PsqlSession};
 pub use proxy::{ProxyMode, TcpProxy};
 pub use redis::{RedisNodes, RedisServer};
 pub use redis_cluster::RedisCluster;
+pub use shared::shared;
 pub use tls::{SERVER_NAME, TestCerts};
 pub use zookeeper::{ZkEnsemble, ZkServer};
 

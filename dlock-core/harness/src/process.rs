@@ -19,6 +19,7 @@ use tokio::process::{Child, Command};
 use tokio::sync::Mutex;
 
 use super::{HarnessError, Result};
+use crate::shared;
 
 /// How long a single server may take to become ready.
 pub(crate) const STARTUP_TIMEOUT: Duration = Duration::from_secs(20);
@@ -62,10 +63,16 @@ pub(crate) fn is_executable(path: &Path) -> bool {
         .is_ok_and(|meta| meta.is_file() && meta.permissions().mode() & 0o111 != 0)
 }
 
-/// A new temporary directory for one server, named after it.
+/// A new temporary directory for one server, named after it (and, for a server shared by a
+/// whole test binary, after the binary's process: see [`shared`](crate::shared)).
 pub(crate) fn temp_dir(kind: &str) -> Result<tempfile::TempDir> {
+    let owner = if shared::spawning_for_the_process() {
+        shared::temp_dir_owner()
+    } else {
+        String::new()
+    };
     Ok(tempfile::Builder::new()
-        .prefix(&format!("dlock-{kind}-"))
+        .prefix(&format!("dlock-{kind}-{owner}"))
         .tempdir()?)
 }
 
@@ -202,7 +209,16 @@ impl Spec {
             .create(true)
             .append(true)
             .open(&self.log)?;
-        let mut command = Command::new(&self.program);
+        let mut command = if shared::spawning_for_the_process() {
+            // Dies with this process, not with its handle (which a static never drops).
+            let mut command = Command::new(find_binary("setpriv")?);
+            command
+                .args(["--pdeathsig", "KILL", "--"])
+                .arg(&self.program);
+            command
+        } else {
+            Command::new(&self.program)
+        };
         command
             .args(&self.args)
             .current_dir(&self.dir)
