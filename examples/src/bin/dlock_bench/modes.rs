@@ -72,6 +72,7 @@ async fn on_one_key(
         waits: Samples {
             latencies: take(&waits),
             elapsed,
+            ..Samples::default()
         },
         holds: take(&holds),
     }

@@ -131,6 +131,7 @@ impl RedLockRaw {
         Samples {
             latencies,
             elapsed: started.elapsed(),
+            ..Samples::default()
         }
     }
 }

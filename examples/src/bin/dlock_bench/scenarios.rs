@@ -66,6 +66,7 @@ macro_rules! timed_tasks {
         Samples {
             latencies,
             elapsed: started.elapsed(),
+            ..Samples::default()
         }
     }};
 }
@@ -74,8 +75,8 @@ macro_rules! timed_tasks {
 struct Paired {
     dlock: Samples,
     floor: Samples,
-    /// The median over pairs of dlock's throughput over the floor's.
-    ratio: f64,
+    /// Each pair's dlock throughput over the floor's.
+    ratios: Vec<f64>,
     /// The median throughput of dlock's protocol sent raw, when measured.
     protocol_ops: Option<f64>,
 }
@@ -121,7 +122,7 @@ macro_rules! paired {
         Paired {
             dlock: median_run(dlock_runs),
             floor: median_run(floor_runs),
-            ratio: median(ratios).unwrap_or(f64::NAN),
+            ratios,
             protocol_ops: median(protocol_runs),
         }
     }};
@@ -223,7 +224,7 @@ impl Paired {
             self.floor.ops_per_sec(),
             note,
         )
-        .with_ratio(self.ratio)
+        .with_ratios(&self.ratios)
     }
 }
 
@@ -335,6 +336,7 @@ pub(crate) async fn contended(target: &Target, s: &Settings) -> Row {
         let run = Samples {
             latencies: std::mem::take(&mut *waits.lock().unwrap()),
             elapsed: started.elapsed(),
+            ..Samples::default()
         };
         if rep > 0 {
             let held = std::mem::take(&mut *holds.lock().unwrap());
@@ -344,6 +346,7 @@ pub(crate) async fn contended(target: &Target, s: &Settings) -> Row {
             handoffs.push(Samples {
                 latencies: std::mem::take(&mut handoff.lock().unwrap().1),
                 elapsed: Duration::from_secs(1),
+                ..Samples::default()
             });
         }
     }
@@ -370,6 +373,7 @@ pub(crate) async fn contended(target: &Target, s: &Settings) -> Row {
         let raw = Samples {
             latencies: raw,
             elapsed: Duration::from_secs(1),
+            ..Samples::default()
         };
         note.push_str(&format!(
             " (raw, {TASKS} sessions: p50 {:.0} µs p99 {:.0} µs; RTT {:.0} µs)",

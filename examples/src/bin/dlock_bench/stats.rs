@@ -9,6 +9,8 @@ use serde::Serialize;
 pub(crate) struct Samples {
     pub(crate) latencies: Vec<Duration>,
     pub(crate) elapsed: Duration,
+    /// For the median of several runs: the lowest and highest throughput among them.
+    pub(crate) ops_range: Option<(f64, f64)>,
 }
 
 impl Samples {
@@ -27,10 +29,13 @@ impl Samples {
     }
 }
 
-/// The run with the median throughput of several repetitions.
+/// The run with the median throughput of several repetitions, knowing the lowest and highest.
 pub(crate) fn median_run(mut runs: Vec<Samples>) -> Samples {
     runs.sort_by(|a, b| a.ops_per_sec().total_cmp(&b.ops_per_sec()));
-    runs.swap_remove(runs.len() / 2)
+    let range = (runs[0].ops_per_sec(), runs[runs.len() - 1].ops_per_sec());
+    let mut median = runs.swap_remove(runs.len() / 2);
+    median.ops_range = Some(range);
+    median
 }
 
 /// One line of the result table.
@@ -46,6 +51,9 @@ pub(crate) struct Row {
     /// dlock's throughput over the floor's (higher is better; 1.0 = as fast as the floor).
     /// Not a number where a scenario has no floor (serialised as `null`).
     pub(crate) ratio: f64,
+    /// The lowest and highest ratio among the repetitions: a change of the ratio within
+    /// this spread is noise. `None` where a scenario has no floor or one repetition.
+    pub(crate) spread: Option<(f64, f64)>,
     pub(crate) note: String,
 }
 
@@ -71,15 +79,23 @@ impl Row {
             } else {
                 f64::NAN
             },
+            spread: run
+                .ops_range
+                .filter(|_| floor_ops.is_finite() && floor_ops > 0.0)
+                .map(|(low, high)| (low / floor_ops, high / floor_ops)),
             note,
         }
     }
 }
 
 impl Row {
-    /// Replaces the ratio (e.g. by a median of paired ratios).
-    pub(crate) const fn with_ratio(mut self, ratio: f64) -> Self {
-        self.ratio = ratio;
+    /// Replaces the ratio by the median of per-repetition `ratios` (e.g. of pairs), and the
+    /// spread by their range.
+    pub(crate) fn with_ratios(mut self, ratios: &[f64]) -> Self {
+        let mut sorted = ratios.to_vec();
+        sorted.sort_by(f64::total_cmp);
+        self.ratio = sorted.get(sorted.len() / 2).copied().unwrap_or(f64::NAN);
+        self.spread = sorted.first().zip(sorted.last()).map(|(l, h)| (*l, *h));
         self
     }
 }
@@ -94,7 +110,9 @@ fn human_us(us: f64) -> String {
 
 /// Prints rows as a Markdown table.
 pub(crate) fn print_table(rows: &[Row]) {
-    println!("| backend | scenario | ops/s | p50 | p99 | max | floor ops/s | ratio | notes |");
+    println!(
+        "| backend | scenario | ops/s | p50 | p99 | max | floor ops/s | ratio (lowest–highest repetition) | notes |"
+    );
     println!("|---|---|---:|---:|---:|---:|---:|---:|---|");
     let number = |value: f64, precision: usize| {
         if value.is_finite() {
@@ -113,7 +131,15 @@ pub(crate) fn print_table(rows: &[Row]) {
             human_us(row.p99_us),
             human_us(row.max_us),
             number(row.floor_ops_per_sec, 0),
-            number(row.ratio, 2),
+            match row.spread {
+                Some((low, high)) if row.ratio.is_finite() => format!(
+                    "{} ({}–{})",
+                    number(row.ratio, 2),
+                    number(low, 2),
+                    number(high, 2)
+                ),
+                _ => number(row.ratio, 2),
+            },
             row.note
         );
     }
