@@ -32,7 +32,7 @@ pub(crate) mod redis;
 pub(crate) mod redlock;
 #[cfg(any(feature = "etcd", feature = "zookeeper", feature = "postgres"))]
 mod session_end;
-#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+#[cfg(any(feature = "etcd", feature = "zookeeper", feature = "postgres"))]
 mod sessions;
 #[cfg(any(
     feature = "redis",

@@ -258,6 +258,52 @@ async fn the_documented_sql_computes_the_advisory_key() {
     assert!(negatives > 0, "no negative key among the samples");
 }
 
+/// A lock connection left with nothing on it serves the next lock while it lingers, and dlock
+/// closes it at half its ttl: before the server's `idle_session_timeout` (one ttl) could end
+/// it under a lock being taken. (Without the linger's close, the server's timeout is what
+/// ends it, after the limit below.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_connection_serves_the_next_lock_then_closes_at_half_its_ttl() {
+    let server = PostgresServer::start().await.expect("postgres");
+    let admin = admin(&server).await;
+    let pids = async || -> Vec<i32> {
+        admin
+            .query(
+                "SELECT pid FROM pg_stat_activity WHERE application_name = 'dlock'",
+                &[],
+            )
+            .await
+            .expect("pg_stat_activity")
+            .iter()
+            .map(|row| row.get(0))
+            .collect()
+    };
+    let ttl = Duration::from_secs(8);
+    let locker = support::connect::locker_with(&support::connect::config_at(
+        &server.url(),
+        ttl,
+        Duration::from_secs(2),
+    ))
+    .await;
+    let first = locker.lock("idle:a").await.expect("acquire");
+    let session = pids().await;
+    assert_eq!(session.len(), 1);
+    first.release().await.expect("release");
+    let second = locker.lock("idle:b").await.expect("acquire");
+    assert_eq!(
+        pids().await,
+        session,
+        "the idle connection served the next lock"
+    );
+    second.release().await.expect("release");
+    eventually(
+        "dlock closes its idle connection",
+        ttl - Duration::from_secs(1),
+        async || pids().await.is_empty(),
+    )
+    .await;
+}
+
 /// 100 locks taken without waiting share one connection; locks that wait on the server take
 /// one connection each while they wait (and hold).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,18 +1,24 @@
 //! Sessions by ttl, written once for the backends whose locks live in a server session (an
-//! etcd lease, a ZooKeeper session): one session per requested ttl, shared by every lock of
-//! one backend with that ttl (like Go's `concurrency.Session`), opened at its first use and
-//! counted by its users. When the last user is done the session stays, idle, for its
-//! [`linger`](PooledSession::linger) — a lock taken meanwhile reuses it, so a Locker that locks
-//! one key at a time opens one session, not one per lock — and is then closed, by one task per
-//! session. A session that ends by itself (lost) is taken out of use; a shutdown drains them
-//! all. The backends keep only their protocol: how to open, keep alive and close a session.
+//! etcd lease, a ZooKeeper session, a PostgreSQL connection): sessions are kept by requested
+//! ttl, shared by the locks of one backend with that ttl (like Go's `concurrency.Session`),
+//! opened at their first use and counted by their users. etcd and ZooKeeper use one session
+//! per ttl ([`checkout`](Sessions::checkout)); PostgreSQL, whose session can hold a key only
+//! once, picks among several the one a lock may use ([`checkout_where`](Sessions::checkout_where)).
+//! When the last user is done a session stays, idle, for its [`linger`](PooledSession::linger)
+//! — a lock taken meanwhile reuses it, so a Locker that locks one key at a time opens one
+//! session, not one per lock — and is then closed, by one task per session. A session that
+//! ends by itself (lost) is taken out of use; a shutdown drains them all. The backends keep
+//! only their protocol: how to open, keep alive and close a session.
 
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+// Tokio's clock, so that the linger's deadlines follow a paused clock in tests.
+use tokio::time::Instant;
 
 use crate::backend::background::Background;
 use crate::backend::session_end::SessionEnd;
@@ -23,6 +29,11 @@ use crate::{Error, Result};
 pub(crate) trait PooledSession: Send + Sync + 'static {
     /// Whether the session ended (lost or closed), why, and the grants on it.
     fn end(&self) -> &SessionEnd;
+
+    /// Whether a lock may still use the session: by default, until it ended.
+    fn usable(&self) -> bool {
+        !self.end().is_ended()
+    }
 
     /// How long the session stays open with no user, for the next lock.
     fn linger(&self) -> Duration;
@@ -46,9 +57,12 @@ struct Entry<S> {
     lingering: bool,
 }
 
+/// The sessions of one ttl.
+type Live<S> = HashMap<Duration, Vec<Entry<S>>>;
+
 /// The pool's state, shared with its linger tasks.
 struct Pool<S> {
-    live: Mutex<HashMap<Duration, Entry<S>>>,
+    live: Mutex<Live<S>>,
     /// Sessions that take no new lock ([`Sessions::retire`]), with their users: each is
     /// closed when its last user is done. Locked after `live` when both are.
     retired: Mutex<Vec<(Arc<S>, usize)>>,
@@ -57,8 +71,34 @@ struct Pool<S> {
 }
 
 impl<S> Pool<S> {
-    fn live(&self) -> MutexGuard<'_, HashMap<Duration, Entry<S>>> {
+    fn live(&self) -> MutexGuard<'_, Live<S>> {
         self.live.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The entry of `session`, with its ttl, if it is live.
+    fn find<'a>(live: &'a mut Live<S>, session: &Arc<S>) -> Option<(Duration, &'a mut Entry<S>)> {
+        live.iter_mut().find_map(|(&ttl, entries)| {
+            entries
+                .iter_mut()
+                .find(|entry| Arc::ptr_eq(&entry.session, session))
+                .map(|entry| (ttl, entry))
+        })
+    }
+
+    /// Takes `session` out of the live ones; its entry, if it was there.
+    fn remove(live: &mut Live<S>, session: &Arc<S>) -> Option<Entry<S>> {
+        let (ttl, at) = live.iter().find_map(|(&ttl, entries)| {
+            entries
+                .iter()
+                .position(|entry| Arc::ptr_eq(&entry.session, session))
+                .map(|at| (ttl, at))
+        })?;
+        let entries = live.get_mut(&ttl).expect("found above");
+        let entry = entries.swap_remove(at);
+        if entries.is_empty() {
+            live.remove(&ttl);
+        }
+        Some(entry)
     }
 
     fn retired(&self) -> MutexGuard<'_, Vec<(Arc<S>, usize)>> {
@@ -106,16 +146,41 @@ impl<S: PooledSession> Sessions<S> {
     pub(crate) fn live(&self, ttl: Duration) -> Option<Arc<S>> {
         self.pool
             .live()
-            .get(&ttl)
-            .filter(|entry| !entry.session.end().is_ended())
+            .get(&ttl)?
+            .iter()
+            .find(|entry| entry.session.usable())
             .map(|entry| Arc::clone(&entry.session))
     }
 
-    fn reuse(&self, ttl: Duration) -> Option<Arc<S>> {
+    /// Every live session, of every ttl (no use is counted).
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    pub(crate) fn every(&self) -> Vec<Arc<S>> {
+        self.pool
+            .live()
+            .values()
+            .flatten()
+            .map(|entry| Arc::clone(&entry.session))
+            .collect()
+    }
+
+    /// The usable session of `ttl` that `rank` ranks highest (`None`: it may not be used),
+    /// with one more user, after `take` (both run under the pool's lock, so no other
+    /// checkout sees the session between them).
+    fn reuse(
+        &self,
+        ttl: Duration,
+        rank: &impl Fn(&S) -> Option<usize>,
+        take: &impl Fn(&S),
+    ) -> Option<Arc<S>> {
         let mut live = self.pool.live();
         let entry = live
-            .get_mut(&ttl)
-            .filter(|entry| !entry.session.end().is_ended())?;
+            .get_mut(&ttl)?
+            .iter_mut()
+            .filter(|entry| entry.session.usable())
+            .filter_map(|entry| Some((rank(&entry.session)?, entry)))
+            .max_by_key(|(rank, _)| *rank)
+            .map(|(_, entry)| entry)?;
+        take(&entry.session);
         entry.users += 1;
         entry.idle_since = None;
         Some(Arc::clone(&entry.session))
@@ -128,16 +193,42 @@ impl<S: PooledSession> Sessions<S> {
     ///
     /// [`Error::ShutDown`] once the pool was drained; [`Error::Timeout`] when another open
     /// takes longer than the operation timeout; else `open`'s error.
-    pub(crate) async fn checkout<F, Fut>(&self, ttl: Duration, open: F) -> Result<(Arc<S>, bool)>
+    #[cfg_attr(not(any(feature = "etcd", feature = "zookeeper")), allow(dead_code))]
+    pub(crate) async fn checkout<F, Fut, T>(&self, ttl: Duration, open: F) -> Result<(Arc<S>, bool)>
     where
         F: FnOnce() -> Fut,
-        Fut: Future<Output = Result<S>>,
+        Fut: Future<Output = Result<T>>,
+        T: Into<Arc<S>>,
+    {
+        self.checkout_where(ttl, |_| Some(0), |_| {}, open).await
+    }
+
+    /// A session for `ttl` with one more user: of the live ones a lock may use (`rank` is
+    /// `Some`), the one ranked highest, else a new one from `open` (then the `bool` is `true`:
+    /// the caller starts what keeps it alive); `take` runs on it under the pool's lock, so
+    /// that what it reserves there is seen by the next checkout's `rank`. A new session must
+    /// be ranked usable.
+    ///
+    /// # Errors
+    ///
+    /// As [`checkout`](Self::checkout).
+    pub(crate) async fn checkout_where<F, Fut, T>(
+        &self,
+        ttl: Duration,
+        rank: impl Fn(&S) -> Option<usize>,
+        take: impl Fn(&S),
+        open: F,
+    ) -> Result<(Arc<S>, bool)>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<T>>,
+        T: Into<Arc<S>>,
     {
         // An acquire still in flight when the Locker shut down must not open a session again.
         if self.pool.drained.load(Ordering::SeqCst) {
             return Err(Error::ShutDown);
         }
-        if let Some(session) = self.reuse(ttl) {
+        if let Some(session) = self.reuse(ttl, &rank, &take) {
             return Ok((session, false));
         }
         let _opening = within(
@@ -147,24 +238,26 @@ impl<S: PooledSession> Sessions<S> {
             self.opening.lock(),
         )
         .await?;
-        if let Some(session) = self.reuse(ttl) {
+        if let Some(session) = self.reuse(ttl, &rank, &take) {
             return Ok((session, false));
         }
-        let session = Arc::new(open().await?);
+        let session: Arc<S> = open().await?.into();
         if self.pool.drained.load(Ordering::SeqCst) {
             Arc::clone(&session).close().await;
             return Err(Error::ShutDown);
         }
-        // A session replaced here had ended: nothing more to close.
-        self.pool.live().insert(
-            ttl,
-            Entry {
-                session: Arc::clone(&session),
-                users: 1,
-                idle_since: None,
-                lingering: false,
-            },
-        );
+        debug_assert!(rank(&session).is_some(), "a new session is usable");
+        take(&session);
+        let mut live = self.pool.live();
+        let entries = live.entry(ttl).or_default();
+        // Sessions that ended are dropped here: nothing more to close.
+        entries.retain(|entry| entry.session.usable());
+        entries.push(Entry {
+            session: Arc::clone(&session),
+            users: 1,
+            idle_since: None,
+            lingering: false,
+        });
         Ok((session, true))
     }
 
@@ -172,16 +265,17 @@ impl<S: PooledSession> Sessions<S> {
     /// task per session watches it), and is closed unless a lock took it up again meanwhile.
     pub(crate) fn checkin(&self, session: &Arc<S>) {
         let mut live = self.pool.live();
-        let Some(entry) = live
-            .values_mut()
-            .find(|entry| Arc::ptr_eq(&entry.session, session))
-        else {
+        let Some((_, entry)) = Pool::find(&mut live, session) else {
             drop(live);
             self.checkin_retired(session);
             return;
         };
         entry.users = entry.users.saturating_sub(1);
-        if entry.users > 0 || session.end().is_ended() {
+        if entry.users > 0 {
+            return;
+        }
+        if !session.usable() {
+            Pool::remove(&mut live, session); // ended, or ending: nothing to close
             return;
         }
         entry.idle_since = Some(Instant::now());
@@ -216,9 +310,7 @@ impl<S: PooledSession> Sessions<S> {
     /// Takes `session` out of use (it was lost), so the next checkout opens a new one.
     #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
     pub(crate) fn forget(&self, session: &Arc<S>) {
-        self.pool
-            .live()
-            .retain(|_, entry| !Arc::ptr_eq(&entry.session, session));
+        Pool::remove(&mut self.pool.live(), session);
         self.pool
             .retired()
             .retain(|(s, _)| !Arc::ptr_eq(s, session));
@@ -232,14 +324,9 @@ impl<S: PooledSession> Sessions<S> {
     #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
     pub(crate) fn retire(&self, session: &Arc<S>) {
         let mut live = self.pool.live();
-        let Some(ttl) = live
-            .iter()
-            .find(|(_, entry)| Arc::ptr_eq(&entry.session, session))
-            .map(|(&ttl, _)| ttl)
-        else {
+        let Some(entry) = Pool::remove(&mut live, session) else {
             return; // out of use already: lost, replaced, retired or drained
         };
-        let entry = live.remove(&ttl).expect("found above");
         if entry.users == 0 {
             drop(live);
             self.close_unless_ended(entry.session);
@@ -256,7 +343,8 @@ impl<S: PooledSession> Sessions<S> {
             .pool
             .live()
             .drain()
-            .map(|(_, entry)| entry.session)
+            .flat_map(|(_, entries)| entries)
+            .map(|entry| entry.session)
             .collect();
         sessions.extend(self.pool.retired().drain(..).map(|(session, _)| session));
         sessions
@@ -273,18 +361,15 @@ async fn linger<S: PooledSession>(pool: Weak<Pool<S>>, session: Arc<S>) {
         };
         let close_at = {
             let mut live = state.live();
-            let Some((&ttl, entry)) = live
-                .iter_mut()
-                .find(|(_, entry)| Arc::ptr_eq(&entry.session, &session))
-            else {
+            let Some((_, entry)) = Pool::find(&mut live, &session) else {
                 return; // lost, replaced or drained
             };
             let Some(idle_since) = entry.idle_since else {
                 entry.lingering = false;
                 return; // in use again
             };
-            if idle_since + linger <= Instant::now() || session.end().is_ended() {
-                live.remove(&ttl);
+            if idle_since + linger <= Instant::now() || !session.usable() {
+                Pool::remove(&mut live, &session);
                 None
             } else {
                 Some(idle_since + linger)
@@ -298,7 +383,7 @@ async fn linger<S: PooledSession>(pool: Weak<Pool<S>>, session: Arc<S>) {
             return;
         };
         tokio::select! {
-            () = tokio::time::sleep_until(close_at.into()) => {}
+            () = tokio::time::sleep_until(close_at) => {}
             () = session.end().ended() => {}
         }
     }
@@ -409,6 +494,53 @@ mod tests {
         let (d, _) = sessions.checkout(ttl, open).await.unwrap();
         sessions.retire(&d);
         assert!(sessions.drain().iter().any(|s| Arc::ptr_eq(s, &d)));
+    }
+
+    /// PostgreSQL's way: several sessions of one ttl, the one a lock may use picked by rank,
+    /// with what `take` reserves seen by the next checkout; each lingers on its own.
+    #[tokio::test(start_paused = true)]
+    async fn sessions_picked_by_rank_share_a_ttl_and_linger_each() {
+        let (sessions, closed) = pool();
+        let open = || new_fake(&closed);
+        let ttl = Duration::from_secs(3);
+        // A session "holds key 1" once taken for it: the next lock on key 1 needs another.
+        let holds = &Mutex::new(Vec::<(usize, u32)>::new());
+        let id = |s: &Fake| std::ptr::from_ref(s).addr();
+        let holds_key = move |s: &Fake, key| holds.lock().unwrap().contains(&(id(s), key));
+        let rank_for = move |key| move |s: &Fake| (!holds_key(s, key)).then_some(0);
+        let take_for = move |key| move |s: &Fake| holds.lock().unwrap().push((id(s), key));
+        let (a, opened) = sessions
+            .checkout_where(ttl, rank_for(1), take_for(1), open)
+            .await
+            .unwrap();
+        assert!(opened);
+        let (b, opened) = sessions
+            .checkout_where(ttl, rank_for(1), take_for(1), open)
+            .await
+            .unwrap();
+        assert!(opened && !Arc::ptr_eq(&a, &b), "key 1 twice on one session");
+        let (c, opened) = sessions
+            .checkout_where(ttl, rank_for(2), take_for(2), open)
+            .await
+            .unwrap();
+        assert!(!opened, "key 2 shares a session");
+        assert!(Arc::ptr_eq(&c, &a) || Arc::ptr_eq(&c, &b));
+        sessions.checkin(&c);
+        assert_eq!(sessions.every().len(), 2);
+        sessions.checkin(&a);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        sessions.checkin(&b);
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        assert_eq!(
+            closed.load(Ordering::SeqCst),
+            1,
+            "the first idle one closed"
+        );
+        let left = sessions.every();
+        assert!(left.len() == 1 && Arc::ptr_eq(&left[0], &b));
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(closed.load(Ordering::SeqCst), 2);
+        assert!(sessions.every().is_empty());
     }
 
     #[tokio::test(start_paused = true)]

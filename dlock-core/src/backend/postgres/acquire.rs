@@ -117,7 +117,7 @@ impl Inner {
                 };
                 match tokio::time::timeout(timeout, query(&conn, unlock, &[key])).await {
                     Ok(Ok(_)) => ConnUse::give_back(&conn, &reserved),
-                    _ => conn.close("an interrupted attempt could not be undone"),
+                    _ => conn.abandon("an interrupted attempt could not be undone"),
                 }
             })
         }));

@@ -12,7 +12,8 @@ impl Inner {
     /// as its session).
     pub(super) async fn inspect(&self, full_key: &str) -> Result<LockInfo> {
         let key = keys::advisory_key(full_key);
-        let conn = self.conns.for_read(self.timeout, key).await?;
+        let read = self.conns.for_read(self.timeout).await?;
+        let conn = &read.conn;
         let stored = timed(self.timeout, "inspect", async {
             let statement = conn.prepared(&self.sql.stored_limit).await?;
             conn.client.query_opt(&statement, &[&key]).await
@@ -59,6 +60,7 @@ impl Inner {
                 waiters.push(WaiterInfo::new(Some(owner), mode));
             }
         }
+        read.finish();
         Ok(LockInfo {
             holders,
             waiters: Some(waiters),

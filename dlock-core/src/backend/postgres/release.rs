@@ -90,13 +90,14 @@ impl Inner {
     /// connection's state in doubt: it is closed (which frees everything on it).
     pub(super) async fn unlock(
         &self,
-        conn: &Conn,
+        conn: &Arc<Conn>,
         owner: &OwnerId,
         hold: &PgHold,
     ) -> Result<ReleaseOutcome> {
         let keys = hold.keys();
         if conn.is_lost() {
             conn.remove_grant(owner, &keys);
+            self.conns.ungranted(conn);
             return Ok(ReleaseOutcome::NotHeld);
         }
         let unlock = async {
@@ -125,6 +126,7 @@ impl Inner {
         };
         let answer = timed_raw(self.timeout, "release", unlock).await;
         conn.remove_grant(owner, &keys);
+        self.conns.ungranted(conn);
         match answer {
             Ok(Ok(rows)) => Ok(if rows.first().is_some_and(|row| row.get::<_, bool>(0)) {
                 ReleaseOutcome::Released
@@ -133,11 +135,11 @@ impl Inner {
             }),
             Ok(Err(_)) if conn.is_lost() => Ok(ReleaseOutcome::NotHeld),
             Ok(Err(error)) => {
-                conn.close("a release failed");
+                conn.abandon("a release failed");
                 Err(from_pg(error))
             }
             Err(timeout) => {
-                conn.close("a release did not answer in time");
+                conn.abandon("a release did not answer in time");
                 Err(timeout)
             }
         }

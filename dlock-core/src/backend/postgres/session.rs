@@ -1,5 +1,5 @@
-//! Lock connections: the PostgreSQL sessions that hold advisory locks, grouped by lease ttl,
-//! apart from any pool of short statements.
+//! Lock connections: the PostgreSQL sessions that hold advisory locks, kept by lease ttl in
+//! the backends' shared session pool ([`Sessions`]), apart from any pool of short statements.
 //!
 //! Advisory locks re-enter per session, so **a connection holds or requests a key at most
 //! once**: an attempt reserves its keys on a connection before it sends anything, and only a
@@ -16,9 +16,9 @@
 
 use std::collections::HashMap;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::sync::{Notify, broadcast};
 use tokio_postgres::{AsyncMessage, CancelToken, Client, Statement};
@@ -29,11 +29,11 @@ use super::config::{PgConnection, PgUrl};
 use crate::Result;
 use crate::backend::background::Background;
 use crate::backend::session_end::SessionEnd;
-use crate::error::within;
+use crate::backend::sessions::{PooledSession, Sessions};
 use crate::lease::{LostLease, OwnerId};
 
 /// How long, as a fraction of its ttl, a connection with nothing on it is kept for the next
-/// lock. The server ends it at its `idle_session_timeout` (one ttl) anyway; dropping it at
+/// lock. The server ends it at its `idle_session_timeout` (one ttl) anyway; closing it at
 /// half keeps the client from picking a connection the server is closing.
 const IDLE_KEEP_DIVISOR: u32 = 2;
 
@@ -66,8 +66,6 @@ struct ConnState {
     keys: HashMap<i64, u32>,
     /// An acquire waits on the server on this connection: nothing else may use it.
     waiting: bool,
-    /// When it last had something on it.
-    idle_since: Option<Instant>,
 }
 
 impl std::fmt::Debug for Conn {
@@ -147,7 +145,7 @@ impl Conn {
     /// Closes the connection because what it holds is in doubt (a statement that did not
     /// answer in time, an error after a grant may have been made): every grant on it is
     /// reported lost by the driver, and the server frees its locks as the socket closes.
-    pub(super) fn close(&self, reason: impl Into<String>) {
+    pub(super) fn abandon(&self, reason: impl Into<String>) {
         self.end.give_reason(reason);
         // Cancel a statement waiting on the server first (a blocked backend reads its socket
         // only every `client_connection_check_interval`), then drop the socket.
@@ -165,6 +163,27 @@ impl Conn {
     }
 }
 
+impl PooledSession for Conn {
+    fn end(&self) -> &SessionEnd {
+        &self.end
+    }
+
+    fn usable(&self) -> bool {
+        !self.is_lost()
+    }
+
+    fn linger(&self) -> Duration {
+        self.ttl / IDLE_KEEP_DIVISOR
+    }
+
+    /// Closes the socket of a connection with nothing on it.
+    fn close(self: Arc<Self>) -> Pin<Box<dyn Future<Output = ()> + Send>> {
+        self.end.give_reason("closed after idling");
+        self.closing.cancel();
+        Box::pin(async {})
+    }
+}
+
 fn unreserve(state: &mut ConnState, keys: &[i64]) {
     for key in keys {
         if let Some(count) = state.keys.get_mut(key) {
@@ -174,14 +193,12 @@ fn unreserve(state: &mut ConnState, keys: &[i64]) {
             }
         }
     }
-    if state.keys.is_empty() && !state.waiting {
-        state.idle_since = Some(Instant::now());
-    }
 }
 
-/// An acquire's use of a connection: the keys it reserved there, given back when it ends
-/// without a grant. A use that [`waits`](Conns::for_wait) has the connection to itself, and
-/// closes it when dropped unfinished (a cancelled wait leaves nothing queued).
+/// An acquire's (or a read's) use of a connection, counted by the pool until it ends: the
+/// keys it reserved there, given back when it ends without a grant (a grant keeps the use,
+/// until it is unlocked). A use that [`waits`](Conns::for_wait) has the connection to itself,
+/// and closes it when dropped unfinished (a cancelled wait leaves nothing queued).
 pub(super) struct ConnUse {
     pub(super) conn: Arc<Conn>,
     keys: Vec<i64>,
@@ -189,6 +206,7 @@ pub(super) struct ConnUse {
     done: bool,
     /// What to do instead of closing the connection when dropped unfinished.
     undo: Option<Undo>,
+    sessions: Arc<Sessions<Conn>>,
 }
 
 /// Puts a shared connection back in order after an attempt dropped mid-statement: given the
@@ -227,7 +245,8 @@ impl ConnUse {
         }
     }
 
-    /// The acquire is granted what it still reserves: the grant keeps the keys.
+    /// The acquire is granted what it still reserves: the grant keeps the keys, and the use
+    /// of the connection (ended by [`Conns::ungranted`]).
     pub(super) fn granted(mut self, owner: &OwnerId, limit_key: Option<i64>) -> Arc<Conn> {
         self.done = true;
         let conn = Arc::clone(&self.conn);
@@ -238,14 +257,17 @@ impl ConnUse {
         conn
     }
 
-    /// The acquire ends without a grant, with nothing held: every key goes back.
+    /// The acquire (or read) ends without a grant, with nothing held: every key goes back.
     pub(super) fn finish(mut self) {
         self.done = true;
-        let mut state = self.conn.state();
-        if self.dedicated {
-            state.waiting = false;
+        {
+            let mut state = self.conn.state();
+            if self.dedicated {
+                state.waiting = false;
+            }
+            unreserve(&mut state, &self.keys);
         }
-        unreserve(&mut state, &self.keys);
+        self.sessions.checkin(&self.conn);
     }
 }
 
@@ -254,16 +276,27 @@ impl Drop for ConnUse {
         if self.done {
             return;
         }
+        let sessions = Arc::clone(&self.sessions);
         if let Some(undo) = self.undo.take() {
             let (conn, keys) = (Arc::clone(&self.conn), std::mem::take(&mut self.keys));
-            if self.conn.background.spawn(undo(conn, keys)) {
+            let undone = undo(Arc::clone(&conn), keys);
+            let spawned = self.conn.background.spawn(async move {
+                undone.await;
+                sessions.checkin(&conn);
+            });
+            if spawned {
                 return;
             }
+        } else if self.keys.is_empty() {
+            // A read: it reserved nothing, so nothing is in doubt.
+            sessions.checkin(&self.conn);
+            return;
         }
         // Cancelled, failed or timed out while a statement may be under way: what the
         // connection holds is in doubt.
         self.conn
-            .close("an acquire on this connection was interrupted");
+            .abandon("an acquire on this connection was interrupted");
+        self.sessions.checkin(&self.conn);
     }
 }
 
@@ -271,16 +304,12 @@ impl Drop for ConnUse {
 pub(super) struct Conns {
     url: PgUrl,
     timeout: Duration,
-    by_ttl: Mutex<HashMap<Duration, Vec<Arc<Conn>>>>,
-    /// Serialises connects, so concurrent first acquires share one connection.
-    connecting: tokio::sync::Mutex<()>,
+    sessions: Arc<Sessions<Conn>>,
     losses: broadcast::Sender<LostLease>,
     background: Background,
     /// How many connections could not be opened: an acquire that saw this count change
     /// failed to connect, not on a connection that was closed under it.
     connect_failures: AtomicU64,
-    /// Set by [`shut_down`](Self::shut_down): no connection is opened any more.
-    closed: AtomicBool,
 }
 
 impl std::fmt::Debug for Conns {
@@ -297,21 +326,15 @@ impl Conns {
         Self {
             url,
             timeout,
-            by_ttl: Mutex::default(),
-            connecting: tokio::sync::Mutex::new(()),
+            sessions: Arc::new(Sessions::new("postgres", timeout, background.clone())),
             losses: broadcast::channel(1024).0,
             background,
             connect_failures: AtomicU64::new(0),
-            closed: AtomicBool::new(false),
         }
     }
 
     pub(super) const fn background(&self) -> &Background {
         &self.background
-    }
-
-    fn by_ttl(&self) -> MutexGuard<'_, HashMap<Duration, Vec<Arc<Conn>>>> {
-        self.by_ttl.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// A receiver of the grants lost with their connection.
@@ -321,10 +344,11 @@ impl Conns {
 
     /// How many lock connections are open.
     pub(super) fn open_count(&self) -> usize {
-        self.by_ttl()
-            .values()
-            .map(|conns| conns.iter().filter(|c| !c.is_lost()).count())
-            .sum()
+        self.sessions
+            .every()
+            .iter()
+            .filter(|conn| !conn.is_lost())
+            .count()
     }
 
     /// A connection of `ttl` where `key` is neither held nor requested, with `key` reserved:
@@ -335,42 +359,11 @@ impl Conns {
     ///
     /// As [`PgUrl::open`] when a new connection is needed and cannot be made.
     pub(super) async fn for_try(&self, ttl: Duration, key: i64) -> Result<ConnUse> {
-        let pick = |conns: &mut Vec<Arc<Conn>>| {
-            prune(conns, ttl);
-            let usable = |c: &&Arc<Conn>| {
-                let state = c.state();
-                !state.waiting && !state.keys.contains_key(&key)
-            };
-            let conn = conns
-                .iter()
-                .filter(usable)
-                .max_by_key(|c| c.state().keys.len())
-                .cloned()?;
-            Some(reserve(conn, key, false))
+        let rank = |conn: &Conn| {
+            let state = conn.state();
+            (!state.waiting && !state.keys.contains_key(&key)).then_some(state.keys.len())
         };
-        self.checkout(ttl, pick).await
-    }
-
-    /// A connection for statements that take no lock (an operator's read): any open one
-    /// that is not waiting on the server, else one as for a try of `key` with `ttl`.
-    ///
-    /// # Errors
-    ///
-    /// As [`for_try`](Self::for_try).
-    pub(super) async fn for_read(&self, ttl: Duration, key: i64) -> Result<Arc<Conn>> {
-        let open = self
-            .by_ttl()
-            .values()
-            .flatten()
-            .find(|c| !c.is_lost() && !c.state().waiting)
-            .cloned();
-        if let Some(conn) = open {
-            return Ok(conn);
-        }
-        let conn_use = self.for_try(ttl, key).await?;
-        let conn = Arc::clone(&conn_use.conn);
-        conn_use.finish();
-        Ok(conn)
+        self.checkout(ttl, rank, Some(key), false).await
     }
 
     /// A connection of `ttl` with nothing on it, for an acquire that waits on the server,
@@ -380,42 +373,57 @@ impl Conns {
     ///
     /// As [`for_try`](Self::for_try).
     pub(super) async fn for_wait(&self, ttl: Duration, key: i64) -> Result<ConnUse> {
-        let pick = |conns: &mut Vec<Arc<Conn>>| {
-            prune(conns, ttl);
-            let conn = conns
-                .iter()
-                .find(|c| {
-                    let state = c.state();
-                    !state.waiting && state.keys.is_empty()
-                })
-                .cloned()?;
-            Some(reserve(conn, key, true))
+        let rank = |conn: &Conn| {
+            let state = conn.state();
+            (!state.waiting && state.keys.is_empty()).then_some(0)
         };
-        self.checkout(ttl, pick).await
+        self.checkout(ttl, rank, Some(key), true).await
     }
 
+    /// A connection for statements that take no lock (an operator's read): an open one of
+    /// `ttl` that is not waiting on the server, else a new one.
+    ///
+    /// # Errors
+    ///
+    /// As [`for_try`](Self::for_try).
+    pub(super) async fn for_read(&self, ttl: Duration) -> Result<ConnUse> {
+        let rank = |conn: &Conn| (!conn.state().waiting).then_some(0);
+        self.checkout(ttl, rank, None, false).await
+    }
+
+    /// A use of the connection `rank` ranks highest (else of a new one), with `key` reserved
+    /// and the connection `dedicated` to the use when asked.
     async fn checkout(
         &self,
         ttl: Duration,
-        pick: impl Fn(&mut Vec<Arc<Conn>>) -> Option<ConnUse>,
+        rank: impl Fn(&Conn) -> Option<usize>,
+        key: Option<i64>,
+        dedicated: bool,
     ) -> Result<ConnUse> {
-        // An acquire still in flight when the Locker shut down must not connect again.
-        if self.closed.load(Ordering::SeqCst) {
-            return Err(crate::Error::ShutDown);
-        }
-        if let Some(found) = pick(self.by_ttl().entry(ttl).or_default()) {
-            return Ok(found);
-        }
-        let _connecting =
-            within("postgres", "connect", self.timeout, self.connecting.lock()).await?;
-        if let Some(found) = pick(self.by_ttl().entry(ttl).or_default()) {
-            return Ok(found);
-        }
-        let conn = self.open(ttl).await?;
-        let mut by_ttl = self.by_ttl();
-        let conns = by_ttl.entry(ttl).or_default();
-        conns.push(conn);
-        Ok(pick(conns).expect("a new connection has nothing on it"))
+        let take = |conn: &Conn| {
+            let mut state = conn.state();
+            if let Some(key) = key {
+                state.keys.insert(key, 1);
+            }
+            state.waiting |= dedicated;
+        };
+        let (conn, _) = self
+            .sessions
+            .checkout_where(ttl, rank, take, || self.open(ttl))
+            .await?;
+        Ok(ConnUse {
+            conn,
+            keys: key.into_iter().collect(),
+            dedicated,
+            done: false,
+            undo: None,
+            sessions: Arc::clone(&self.sessions),
+        })
+    }
+
+    /// A grant on `conn` was unlocked (or lost): its use of the connection ends.
+    pub(super) fn ungranted(&self, conn: &Arc<Conn>) {
+        self.sessions.checkin(conn);
     }
 
     /// How many connections could not be opened so far.
@@ -423,17 +431,14 @@ impl Conns {
         self.connect_failures.load(Ordering::SeqCst)
     }
 
-    /// Drops every connection whose end the client has seen (closed by the server), so the
-    /// next checkout opens a fresh one instead.
+    /// Takes every connection whose end the client has seen (closed by the server) out of
+    /// use, so the next checkout opens a fresh one instead.
     pub(super) fn forget_closed(&self) {
-        for conns in self.by_ttl().values_mut() {
-            conns.retain(|conn| {
-                if conn.client.is_closed() {
-                    conn.close("the server closed the connection");
-                    return false;
-                }
-                true
-            });
+        for conn in self.sessions.every() {
+            if conn.client.is_closed() {
+                conn.abandon("the server closed the connection");
+                self.sessions.forget(&conn);
+            }
         }
     }
 
@@ -446,10 +451,7 @@ impl Conns {
             connector: self.url.connector(),
             client,
             ttl,
-            state: Mutex::new(ConnState {
-                idle_since: Some(Instant::now()),
-                ..ConnState::default()
-            }),
+            state: Mutex::default(),
             closing: CancellationToken::new(),
             end: SessionEnd::new(),
             notified: Notify::new(),
@@ -477,45 +479,10 @@ impl Conns {
 
     /// Closes every connection (the backend is dropped): the server frees their locks.
     pub(super) fn shut_down(&self) {
-        self.closed.store(true, Ordering::SeqCst);
-        for (_, conns) in self.by_ttl().drain() {
-            for conn in conns {
-                let _ = conn.end.end("the PostgreSQL backend was dropped");
-                conn.closing.cancel();
-            }
+        for conn in self.sessions.drain() {
+            let _ = conn.end.end("the PostgreSQL backend was dropped");
+            conn.closing.cancel();
         }
-    }
-}
-
-/// Drops lost connections, and idle ones kept long enough.
-fn prune(conns: &mut Vec<Arc<Conn>>, ttl: Duration) {
-    let keep_idle = ttl / IDLE_KEEP_DIVISOR;
-    conns.retain(|conn| {
-        if conn.is_lost() {
-            return false;
-        }
-        let state = conn.state();
-        state.waiting
-            || !state.keys.is_empty()
-            || state
-                .idle_since
-                .is_none_or(|since| since.elapsed() < keep_idle)
-    });
-}
-
-fn reserve(conn: Arc<Conn>, key: i64, dedicated: bool) -> ConnUse {
-    {
-        let mut state = conn.state();
-        state.keys.insert(key, 1);
-        state.idle_since = None;
-        state.waiting |= dedicated;
-    }
-    ConnUse {
-        conn,
-        keys: vec![key],
-        dedicated,
-        done: false,
-        undo: None,
     }
 }
 
