@@ -181,17 +181,41 @@ impl ZkUrl {
                 .map_err(|error| bad_file("tls.key_file", error))?;
         }
         let deadline = tokio::time::Instant::now() + timeout;
-        let connecting = connector.with_tls(options).secure_connect(&hosts);
-        match timed(timeout, "connect", connecting).await {
+        let connecting = timed(
+            timeout,
+            "connect",
+            connector.with_tls(options).secure_connect(&hosts),
+        );
+        // The client says only "no available hosts" when it fails, possibly after using the
+        // whole operation timeout (a cold server's first handshake, a busy machine): a
+        // connect not done by half the timeout has a handshake of dlock's own find out why,
+        // beside it.
+        let diagnosis = async {
+            tokio::time::sleep(timeout / 2).await;
+            handshake_failure(&self.hosts, &pem.diagnosis).await
+        };
+        tokio::pin!(connecting, diagnosis);
+        let mut diagnosed = None;
+        let connected = loop {
+            tokio::select! {
+                connected = &mut connecting => break connected,
+                why = &mut diagnosis, if diagnosed.is_none() => diagnosed = Some(why),
+            }
+        };
+        match connected {
             Err(Error::Unavailable { source, .. }) => {
-                // The client says only "no available hosts": find out why with a handshake,
-                // in what is left of the operation timeout.
-                let diagnosis = handshake_failure(&self.hosts, &pem.diagnosis);
-                let why = match tokio::time::timeout_at(deadline, diagnosis)
-                    .await
-                    .ok()
-                    .flatten()
-                {
+                // Else the handshake runs now, in what is left of the operation timeout.
+                let why = match diagnosed {
+                    Some(why) => why,
+                    None => {
+                        let diagnosis = handshake_failure(&self.hosts, &pem.diagnosis);
+                        tokio::time::timeout_at(deadline, diagnosis)
+                            .await
+                            .ok()
+                            .flatten()
+                    }
+                };
+                let why = match why {
                     Some(why) if pem.identity.is_none() && why.contains("alert") => format!(
                         "{source}: {why}; if the server requires a client certificate, set tls.cert_file and tls.key_file"
                     ),
