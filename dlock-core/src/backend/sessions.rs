@@ -3,7 +3,8 @@
 //! ttl, shared by the locks of one backend with that ttl (like Go's `concurrency.Session`),
 //! opened at their first use and counted by their users. etcd and ZooKeeper use one session
 //! per ttl ([`checkout`](Sessions::checkout)); PostgreSQL, whose session can hold a key only
-//! once, picks among several the one a lock may use ([`checkout_where`](Sessions::checkout_where)).
+//! once, picks among several the one a lock may use
+//! ([`checkout_where`](Sessions::checkout_where)).
 //! When the last user is done a session stays, idle, for its [`linger`](PooledSession::linger)
 //! — a lock taken meanwhile reuses it, so a Locker that locks one key at a time opens one
 //! session, not one per lock — and is then closed, by one task per session. A session that
@@ -57,7 +58,7 @@ struct Entry<S> {
     lingering: bool,
 }
 
-/// The sessions of one ttl.
+/// The sessions in use or lingering, by ttl (several per ttl for PostgreSQL).
 type Live<S> = HashMap<Duration, Vec<Entry<S>>>;
 
 /// The pool's state, shared with its linger tasks.
