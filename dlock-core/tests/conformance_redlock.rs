@@ -49,7 +49,17 @@ async fn tls_masters() -> Target<RedLockBackend> {
     target(server, url.clone()).await
 }
 
+/// Over TLS the slack is wider, as for Redis: beside a busy neighbour on two cores, with the
+/// two scenarios that run at once on the shared masters, a crashed holder's ttl was once
+/// waited out 310 ms after it ended (300 ms allowed).
+const TLS_SLACK: Duration = Duration::from_millis(600);
+
 async fn target<S: Send + Sync + 'static>(nodes: S, url: String) -> Target<RedLockBackend> {
+    let slack = if url.starts_with("redlocks") {
+        TLS_SLACK
+    } else {
+        Duration::from_millis(300)
+    };
     let url = BackendUrl::parse(&url).expect("harness URL");
     let connect = move || {
         let url = url.clone();
@@ -62,7 +72,7 @@ async fn target<S: Send + Sync + 'static>(nodes: S, url: String) -> Target<RedLo
     Target::serving(nodes, connect, |expect| {
         expect
             .ttl(Duration::from_millis(500))
-            .slack(Duration::from_millis(300))
+            .slack(slack)
             // Racers that each win a different master leave nobody a majority.
             .split_votes(true)
     })
