@@ -353,13 +353,14 @@ async fn a_hundred_locks_share_one_connection() {
 const PAUSED_HOLDER: &str = "DLOCK_TEST_PAUSED_HOLDER";
 
 /// Run by [`a_holder_paused_past_its_ttl_acquires_again_at_once`] as a process of its own:
-/// takes `paused:first`, prints `HELD`, then ticks every 50 ms; the first tick that finds it
-/// was stopped for longer than the ttl (the server ended its idle connection meanwhile)
-/// acquires `paused:second` with `wait(5s)` at once and prints `AGAIN ok` or `AGAIN <error>`.
-/// The ticks block its only runtime thread, so nothing of the Locker's runs between the
-/// wake-up and the acquire: the acquire is the first to meet the closed connection, as in a
-/// process whose first act after a pause is to lock (with background tasks of its own the
-/// order would be left to chance). Without `DLOCK_TEST_PAUSED_HOLDER` it does nothing.
+/// takes `paused:first`, prints `HELD`, then reads a line from stdin; the parent writes it
+/// once the process was stopped and resumed and the server ended its idle connection
+/// meanwhile. Then it acquires `paused:second` with `wait(5s)` at once and prints `AGAIN ok`
+/// or `AGAIN <error>`. The read blocks its only runtime thread, so nothing of the Locker's
+/// runs between the wake-up and the acquire: the acquire is the first to meet the closed
+/// connection, as in a process whose first act after a pause is to lock (with background
+/// tasks of its own the order would be left to chance). Without `DLOCK_TEST_PAUSED_HOLDER`
+/// it does nothing.
 #[tokio::test(flavor = "current_thread")]
 async fn paused_holder_process() {
     let Ok(url) = std::env::var(PAUSED_HOLDER) else {
@@ -372,13 +373,13 @@ async fn paused_holder_process() {
     let locker = Locker::connect(&config).await.expect("connect");
     let held = locker.lock("paused:first").await.expect("acquire");
     println!("HELD");
-    loop {
-        let before = Instant::now();
-        std::thread::sleep(Duration::from_millis(50));
-        if before.elapsed() > TTL {
-            break;
-        }
-    }
+    // Blocking on purpose: see above. (Timing the pause from inside instead raced: the
+    // server ends the connection one ttl after its last renewal, which may be less than a
+    // ttl after the stop.)
+    let mut go = String::new();
+    std::io::stdin()
+        .read_line(&mut go)
+        .expect("the parent's go-ahead");
     let again = locker
         .lock("paused:second")
         .wait(Duration::from_secs(5))
@@ -398,7 +399,7 @@ async fn paused_holder_process() {
 async fn a_holder_paused_past_its_ttl_acquires_again_at_once() {
     use std::process::Stdio;
 
-    use tokio::io::{AsyncBufReadExt, BufReader};
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
     let server = PostgresServer::start().await.expect("postgres");
     let mut child = tokio::process::Command::new(std::env::current_exe().expect("test binary"))
@@ -409,12 +410,14 @@ async fn a_holder_paused_past_its_ttl_acquires_again_at_once() {
             "--test-threads=1",
         ])
         .env(PAUSED_HOLDER, server.url())
+        .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .kill_on_drop(true)
         .spawn()
         .expect("spawn the holder process");
     let pid = child.id().expect("running").to_string();
+    let mut go_ahead = child.stdin.take().expect("stdin");
     let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
     said(&mut lines, "HELD").await;
     let kill = |signal: &str| {
@@ -447,6 +450,10 @@ async fn a_holder_paused_past_its_ttl_acquires_again_at_once() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     kill("CONT");
+    go_ahead
+        .write_all(b"go\n")
+        .await
+        .expect("tell the holder to go on");
     let again = said(&mut lines, "AGAIN ").await;
     assert_eq!(
         again, "ok",
