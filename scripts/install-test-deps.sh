@@ -133,6 +133,19 @@ check_psql() { quietly psql --version; }
 # so it dies with the binary: setpriv must run a program with that option.
 check_setpriv() { quietly setpriv --pdeathsig KILL -- true; }
 
+# The scheduled-jobs skew test runs worker processes with libfaketime preloaded from this path
+# (`FAKETIME=+30s`; the multi-threaded variant, for tokio's threads), not through the
+# `faketime` wrapper, which forks: the test signals the worker itself. The library must shift
+# a program's clock: `date +%s` under it reads at least 25 s ahead of ours.
+FAKETIME_LIB=/usr/lib/$(uname -m)-linux-gnu/faketime/libfaketimeMT.so.1
+check_faketime() {
+    local now shifted
+    [[ -f $FAKETIME_LIB ]] || return 1
+    now=$(date +%s)
+    shifted=$(LD_PRELOAD=$FAKETIME_LIB FAKETIME='+30s' date +%s 2>/dev/null) || return 1
+    [[ $shifted =~ ^[0-9]+$ ]] && ((shifted - now >= 25))
+}
+
 # Each piece: "the check function|the Debian package that provides it|what it is".
 PIECES=(
     "check_protoc|protobuf-compiler|protoc (etcd-client's build)"
@@ -148,6 +161,7 @@ PIECES=(
     "check_postgres_server|postgresql|PostgreSQL server (initdb, postgres and the postgres user)"
     "check_psql|postgresql-client|psql"
     "check_setpriv|util-linux|setpriv (ties a shared test server's life to its test binary)"
+    "check_faketime|faketime|libfaketime ($FAKETIME_LIB: the scheduled-jobs skew test shifts worker processes' clocks)"
 )
 
 # Prints "package|what" for every piece whose check fails.

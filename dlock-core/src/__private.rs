@@ -8,7 +8,7 @@
 //!     ::dlock_core::__private::run(
 //!         ::dlock_core::__private::Locker::global(),          // or IntoLocker::into_locker(expr)
 //!         ::std::borrow::Cow::Owned(::std::format!("order:{}", id)),
-//!         ::dlock_core::__private::Options { ttl: .., wait: .., watchdog: true, max_hold: None, fencing: None, mode: .., kind: .., key_template: "order:<id>" },
+//!         ::dlock_core::__private::Options { ttl: .., wait: .., watchdog: true, max_hold: None, hold_at_least: None, fencing: None, mode: .., kind: .., key_template: "order:<id>" },
 //!         async move { body },
 //!     )
 //!     .await
@@ -35,6 +35,8 @@ pub struct Options {
     pub watchdog: bool,
     /// `max_hold = ".."`; `None`: the Locker's default.
     pub max_hold: Option<Duration>,
+    /// `hold_at_least = ".."`.
+    pub hold_at_least: Option<Duration>,
     /// `fencing = ..`; `None`: the Locker's default.
     pub fencing: Option<bool>,
     /// `mode = "read"` (shared), `permits = N` (a permit), else exclusive.
@@ -132,6 +134,9 @@ where
     if let Some(max_hold) = options.max_hold {
         request = request.max_hold(max_hold);
     }
+    if let Some(at_least) = options.hold_at_least {
+        request = request.hold_at_least(at_least);
+    }
     request = match options.wait {
         Wait::Default => request,
         Wait::For(wait) => request.wait(wait),
@@ -142,4 +147,60 @@ where
     guard
         .run_and_release(current.scope(body), Result::is_ok)
         .await?
+}
+
+/// What a `once` fn returns for a skipped fire: `Ok(None)` or `Ok(())`.
+pub trait Skipped {
+    /// The value of a skipped fire.
+    fn skipped() -> Self;
+}
+
+impl<T> Skipped for Option<T> {
+    fn skipped() -> Self {
+        None
+    }
+}
+
+impl Skipped for () {
+    fn skipped() -> Self {}
+}
+
+/// `#[distributed_lock(once = "..")]`: runs `body` for the fire named by `key` at most once
+/// across every process, as [`OnceRequest::run`](crate::OnceRequest::run) does (the key is the
+/// fire's whole key; `options.key_template` names the job in metrics), keeping a success's
+/// done record for `retention`. A skipped fire returns [`Skipped::skipped`].
+///
+/// # Errors
+///
+/// As [`OnceRequest::run`](crate::OnceRequest::run), converted into `E`; else the body's own
+/// result.
+pub async fn run_once<T, E, F>(
+    locker: Result<Locker>,
+    key: Cow<'static, str>,
+    options: Options,
+    retention: Duration,
+    body: F,
+) -> Result<T, E>
+where
+    F: Future<Output = Result<T, E>>,
+    E: From<Error>,
+    T: Skipped,
+{
+    let locker = locker?;
+    let mut request = locker
+        .once_of_key(key.into_owned(), options.key_template)
+        .retention(retention);
+    if let Some(ttl) = options.ttl {
+        request = request.ttl(ttl);
+    }
+    if let Some(fencing) = options.fencing {
+        request = request.fencing(fencing);
+    }
+    if let Some(at_least) = options.hold_at_least {
+        request = request.hold_at_least(at_least);
+    }
+    match request.run(body).await? {
+        crate::Once::Ran(value) => Ok(value),
+        crate::Once::Skipped(_) => Ok(T::skipped()),
+    }
 }

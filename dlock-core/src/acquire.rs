@@ -16,7 +16,7 @@ use crate::meter::{self, Meter};
 use crate::mode::LockKind;
 use crate::reentrancy::HolderId;
 use crate::state::LockerState;
-use crate::{Error, LockMode, Result};
+use crate::{Error, Kept, LockMode, Result};
 
 /// The most an acquire that waits (`wait(d)`, `d > 0`) may answer after its wait ran out,
 /// whatever the server does (capped by the operation timeout): time for the last attempt's
@@ -43,6 +43,8 @@ pub(crate) struct AcquireOptions<'a> {
     pub(crate) fencing: Option<bool>,
     /// The longest the lock is held; `None`: the Locker's default.
     pub(crate) max_hold: Option<Duration>,
+    /// How long after the grant a release still leaves the key held on the server.
+    pub(crate) hold_at_least: Option<Duration>,
     /// How the key is held.
     pub(crate) mode: LockMode,
     /// The recipe the grant belongs to (an exclusive hold: a mutex or a writer).
@@ -158,6 +160,10 @@ impl LockerState {
                     _ => "read-write locks",
                 },
             });
+        }
+        if options.hold_at_least.is_some() {
+            self.capabilities
+                .check_keeps(options.mode, "hold_at_least")?;
         }
         let fencing = options.fencing.unwrap_or(self.config.fencing);
         if fencing && self.capabilities.fencing == Fencing::None {
@@ -360,6 +366,10 @@ impl LockerState {
             lease,
             watch,
         );
+        if let Some(at_least) = options.hold_at_least {
+            // From the answer, which came after the server's grant: at least long enough.
+            hold.keep_until(Some((Instant::now() + at_least, Kept::AtLeast)));
+        }
         let guard = LockGuard::new(Arc::new(hold), false, holder);
         tracing::debug!(
             fencing_token = guard.fencing_token(),

@@ -7,12 +7,12 @@
 //! tracing — lives once in the core ([`Locker`](crate::Locker)).
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use tokio::sync::broadcast;
 
-use crate::{LockMode, Result};
+use crate::{Kept, LockMode, Result};
 
 pub(crate) mod background;
 #[cfg(any(feature = "etcd", feature = "zookeeper"))]
@@ -160,6 +160,34 @@ pub trait LockBackend: Send + Sync + std::fmt::Debug + 'static {
     /// service cannot be reached; the lease then runs out at its ttl.
     async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome>;
 
+    /// Owner-checked release of an exclusive grant that leaves its key held for `keep` more,
+    /// **by the server's clock**, as `kept` says: a record no process renews or releases, which
+    /// outlives this client's session or process. Until it expires every acquire of the key
+    /// answers [`AcquireOutcome::Busy`] (waiters are admitted within the server's expiry lag
+    /// after), [`inspect`](Self::inspect) shows it as a holder with
+    /// [`HolderInfo::kept`](crate::HolderInfo::kept) set, and
+    /// [`force_release`](Self::force_release) removes it. [`ReleaseOutcome::NotHeld`], and
+    /// nothing changed, when `lease.owner` does not hold the key (so a late call of an earlier
+    /// holder cannot shorten a newer record). Only called when
+    /// [`Capabilities::keeps`] is set, for [`LockMode::Exclusive`] leases.
+    ///
+    /// # Errors
+    ///
+    /// As [`release`](Self::release);
+    /// [`Error::Unsupported`](crate::Error::Unsupported) by default.
+    async fn release_keeping(
+        &self,
+        lease: &Lease,
+        keep: Duration,
+        kept: Kept,
+    ) -> Result<ReleaseOutcome> {
+        let _ = (lease, keep, kept);
+        Err(crate::Error::Unsupported {
+            backend: self.capabilities().name,
+            operation: "release_keeping",
+        })
+    }
+
     /// Administrative break of a lock, whoever holds it (Redisson's `forceUnlock`). Returns
     /// whether a holder was removed. The holder finds out at its next renewal.
     ///
@@ -232,6 +260,14 @@ impl<T: LockBackend + ?Sized> LockBackend for Arc<T> {
     }
     async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
         (**self).release(lease).await
+    }
+    async fn release_keeping(
+        &self,
+        lease: &Lease,
+        keep: Duration,
+        kept: Kept,
+    ) -> Result<ReleaseOutcome> {
+        (**self).release_keeping(lease, keep, kept).await
     }
     async fn force_release(&self, key: &str) -> Result<bool> {
         (**self).force_release(key).await
@@ -306,6 +342,9 @@ pub struct Capabilities {
     /// Semaphores: [`LockMode::Permit`] grants, at most `limit` at once per key, the limit
     /// stored with the semaphore and checked on every acquire.
     pub semaphore: bool,
+    /// [`LockBackend::release_keeping`]: a released exclusive lock can stay held on the
+    /// server for a while (hold-at-least, a job's done record), by the server's clock.
+    pub keeps: bool,
 }
 
 impl Capabilities {
@@ -321,6 +360,7 @@ impl Capabilities {
             max_renew_batch: 1,
             read_write: false,
             semaphore: false,
+            keeps: false,
         }
     }
 
@@ -355,6 +395,36 @@ impl Capabilities {
     #[must_use]
     pub const fn semaphore(mut self, supported: bool) -> Self {
         self.semaphore = supported;
+        self
+    }
+
+    /// Whether a released lock in `mode` can be kept held here, for `operation` (named in
+    /// the error).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Unsupported`](crate::Error::Unsupported) when this backend cannot keep a
+    /// lock, or `mode` is not exclusive.
+    pub(crate) const fn check_keeps(&self, mode: LockMode, operation: &'static str) -> Result<()> {
+        if !self.keeps {
+            return Err(crate::Error::Unsupported {
+                backend: self.name,
+                operation,
+            });
+        }
+        if !matches!(mode, LockMode::Exclusive) {
+            return Err(crate::Error::Unsupported {
+                backend: self.name,
+                operation: "keeping a shared lock or a permit held after its release",
+            });
+        }
+        Ok(())
+    }
+
+    /// Sets [`Capabilities::keeps`].
+    #[must_use]
+    pub const fn keeps(mut self, keeps: bool) -> Self {
+        self.keeps = keeps;
         self
     }
 

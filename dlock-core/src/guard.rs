@@ -3,7 +3,7 @@
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::LostReason;
 use crate::hold::{Hold, ShareOwner};
@@ -297,6 +297,47 @@ impl LockGuard {
     /// ```
     pub fn hand_off(&self) -> HandOff {
         HandOff::of(Arc::clone(&self.hold))
+    }
+
+    /// Makes the release of this lock — the last guard's, or the drop's in the background —
+    /// leave it held on the server for `keep` from now, by the server's clock, marked `kept`
+    /// for [`inspect`](crate::Locker::inspect): a record that no process keeps alive, and that
+    /// refuses every acquire until it expires. For a job that decides at its end how long its
+    /// lock should stay taken; [`LockRequest::hold_at_least`](crate::LockRequest::hold_at_least)
+    /// and [`Locker::once`](crate::Locker::once) are built on it. Replaces an earlier keep of
+    /// the hold (its `hold_at_least` too). A lease lost meanwhile is not kept.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Unsupported`](crate::Error::Unsupported) on a backend that cannot keep a
+    /// released lock ([`Capabilities::keeps`](crate::backend::Capabilities::keeps)), or for a
+    /// shared lock or a permit.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> dlock_core::Result<()> {
+    /// use std::time::Duration;
+    /// use dlock_core::Kept;
+    /// let locker = dlock_core::Locker::memory();
+    /// let guard = locker.try_lock("import:2026-11-25").await?;
+    /// // ... the import ran to success: nobody imports that day again for two days.
+    /// guard.keep_after_release(Duration::from_secs(48 * 3600), Kept::Done)?;
+    /// guard.release().await?;
+    /// let info = locker.inspect("import:2026-11-25").await?;
+    /// assert_eq!(info.holders[0].kept, Some(Kept::Done));
+    /// # Ok(()) }
+    /// ```
+    pub fn keep_after_release(&self, keep: Duration, kept: crate::Kept) -> Result<()> {
+        self.hold.check_keeps()?;
+        self.keep_until(Some((Instant::now() + keep, kept)));
+        Ok(())
+    }
+
+    /// Makes the release of this guard's hold leave the key held on the server until the
+    /// instant given (see [`Hold::keep_until`]).
+    pub(crate) fn keep_until(&self, keep: Option<(Instant, crate::Kept)>) {
+        self.hold.keep_until(keep);
     }
 
     /// The hold behind this guard, weakly: what [`CurrentLock`](crate::CurrentLock) hands off

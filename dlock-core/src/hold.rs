@@ -8,12 +8,13 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
 
 use crate::keeper::LeaseKeeper;
 use crate::lease::{Lease, ReleaseOutcome};
 use crate::lease_watch::LeaseWatch;
 use crate::reentrancy::{HolderId, Reentrancy};
-use crate::{Error, LockMode, Result};
+use crate::{Error, Kept, LockMode, Result};
 
 /// Who owns a share: a task (or thread), or nobody yet (a hand-off in flight).
 pub(crate) type ShareOwner = Option<HolderId>;
@@ -25,6 +26,8 @@ pub(crate) struct Hold {
     lease: Lease,
     watch: Arc<LeaseWatch>,
     shares: Mutex<ShareCounts>,
+    /// Until when, and why, the key stays held on the server once released.
+    keep: Mutex<Option<(Instant, Kept)>>,
     released: AtomicBool,
 }
 
@@ -41,6 +44,7 @@ impl Hold {
             lease,
             watch,
             shares: Mutex::new(ShareCounts::default()),
+            keep: Mutex::new(None),
             released: AtomicBool::new(false),
         }
     }
@@ -67,6 +71,35 @@ impl Hold {
         }
     }
 
+    /// Makes the release leave the key held on the server until the instant given, as the
+    /// [`Kept`] says (replacing an earlier such wish); `None`: release it outright.
+    pub(crate) fn keep_until(&self, keep: Option<(Instant, Kept)>) {
+        *self.keep.lock().unwrap_or_else(PoisonError::into_inner) = keep;
+    }
+
+    /// Whether this hold's release can keep the key held on the server.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Unsupported`] when the backend cannot keep a lock, or the hold is not
+    /// exclusive.
+    pub(crate) fn check_keeps(&self) -> Result<()> {
+        self.keeper
+            .backend()
+            .capabilities()
+            .check_keeps(self.lease.mode, "keep_after_release")
+    }
+
+    /// How much longer, and why, a release now should leave the key held: `None` when
+    /// nothing is to be kept, the time is up, or the lease was lost (nothing of it is left
+    /// to keep).
+    fn left_to_keep(&self) -> Option<(Duration, Kept)> {
+        let (until, kept) = (*self.keep.lock().unwrap_or_else(PoisonError::into_inner))?;
+        let left = until.checked_duration_since(Instant::now())?;
+        (left >= Duration::from_millis(1) && self.watch.lost_error().is_none())
+            .then_some((left, kept))
+    }
+
     /// Gives up one share of `owner`; returns `true` if it was the last share of all.
     pub(crate) fn drop_share(&self, owner: ShareOwner) -> bool {
         let (holder_done, last) = {
@@ -89,8 +122,9 @@ impl Hold {
     pub(crate) async fn release_now(&self) -> Result<()> {
         self.keeper.watchdog().forget(&self.lease.owner);
         let lost = self.lost_error();
+        let keep = self.left_to_keep();
         self.watch.released();
-        let outcome = self.keeper.release_lease(&self.lease).await;
+        let outcome = self.keeper.release_lease(&self.lease, keep).await;
         // Only now: if this future is dropped mid-release, `Drop` releases in the background.
         self.released.store(true, Ordering::SeqCst);
         tracing::debug!(key = %self.watch.user_key(), ?outcome, "dlock: released");
@@ -115,9 +149,10 @@ impl Drop for Hold {
         if self.released.swap(true, Ordering::SeqCst) {
             return;
         }
+        let keep = self.left_to_keep();
         self.watch.released();
         self.keeper.watchdog().forget(&self.lease.owner);
-        self.keeper.release_in_background(self.lease.clone());
+        self.keeper.release_in_background(self.lease.clone(), keep);
     }
 }
 

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::LockMode;
+use crate::{Kept, LockMode};
 
 /// Who holds one lock, and who waits for it, as the lock service saw it at one moment
 /// ([`Locker::inspect`](crate::Locker::inspect)).
@@ -62,6 +62,9 @@ pub struct HolderInfo {
     /// How long until the grant expires unless renewed; `None` where the service does not
     /// expire it by time (a PostgreSQL session's lock lasts as long as the session).
     pub expires_in: Option<Duration>,
+    /// Set when this is no live grant but a record that keeps the key held after its holder
+    /// let go ([`Kept`]): until [`expires_in`](Self::expires_in), by the server's clock.
+    pub kept: Option<Kept>,
 }
 
 impl HolderInfo {
@@ -81,6 +84,7 @@ impl HolderInfo {
             mode,
             fencing_token: None,
             expires_in: None,
+            kept: None,
         }
     }
 
@@ -95,6 +99,21 @@ impl HolderInfo {
     #[must_use]
     pub const fn with_expires_in(mut self, left: Option<Duration>) -> Self {
         self.expires_in = left;
+        self
+    }
+
+    /// Marks this holder as a record kept after its grant ended.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use dlock_core::{HolderInfo, Kept, LockMode};
+    /// let record = HolderInfo::new("l:1", LockMode::Exclusive).with_kept(Some(Kept::Done));
+    /// assert_eq!(record.kept, Some(Kept::Done));
+    /// ```
+    #[must_use]
+    pub const fn with_kept(mut self, kept: Option<Kept>) -> Self {
+        self.kept = kept;
         self
     }
 }

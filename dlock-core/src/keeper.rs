@@ -10,7 +10,7 @@ use tracing::Instrument as _;
 use crate::backend::LockBackend;
 use crate::lease::{Lease, ReleaseOutcome};
 use crate::watchdog::Watchdog;
-use crate::{Error, Result};
+use crate::{Error, Kept, Result};
 
 /// Shared by a Locker and every hold taken through it; the watchdog stops when the last of
 /// them goes.
@@ -79,19 +79,29 @@ impl LeaseKeeper {
         &self.watchdog
     }
 
-    /// Owner-checked release, bounded by the operation timeout.
-    pub(crate) async fn release_lease(&self, lease: &Lease) -> Result<ReleaseOutcome> {
+    /// Owner-checked release, bounded by the operation timeout; with `keep`, the key stays
+    /// held on the server that much longer ([`LockBackend::release_keeping`]).
+    pub(crate) async fn release_lease(
+        &self,
+        lease: &Lease,
+        keep: Option<(Duration, Kept)>,
+    ) -> Result<ReleaseOutcome> {
         let span = tracing::debug_span!(
             "dlock.release",
             key = %lease.key,
             mode = %lease.mode,
             backend = self.name,
+            kept = keep.map(|(_, kept)| kept.as_str()),
             outcome = tracing::field::Empty,
         );
-        let outcome = self
-            .bounded("release", self.backend.release(lease))
-            .instrument(span.clone())
-            .await;
+        let outcome = match keep {
+            None => self.bounded("release", self.backend.release(lease)),
+            Some((left, kept)) => {
+                self.bounded("release", self.backend.release_keeping(lease, left, kept))
+            }
+        }
+        .instrument(span.clone())
+        .await;
         span.record(
             "outcome",
             match &outcome {
@@ -114,7 +124,7 @@ impl LeaseKeeper {
             let expires = lease.valid_from + lease.ttl;
             let mut pause = Duration::from_millis(50);
             loop {
-                match keeper.release_lease(&lease).await {
+                match keeper.release_lease(&lease, None).await {
                     Ok(outcome) => {
                         tracing::debug!(key = %lease.key, ?outcome, "dlock: released a grant its caller did not get");
                         return;
@@ -136,13 +146,18 @@ impl LeaseKeeper {
         }
     }
 
-    /// Releases `lease` from a spawned task (a guard was dropped). Without a runtime the
-    /// lease simply runs out at its ttl.
-    pub(crate) fn release_in_background(self: &Arc<Self>, lease: Lease) {
+    /// Releases `lease` from a spawned task (a guard was dropped), keeping it as
+    /// [`release_lease`](Self::release_lease) does. Without a runtime the lease simply runs
+    /// out at its ttl.
+    pub(crate) fn release_in_background(
+        self: &Arc<Self>,
+        lease: Lease,
+        keep: Option<(Duration, Kept)>,
+    ) {
         let keeper = Arc::clone(self);
         let key = lease.key.clone();
         let spawned = self.watchdog.spawn(async move {
-            match keeper.release_lease(&lease).await {
+            match keeper.release_lease(&lease, keep).await {
                 Ok(outcome) => {
                     tracing::debug!(key = %lease.key, ?outcome, "dlock: released on drop");
                 }

@@ -66,6 +66,7 @@
 //! | `dlock.lock.count` | gauge | `state`: `held`, `waiting` |
 //! | `dlock.renewals` | counter | `outcome`: `renewed`, `lost`, `failed` |
 //! | `dlock.lost` | counter | `reason`: `not_owner`, `expired`, `max_hold`, `shutdown`, `session_lost` |
+//! | `dlock.once` | counter | `outcome`: `ran`, `failed`, `skipped_running`, `skipped_done` ([`Locker::once`]; `key` is the job) |
 //!
 //! `mode` is `exclusive`, `shared` or `permit`; `key` is the key **template** the attribute
 //! or the layer names (`order:<id>`, [`LockRequest::key_template`]), never the raw key unless
@@ -86,8 +87,10 @@ mod duration_serde;
 mod error;
 mod guard;
 mod inspect;
+mod kept;
 mod locker;
 mod mode;
+mod once;
 mod protected;
 mod request;
 mod scope;
@@ -128,8 +131,10 @@ pub use current::{CurrentLock, current_lock};
 pub use error::{BoxError, Error, ErrorKind, LostReason, Result};
 pub use guard::{HandOff, LockGuard};
 pub use inspect::{HolderInfo, LockInfo, WaiterInfo};
+pub use kept::{Kept, UnknownKept};
 pub use locker::Locker;
 pub use mode::LockMode;
+pub use once::{DEFAULT_RETENTION, Once, OnceRequest, Skip};
 pub use protected::Protected;
 pub use request::LockRequest;
 pub use tls::TlsConfig;

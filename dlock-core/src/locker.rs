@@ -199,6 +199,11 @@ impl Locker {
             .ok_or(Error::NoGlobalLocker)
     }
 
+    /// The state every clone of this Locker shares, for the recipes built on it.
+    pub(crate) const fn state(&self) -> &Arc<LockerState> {
+        &self.state
+    }
+
     /// Starts building an acquire of `key`: set `.ttl(..)`, `.wait(..)`, `.watchdog(..)`,
     /// then `.await` it for a [`LockGuard`](crate::LockGuard).
     ///

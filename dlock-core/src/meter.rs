@@ -72,6 +72,11 @@ impl Meter {
                 "Lease renewals by the watchdog, by outcome"
             );
             metrics::describe_counter!("dlock.lost", Unit::Count, "Leases lost, by reason");
+            metrics::describe_counter!(
+                "dlock.once",
+                Unit::Count,
+                "Fires of once-per-fire jobs, by outcome: ran, failed, skipped_running, skipped_done"
+            );
         }
     }
 
@@ -128,6 +133,12 @@ impl Meter {
     }
 
     /// The lease was lost for `reason`.
+    #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+    pub(crate) fn once(&self, outcome: &'static str) {
+        #[cfg(feature = "metrics")]
+        metrics::counter!("dlock.once", self.with("outcome", outcome)).increment(1);
+    }
+
     #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
     pub(crate) fn lost(&self, reason: &LostReason) {
         #[cfg(feature = "metrics")]

@@ -46,6 +46,7 @@ impl<'a> LockRequest<'a> {
                 reentrant: true,
                 fencing: None,
                 max_hold: None,
+                hold_at_least: None,
                 mode,
                 kind: LockKind::of(mode),
                 key_template: None,
@@ -151,6 +152,42 @@ impl<'a> LockRequest<'a> {
     /// ```
     pub const fn max_hold(mut self, max_hold: Duration) -> Self {
         self.options.max_hold = Some(max_hold);
+        self
+    }
+
+    /// Keeps the lock held at least `hold_at_least` after it was granted (ShedLock's
+    /// `lockAtLeastFor`): a release that comes sooner — the guard released or dropped, the
+    /// process exiting after it — leaves the key held on the server for the rest of the time,
+    /// **by the server's clock**, with no process needed to keep it. So a short job fired on
+    /// several machines at about the same moment runs on one of them, whatever their clocks
+    /// say. The rest is measured from when the grant's answer arrived, so the server holds
+    /// the key at least that long after it granted it. A lease that was lost is not kept.
+    /// Exclusive locks only; ignored when re-entering a lock this task already holds.
+    ///
+    /// # Errors
+    ///
+    /// The acquire fails with [`Error::Unsupported`](crate::Error::Unsupported) before any
+    /// round trip on a backend that cannot keep a released lock
+    /// ([`Capabilities::keeps`](crate::backend::Capabilities::keeps)) or for a shared lock or
+    /// a permit.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> dlock_core::Result<()> {
+    /// use std::time::Duration;
+    /// let locker = dlock_core::Locker::memory();
+    /// let guard = locker
+    ///     .lock("cleanup")
+    ///     .wait(Duration::ZERO)
+    ///     .hold_at_least(Duration::from_secs(60))
+    ///     .await?;
+    /// guard.release().await?; // done in a moment, but the lock stays taken for a minute
+    /// assert!(locker.try_lock("cleanup").await.is_err());
+    /// # Ok(()) }
+    /// ```
+    pub const fn hold_at_least(mut self, hold_at_least: Duration) -> Self {
+        self.options.hold_at_least = Some(hold_at_least);
         self
     }
 

@@ -71,7 +71,7 @@ impl LockerState {
         let mut releases = tokio::task::JoinSet::new();
         for lease in leases {
             let keeper = Arc::clone(&self.keeper);
-            releases.spawn(async move { keeper.release_lease(&lease).await });
+            releases.spawn(async move { keeper.release_lease(&lease, None).await });
         }
         let mut first_error = None;
         while let Some(released) = releases.join_next().await {

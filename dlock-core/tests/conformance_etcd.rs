@@ -33,6 +33,8 @@ async fn target<S: Send + Sync + 'static>(server: S, url: String) -> Target<Etcd
             .slack(Duration::from_millis(800))
             // etcd's lessor looks for expired leases every 500 ms, then commits the revocation.
             .expiry_lag(Duration::from_millis(500))
+            // A kept lock's lease is whole seconds, rounded up.
+            .keep_rounding(Duration::from_secs(1))
     })
     .await
 }

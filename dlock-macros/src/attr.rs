@@ -1,6 +1,6 @@
 //! The attribute's arguments: `key = "order:<id>", ttl = "10s", wait = "2s", watchdog = false,
-//! max_hold = "1h", fencing = true, mode = "read" | "write", permits = N, locker = <expr>,
-//! crate = "path"`.
+//! max_hold = "1h", hold_at_least = "1m", once = "48h", fencing = true, mode = "read" |
+//! "write", permits = N, locker = <expr>, crate = "path"`.
 
 use proc_macro2::Span;
 use quote::ToTokens;
@@ -19,6 +19,8 @@ mod kw {
     syn::custom_keyword!(wait);
     syn::custom_keyword!(watchdog);
     syn::custom_keyword!(max_hold);
+    syn::custom_keyword!(hold_at_least);
+    syn::custom_keyword!(once);
     syn::custom_keyword!(fencing);
     syn::custom_keyword!(mode);
     syn::custom_keyword!(permits);
@@ -26,12 +28,17 @@ mod kw {
 }
 
 /// Every argument name, in the order the docs list them.
-const ARGUMENTS: &str =
-    "`key`, `ttl`, `wait`, `watchdog`, `max_hold`, `fencing`, `mode`, `permits`, `locker`, `crate`";
+const ARGUMENTS: &str = "`key`, `ttl`, `wait`, `watchdog`, `max_hold`, `hold_at_least`, `once`, \
+     `fencing`, `mode`, `permits`, `locker`, `crate`";
 
 /// The error for `mode` and `permits` together, spanned on the second of them.
 const MODE_AND_PERMITS: &str = "`#[distributed_lock]`: `mode` and `permits` cannot be combined: \
      `mode` takes one side of a read-write lock, `permits` one permit of a semaphore";
+
+/// The error for `once` next to `wait`, `mode` or `permits`, spanned on the second of them.
+const ONCE_AND: &str = "`#[distributed_lock]`: `once` runs a fire at most once and skips it when \
+     it is busy, never waiting, on an exclusive lock: it cannot be combined with `wait`, `mode` \
+     or `permits`";
 
 /// The parsed arguments of one `#[distributed_lock(..)]`.
 #[derive(Default)]
@@ -41,6 +48,9 @@ pub(crate) struct LockArgs {
     pub(crate) wait: Option<Wait>,
     pub(crate) watchdog: Option<LitBool>,
     pub(crate) max_hold: Option<Duration>,
+    pub(crate) hold_at_least: Option<Duration>,
+    /// `once = ".."`: the retention of a fire's done record.
+    pub(crate) once: Option<Duration>,
     pub(crate) fencing: Option<LitBool>,
     pub(crate) mode: Option<Mode>,
     pub(crate) permits: Option<Permits>,
@@ -84,11 +94,41 @@ impl Parse for LockArgs {
             } else if input.peek(kw::ttl) {
                 parse_once::<kw::ttl, _>(input, &mut args.ttl, parse_ttl)?;
             } else if input.peek(kw::wait) {
+                let at = input.span();
                 parse_once::<kw::wait, _>(input, &mut args.wait, parse_wait)?;
+                if args.once.is_some() {
+                    return Err(syn::Error::new(at, ONCE_AND));
+                }
             } else if input.peek(kw::watchdog) {
                 parse_once::<kw::watchdog, _>(input, &mut args.watchdog, parse_bool)?;
             } else if input.peek(kw::max_hold) {
                 parse_once::<kw::max_hold, _>(input, &mut args.max_hold, parse_max_hold)?;
+            } else if input.peek(kw::hold_at_least) {
+                parse_once::<kw::hold_at_least, _>(
+                    input,
+                    &mut args.hold_at_least,
+                    |input, name| {
+                        positive_duration(
+                            input,
+                            name,
+                            "\"1m\"",
+                            "the least time the lock stays taken after it was granted",
+                        )
+                    },
+                )?;
+            } else if input.peek(kw::once) {
+                let at = input.span();
+                parse_once::<kw::once, _>(input, &mut args.once, |input, name| {
+                    positive_duration(
+                        input,
+                        name,
+                        "\"48h\"",
+                        "how long a fire's done record stays",
+                    )
+                })?;
+                if args.wait.is_some() || args.mode.is_some() || args.permits.is_some() {
+                    return Err(syn::Error::new(at, ONCE_AND));
+                }
             } else if input.peek(kw::fencing) {
                 parse_once::<kw::fencing, _>(input, &mut args.fencing, parse_bool)?;
             } else if input.peek(kw::mode) {
@@ -97,11 +137,17 @@ impl Parse for LockArgs {
                 if args.permits.is_some() {
                     return Err(syn::Error::new(at, MODE_AND_PERMITS));
                 }
+                if args.once.is_some() {
+                    return Err(syn::Error::new(at, ONCE_AND));
+                }
             } else if input.peek(kw::permits) {
                 let at = input.span();
                 parse_once::<kw::permits, _>(input, &mut args.permits, parse_permits)?;
                 if args.mode.is_some() {
                     return Err(syn::Error::new(at, MODE_AND_PERMITS));
+                }
+                if args.once.is_some() {
+                    return Err(syn::Error::new(at, ONCE_AND));
                 }
             } else if input.peek(kw::locker) {
                 parse_once::<kw::locker, _>(input, &mut args.locker, |input, _| input.parse())?;
@@ -226,6 +272,26 @@ fn parse_max_hold(input: ParseStream<'_>, name: &str) -> syn::Result<Duration> {
         ));
     }
     Ok(cap)
+}
+
+/// A duration greater than zero (`what` it is, for the error).
+fn positive_duration(
+    input: ParseStream<'_>,
+    name: &str,
+    example: &str,
+    what: &str,
+) -> syn::Result<Duration> {
+    let lit = string_literal(input, name, example)?;
+    let duration = parse_duration(&lit, name)?;
+    if duration.is_zero() {
+        return Err(syn::Error::new(
+            lit.span(),
+            format!(
+                "`#[distributed_lock]`: `{name}` must be greater than zero: it is {what} (e.g. {example})"
+            ),
+        ));
+    }
+    Ok(duration)
 }
 
 fn parse_wait(input: ParseStream<'_>, name: &str) -> syn::Result<Wait> {

@@ -93,6 +93,18 @@ fn gen_function(args: &LockArgs, func: &ItemFn) -> syn::Result<TokenStream> {
         });
     }
 
+    if args.once.is_some()
+        && let Some(ty) = output.filter(|ty| is_result(ty))
+        && !skippable(ty)
+    {
+        push(syn::Error::new_spanned(
+            ok_type(ty).map_or_else(|| ty.to_token_stream(), ToTokens::to_token_stream),
+            "`#[distributed_lock(once = ..)]` requires the fn to return `Result<Option<T>, E>` \
+             or `Result<(), E>`: a fire another process runs or ran is skipped, returning \
+             `Ok(None)` or `Ok(())`",
+        ));
+    }
+
     match &args.key {
         None => push(syn::Error::new(
             Span::call_site(),
@@ -129,9 +141,15 @@ fn gen_function(args: &LockArgs, func: &ItemFn) -> syn::Result<TokenStream> {
     // Spanned on the return type: an error type without `From<dlock_core::Error>` is
     // reported there.
     let run_fn = respan(krate.to_token_stream(), output_span);
-    let run = |body: TokenStream| {
-        quote_spanned! {output_span=>
+    let run = |body: TokenStream| match args.once {
+        None => quote_spanned! {output_span=>
             #run_fn::__private::run(#locker, #key, #options, #body).await
+        },
+        Some(retention) => {
+            let retention = duration_tokens(retention);
+            quote_spanned! {output_span=>
+                #run_fn::__private::run_once(#locker, #key, #options, #retention, #body).await
+            }
         }
     };
 
@@ -195,12 +213,15 @@ fn respan(tokens: TokenStream, span: Span) -> TokenStream {
         .collect()
 }
 
+/// `d` as a `core::time::Duration` expression.
+fn duration_tokens(d: Duration) -> TokenStream {
+    let (secs, nanos) = (d.as_secs(), d.subsec_nanos());
+    quote! { ::core::time::Duration::new(#secs, #nanos) }
+}
+
 fn gen_options(args: &LockArgs) -> TokenStream {
     let krate = args.crate_path();
-    let duration = |d: Duration| {
-        let (secs, nanos) = (d.as_secs(), d.subsec_nanos());
-        quote! { ::core::time::Duration::new(#secs, #nanos) }
-    };
+    let duration = duration_tokens;
     let ttl = match args.ttl {
         Some(ttl) => {
             let ttl = duration(ttl);
@@ -220,6 +241,13 @@ fn gen_options(args: &LockArgs) -> TokenStream {
         Some(cap) => {
             let cap = duration(cap);
             quote! { ::core::option::Option::Some(#cap) }
+        }
+        None => quote! { ::core::option::Option::None },
+    };
+    let hold_at_least = match args.hold_at_least {
+        Some(at_least) => {
+            let at_least = duration(at_least);
+            quote! { ::core::option::Option::Some(#at_least) }
         }
         None => quote! { ::core::option::Option::None },
     };
@@ -254,6 +282,7 @@ fn gen_options(args: &LockArgs) -> TokenStream {
             wait: #wait,
             watchdog: #watchdog,
             max_hold: #max_hold,
+            hold_at_least: #hold_at_least,
             fencing: #fencing,
             mode: #mode,
             kind: #kind,
@@ -318,6 +347,43 @@ fn is_result(ty: &Type) -> bool {
         Type::Paren(paren) => is_result(&paren.elem),
         _ => false,
     }
+}
+
+/// `T` in `Result<T, E>` (the last path segment's first type argument).
+fn ok_type(ty: &Type) -> Option<&Type> {
+    match ty {
+        Type::Path(path) if path.qself.is_none() => {
+            let PathArguments::AngleBracketed(args) = &path.path.segments.last()?.arguments else {
+                return None;
+            };
+            args.args.iter().find_map(|arg| match arg {
+                GenericArgument::Type(ty) => Some(ty),
+                _ => None,
+            })
+        }
+        Type::Group(group) => ok_type(&group.elem),
+        Type::Paren(paren) => ok_type(&paren.elem),
+        _ => None,
+    }
+}
+
+/// Whether a skipped fire has a value in result type `ty`: `Result<Option<T>, E>` (`None`) or
+/// `Result<(), E>`.
+fn skippable(ty: &Type) -> bool {
+    fn unit_or_option(ty: &Type) -> bool {
+        match ty {
+            Type::Tuple(tuple) => tuple.elems.is_empty(),
+            Type::Path(path) if path.qself.is_none() => path
+                .path
+                .segments
+                .last()
+                .is_some_and(|last| last.ident == "Option"),
+            Type::Group(group) => unit_or_option(&group.elem),
+            Type::Paren(paren) => unit_or_option(&paren.elem),
+            _ => false,
+        }
+    }
+    ok_type(ty).is_some_and(unit_or_option)
 }
 
 /// `R` in `Pin<Box<dyn Future<Output = R> + Send + 'a>>` (any nesting of paths, trait

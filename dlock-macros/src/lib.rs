@@ -87,6 +87,8 @@ use proc_macro::TokenStream;
 /// | `wait = "2s"` | the Locker's `wait` (until acquired, unless configured) | give up with `Error::Busy` after this long; `"0s"`: one attempt; `"forever"`: until acquired |
 /// | `watchdog = false` | `true` | don't renew: the lock lasts at most `ttl` (ShedLock's `lockAtMostFor`); the body is cancelled when it runs out |
 /// | `max_hold = "1h"` | the Locker's `max_hold` (none) | the longest the lock is held: then the watchdog stops renewing it, the body is cancelled (`Error::LeaseLost`) and the lock released, so a stuck job cannot hold it forever |
+/// | `hold_at_least = "1m"` | — | a body that ends sooner leaves the lock taken on the server until this long after its grant, by the server's clock, with no process needed (ShedLock's `lockAtLeastFor`; exclusive locks) |
+/// | `once = "48h"` | — | a scheduled job's fire, run at most once across every process: the key names the fire (`"report:<day>"`), a busy fire is skipped (never waited for), a success leaves a `done` record for this retention so later fires of the same key skip too; the fn must return `Result<Option<T>, E>` or `Result<(), E>`, and a skipped fire returns `Ok(None)` / `Ok(())`. See `Locker::once`; cannot be combined with `wait`, `mode` or `permits` |
 /// | `fencing = true` | the Locker's `fencing` (`false`) | the grant must carry a fencing token (Redis issues one only when asked; memory and etcd always do) |
 /// | `mode = "read"` / `"write"` | exclusive | one side of a read-write lock: readers of a key run side by side, a writer alone; a read inside the same task's write lock re-enters it |
 /// | `permits = 3` | — | one of that many permits of a semaphore (cannot be combined with `mode`; every user of the key names the same number) |

@@ -20,6 +20,7 @@ const EXIT_CODES: &str = "\
 Exit status of `dlock run`:
   the command's   the command ran (128+N if a signal N ended it)
   1, or -E N      the lock is busy: -n, or --wait ran out
+  0, or -E N      with --once: the fire was skipped (another run holds it, or ran it)
   64              bad usage or configuration
   69              the lock service failed (unreachable, timed out, refused)
   75              the lease was lost while the command ran; it was stopped
@@ -94,9 +95,28 @@ pub(crate) struct RunArgs {
     /// KEY must give the same N.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub(crate) permits: Option<u32>,
-    /// The exit status when the lock is busy.
-    #[arg(short = 'E', long, value_name = "STATUS", default_value_t = 1)]
-    pub(crate) conflict_exit_code: u8,
+    /// Run KEY — naming one fire of a scheduled job, e.g. `report-2026-11-25` — at most once
+    /// across every machine: a busy lock is skipped (never waited for), and a command that
+    /// exits 0 leaves a `done` record for RETENTION (by the lock service's clock), so a run of
+    /// the same KEY within it is skipped too. A skip prints why on stderr (`skipped: done`,
+    /// `skipped: running`) and exits 0 unless -E says otherwise. A failed command leaves no
+    /// record.
+    #[arg(
+        long,
+        value_name = "RETENTION",
+        value_parser = duration,
+        conflicts_with_all = ["wait", "no_wait", "shared", "write", "permits"],
+        requires = "command"
+    )]
+    pub(crate) once: Option<Duration>,
+    /// Keep the lock taken at least this long after it was granted, even if the command ends
+    /// sooner (and dlock exits): the lock service holds it, by its own clock (ShedLock's
+    /// lockAtLeastFor). Exclusive locks.
+    #[arg(long, value_name = "DURATION", value_parser = duration, conflicts_with_all = ["shared", "permits"])]
+    pub(crate) hold_at_least: Option<Duration>,
+    /// The exit status when the lock is busy. Default: 1; with --once, 0.
+    #[arg(short = 'E', long, value_name = "STATUS")]
+    pub(crate) conflict_exit_code: Option<u8>,
     /// How long a command being stopped has between SIGTERM and SIGKILL. It is stopped when
     /// the lease is lost, and this long before a lease that could not be renewed runs out.
     /// Default: a quarter of the ttl, at most 5s; at most the ttl less two watchdog intervals.
@@ -125,6 +145,14 @@ pub(crate) struct RunArgs {
         allow_hyphen_values = true
     )]
     pub(crate) command: Vec<OsString>,
+}
+
+impl RunArgs {
+    /// The exit status when the lock is busy: `-E`, else 1 (0 for a skipped `--once` fire).
+    pub(crate) fn conflict_status(&self) -> u8 {
+        self.conflict_exit_code
+            .unwrap_or(if self.once.is_some() { 0 } else { 1 })
+    }
 }
 
 #[derive(Debug, Args)]

@@ -92,6 +92,9 @@ impl View<'_> {
             if let Some(left) = holder.expires_in {
                 text.push_str(&format!("  expires in {}", shown(left)));
             }
+            if let Some(kept) = holder.kept {
+                text.push_str(&format!("  kept after its release ({kept})"));
+            }
             text.push('\n');
         }
         match &self.info.waiters {
@@ -115,6 +118,7 @@ fn holder_json(holder: &HolderInfo) -> Value {
     value["owner"] = json!(holder.owner);
     value["fencing_token"] = json!(holder.fencing_token);
     value["expires_in_ms"] = json!(holder.expires_in.map(|left| left.as_millis()));
+    value["kept"] = json!(holder.kept.map(|kept| kept.as_str()));
     value
 }
 

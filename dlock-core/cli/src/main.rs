@@ -5,7 +5,8 @@
 //! the README's "Command line" section and `dlock_core::guide::command_line` are its manual.
 //!
 //! ```text
-//! dlock run [--url URL] [--ttl D] [--wait D | -n] [-s | --permits N] [-E N] KEY -- COMMAND…
+//! dlock run [--url URL] [--ttl D] [--wait D | -n | --once RETENTION] [-s | --permits N]
+//!           [--hold-at-least D] [-E N] KEY -- COMMAND…
 //! dlock inspect [--url URL] [--json] KEY
 //! dlock release --force [--url URL] KEY
 //! ```

@@ -5,7 +5,7 @@ use std::io::{IsTerminal as _, Write as _};
 use std::time::{Duration, Instant};
 
 use dlock_core::backend::Fencing;
-use dlock_core::{DlockConfig, Error, LockGuard, Locker};
+use dlock_core::{DlockConfig, Error, ErrorKind, Kept, LockGuard, Locker, Skip};
 use rustix::process::Signal;
 
 use crate::args::{RunArgs, Wait};
@@ -33,14 +33,14 @@ pub(crate) async fn run(args: RunArgs) -> u8 {
         }
     }) {
         Ok(config) => config,
-        Err(e) => return exit::failed(&e, args.conflict_exit_code),
+        Err(e) => return exit::failed(&e, args.conflict_status()),
     };
     // dlock enforces the cap itself: the library would release the lock at once, while the
     // command still runs.
     let max_hold = config.max_hold.take();
     let grace = match grace(args.kill_after, &config) {
         Ok(grace) => grace,
-        Err(e) => return exit::failed(&e, args.conflict_exit_code),
+        Err(e) => return exit::failed(&e, args.conflict_status()),
     };
     let mut signals = match Signals::catch() {
         Ok(signals) => signals,
@@ -54,7 +54,7 @@ pub(crate) async fn run(args: RunArgs) -> u8 {
             Ok(locker) => locker,
             Err(e) => {
                 exit::report_at(&e, &config.backend);
-                return exit::for_error(&e, args.conflict_exit_code);
+                return exit::for_error(&e, args.conflict_status());
             }
         },
         signal = signals.next() => return signals::status_for(signal.as_raw()),
@@ -82,9 +82,17 @@ async fn under_lock(
     let guard = tokio::select! {
         acquired = acquire(locker, args) => match acquired {
             Ok(guard) => guard,
+            Err(e) if args.once.is_some() && e.kind() == ErrorKind::Busy => {
+                let why = match locker.inspect(&args.key).await {
+                    Ok(info) => Skip::of(&info),
+                    Err(_) => Skip::Running,
+                };
+                eprintln!("dlock: skipped: {why} (`{}`)", args.key);
+                return args.conflict_status();
+            }
             Err(e) => {
                 exit::report_at(&e, &config.backend);
-                return exit::for_error(&e, args.conflict_exit_code);
+                return exit::for_error(&e, args.conflict_status());
             }
         },
         signal = signals.next() => return signals::status_for(signal.as_raw()),
@@ -109,7 +117,7 @@ async fn under_lock(
         env,
     };
     match launch.start() {
-        Ok(job) => supervise(guard, job, signals, &deadline, foreground).await,
+        Ok(job) => supervise(guard, job, signals, &deadline, foreground, args.once).await,
         Err((status, message)) => {
             eprintln!("dlock: {message}");
             release(guard).await;
@@ -168,8 +176,16 @@ async fn acquire(locker: &Locker, args: &RunArgs) -> dlock_core::Result<LockGuar
         (false, false, Some(permits)) => locker.semaphore(&args.key, permits),
         (false, false, None) => locker.lock(&args.key),
     };
-    let request = request.fencing(locker.capabilities().fencing != Fencing::None);
-    let request = match (args.no_wait, args.wait) {
+    let mut request = request.fencing(locker.capabilities().fencing != Fencing::None);
+    if let Some(at_least) = args.hold_at_least {
+        request = request.hold_at_least(at_least);
+    }
+    if args.once.is_some() {
+        // A fire is skipped when busy, never waited for; nor does a nested `dlock run` of
+        // the same fire re-enter it.
+        request = request.reentrant(false);
+    }
+    let request = match (args.no_wait || args.once.is_some(), args.wait) {
         (true, _) => request.wait(Duration::ZERO),
         (false, Some(Wait(Some(wait)))) => request.wait(wait),
         (false, Some(Wait(None))) => request.wait_forever(),
@@ -248,13 +264,15 @@ fn print_env(env: &[(&str, String)]) {
 /// Runs the command to its end under the lease: signals to `dlock` go on to it. It is
 /// stopped — SIGTERM, SIGKILL after the grace — when the lease is lost, when an unrenewed
 /// lease would run out within the grace, or at its `--max-hold`; then the status is 75, else
-/// the command's.
+/// the command's. With `--once`, a command that exits 0 leaves the fire's done record for
+/// `once` (the retention).
 async fn supervise(
     guard: LockGuard,
     mut job: Job,
     mut signals: Signals,
     deadline: &Deadline,
     foreground: bool,
+    once: Option<Duration>,
 ) -> u8 {
     let lost = guard.lost();
     tokio::pin!(lost);
@@ -267,6 +285,11 @@ async fn supervise(
                     eprintln!("dlock: cannot wait for the command: {e}");
                     exit::CANNOT_RUN
                 });
+                if let (0, Some(retention)) = (status, once)
+                    && let Err(e) = guard.keep_after_release(retention, Kept::Done)
+                {
+                    eprintln!("dlock: warning: no done record for `{}`: {}", guard.key(), exit::describe(&e));
+                }
                 release(guard).await;
                 return status;
             }

@@ -6,6 +6,7 @@
 //!   read, slept on and written back by each (a double holder loses an increment), and the
 //!   fencing tokens they get in their environment strictly increase.
 //! - `-n` and `--wait` give up with the conflict status; shared holders and permits.
+//! - `--once` runs a fire once (a skip exits 0); `--hold-at-least` outlives the command.
 //! - A lost lease (key deleted behind its back, server killed) stops the command: SIGTERM,
 //!   then SIGKILL when it ignores SIGTERM; `dlock` exits with 75.
 //! - The command's status comes back; SIGTERM to `dlock` reaches the command.
@@ -257,6 +258,125 @@ async fn no_wait_and_wait_give_up_with_the_conflict_status() {
     let free = run(&url, &["run", "-n", "job", "touch", marker_arg]).await;
     assert_eq!(status(&free), 0, "{}", stderr(&free));
     assert!(marker.exists());
+}
+
+/// `--once`: two runs of one fire, the second started while the first runs, run the command
+/// once — the second exits 0 saying `skipped: running` — and a third after the first
+/// succeeded says `skipped: done` (`-E` still sets the status). A fire whose command failed
+/// leaves no record: the next run of it runs. `--hold-at-least` keeps a lock whose command
+/// ended at once taken until then, after `dlock` exited.
+#[tokio::test]
+async fn once_runs_a_fire_once_and_a_skip_exits_0() {
+    let server = RedisServer::start().await.expect("redis-server");
+    let url = server.url();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (started, ran) = (dir.path().join("started"), dir.path().join("ran"));
+    let script = format!(
+        "touch {}; sleep 2; echo ran >> {}",
+        started.display(),
+        ran.display()
+    );
+    let mut first = dlock(&url)
+        .args([
+            "run",
+            "--once",
+            "1h",
+            "--shell",
+            "report-2026-11-25",
+            &script,
+        ])
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("dlock runs");
+    until("the first run started its command", LIMIT, || {
+        started.exists()
+    })
+    .await;
+    let second = run(
+        &url,
+        &[
+            "run",
+            "--once",
+            "1h",
+            "--shell",
+            "report-2026-11-25",
+            &script,
+        ],
+    )
+    .await;
+    assert_eq!(status(&second), 0, "{}", stderr(&second));
+    assert!(
+        stderr(&second).contains("skipped: running"),
+        "{}",
+        stderr(&second)
+    );
+    assert_eq!(
+        exit_code(&mut first).await,
+        0,
+        "{}",
+        stderr_of(&mut first).await
+    );
+    let third = run(
+        &url,
+        &[
+            "run",
+            "--once",
+            "1h",
+            "--shell",
+            "report-2026-11-25",
+            &script,
+        ],
+    )
+    .await;
+    assert_eq!(status(&third), 0, "{}", stderr(&third));
+    assert!(
+        stderr(&third).contains("skipped: done"),
+        "{}",
+        stderr(&third)
+    );
+    let told = run(
+        &url,
+        &[
+            "run",
+            "--once",
+            "1h",
+            "-E",
+            "3",
+            "report-2026-11-25",
+            "true",
+        ],
+    )
+    .await;
+    assert_eq!(status(&told), 3, "{}", stderr(&told));
+    assert_eq!(read(&ran), "ran\n", "the fire ran more than once");
+
+    let failed = run(&url, &["run", "--once", "1h", "flaky-2026-11-25", "false"]).await;
+    assert_eq!(
+        status(&failed),
+        1,
+        "the command's own status: {}",
+        stderr(&failed)
+    );
+    let again = run(&url, &["run", "--once", "1h", "flaky-2026-11-25", "true"]).await;
+    assert_eq!(status(&again), 0, "{}", stderr(&again));
+    assert!(
+        !stderr(&again).contains("skipped"),
+        "a failed fire was skipped: {}",
+        stderr(&again)
+    );
+
+    let sent = Instant::now();
+    let short = run(&url, &["run", "--hold-at-least", "2s", "short", "true"]).await;
+    assert_eq!(status(&short), 0, "{}", stderr(&short));
+    let busy = run(&url, &["run", "-n", "short", "true"]).await;
+    assert_eq!(status(&busy), 1, "the lock was not kept: {}", stderr(&busy));
+    let waited = run(&url, &["run", "--wait", "10s", "short", "true"]).await;
+    assert_eq!(status(&waited), 0, "{}", stderr(&waited));
+    assert!(
+        sent.elapsed() >= Duration::from_secs(2),
+        "the lock kept for 2s was free after {:?}",
+        sent.elapsed()
+    );
 }
 
 /// Shared holders run side by side and keep an exclusive one out; a semaphore of 2 lets two

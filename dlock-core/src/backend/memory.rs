@@ -19,7 +19,7 @@ use async_trait::async_trait;
 use super::waiters::{Ticket, WaitQueues};
 use crate::backend::{Capabilities, Fencing, LockBackend};
 use crate::lease::{AcquireOutcome, AcquireRequest, Lease, OwnerId, ReleaseOutcome, RenewOutcome};
-use crate::{Error, HolderInfo, LockInfo, LockMode, Result, WaiterInfo};
+use crate::{Error, HolderInfo, Kept, LockInfo, LockMode, Result, WaiterInfo};
 
 /// In-process locks with real leases, FIFO hand-off and fencing tokens.
 ///
@@ -72,6 +72,8 @@ struct Holder {
     granted_at: Instant,
     expires_at: Instant,
     token: u64,
+    /// Set once the grant ended but the key is kept held until `expires_at`.
+    kept: Option<Kept>,
 }
 
 impl Holder {
@@ -83,6 +85,7 @@ impl Holder {
             granted_at: now,
             expires_at: now + ttl,
             token,
+            kept: None,
         }
     }
 }
@@ -128,10 +131,18 @@ impl KeyState {
         self.holders.iter().find(|h| &h.owner == owner)
     }
 
-    /// Removes `owner`'s grant; returns whether it held one.
+    /// `owner`'s live grant (not a record kept after it ended).
+    fn live_grant(&mut self, owner: &OwnerId) -> Option<&mut Holder> {
+        self.holders
+            .iter_mut()
+            .find(|h| &h.owner == owner && h.kept.is_none())
+    }
+
+    /// Removes `owner`'s live grant; returns whether it held one.
     fn remove_holder(&mut self, owner: &OwnerId) -> bool {
         let before = self.holders.len();
-        self.holders.retain(|h| &h.owner != owner);
+        self.holders
+            .retain(|h| &h.owner != owner || h.kept.is_some());
         self.holders.len() < before
     }
 
@@ -410,7 +421,7 @@ impl LockBackend for MemoryBackend {
                 let holder = table
                     .keys
                     .get_mut(&*lease.key)
-                    .and_then(|s| s.holders.iter_mut().find(|h| h.owner == lease.owner));
+                    .and_then(|s| s.live_grant(&lease.owner));
                 match holder {
                     Some(h) => {
                         h.expires_at = now + h.ttl;
@@ -434,6 +445,28 @@ impl LockBackend for MemoryBackend {
             return Ok(ReleaseOutcome::NotHeld);
         }
         table.settle(&lease.key, now, &self.queues);
+        Ok(ReleaseOutcome::Released)
+    }
+
+    async fn release_keeping(
+        &self,
+        lease: &Lease,
+        keep: Duration,
+        kept: Kept,
+    ) -> Result<ReleaseOutcome> {
+        let now = Instant::now();
+        let mut table = self.table();
+        table.settle(&lease.key, now, &self.queues);
+        let Some(holder) = table
+            .keys
+            .get_mut(&*lease.key)
+            .and_then(|state| state.live_grant(&lease.owner))
+            .filter(|holder| holder.mode == LockMode::Exclusive)
+        else {
+            return Ok(ReleaseOutcome::NotHeld);
+        };
+        holder.kept = Some(kept);
+        holder.expires_at = now + keep;
         Ok(ReleaseOutcome::Released)
     }
 
@@ -461,6 +494,7 @@ impl LockBackend for MemoryBackend {
                     HolderInfo::new(holder.owner.as_str(), holder.mode)
                         .with_fencing_token(Some(holder.token))
                         .with_expires_in(Some(holder.expires_at.saturating_duration_since(now)))
+                        .with_kept(holder.kept)
                 })
                 .collect()
         });
@@ -483,6 +517,7 @@ impl LockBackend for MemoryBackend {
             .read_write(true)
             .semaphore(true)
             .fencing(Fencing::Volatile)
+            .keeps(true)
             .max_renew_batch(usize::MAX)
     }
 }

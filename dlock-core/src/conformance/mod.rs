@@ -21,6 +21,7 @@
 mod admin;
 mod contract;
 mod exclusion;
+mod jobs;
 mod leases;
 mod modes;
 mod reentrancy;
@@ -38,6 +39,7 @@ use std::time::Duration;
 pub use admin::*;
 pub use contract::*;
 pub use exclusion::*;
+pub use jobs::*;
 pub use leases::*;
 pub use modes::*;
 pub use reentrancy::*;
@@ -266,6 +268,9 @@ pub struct Expectations {
     pub operation_timeout: Duration,
     /// Key prefix for this run's Lockers.
     pub prefix: String,
+    /// How much longer than asked a backend may keep a released lock: the unit its expiries
+    /// are rounded up to (etcd leases: whole seconds); zero where they are exact.
+    pub keep_rounding: Duration,
     /// Racing acquires may all lose one attempt: a quorum backend (RedLock) whose masters
     /// each granted a different racer gives nobody a majority. At most one still wins.
     pub split_votes: bool,
@@ -285,6 +290,7 @@ impl Expectations {
             operation_timeout: Duration::from_secs(2),
             prefix: format!("conformance:{:08x}:", rand::random::<u32>()),
             split_votes: false,
+            keep_rounding: Duration::ZERO,
         }
     }
 
@@ -298,6 +304,13 @@ impl Expectations {
     #[must_use]
     pub const fn split_votes(mut self, possible: bool) -> Self {
         self.split_votes = possible;
+        self
+    }
+
+    /// Sets [`Expectations::keep_rounding`].
+    #[must_use]
+    pub const fn keep_rounding(mut self, rounding: Duration) -> Self {
+        self.keep_rounding = rounding;
         self
     }
 
@@ -396,6 +409,11 @@ macro_rules! conformance_tests {
                 max_hold_ends_a_hold,
                 shutdown_releases_every_lock,
                 inspect_shows_holders_and_waiters,
+                hold_at_least_keeps_a_released_lock,
+                hold_at_least_outlives_the_holder,
+                kept_lock_is_owner_checked,
+                once_runs_a_fire_once,
+                once_runs_again_after_a_failure,
             );
         }
     };

@@ -6,7 +6,7 @@ use etcd_client::{GetOptions, KeyValue, SortOrder, SortTarget};
 
 use super::keys::LockName;
 use super::{Inner, call};
-use crate::{HolderInfo, LockInfo, LockMode, Result, WaiterInfo};
+use crate::{HolderInfo, Kept, LockInfo, LockMode, Result, WaiterInfo};
 
 impl Inner {
     /// The keys of lock `full_key` in create-revision order, read in one request: the
@@ -35,10 +35,12 @@ impl Inner {
         let mut holders = Vec::with_capacity(holding);
         for (kv, mode) in &keys[..holding] {
             let left = self.lease_left(kv.lease()).await?;
+            let (owner, kept) = owner_and_kept(&name, kv);
             holders.push(
-                HolderInfo::new(owner_of(&name, kv), *mode)
+                HolderInfo::new(owner, *mode)
                     .with_fencing_token(u64::try_from(kv.create_revision()).ok())
-                    .with_expires_in(left),
+                    .with_expires_in(left)
+                    .with_kept(kept),
             );
         }
         let waiters = keys[holding..]
@@ -93,6 +95,19 @@ fn holding(modes: impl Iterator<Item = LockMode>) -> usize {
             .take_while(|mode| matches!(mode, LockMode::Permit { .. }))
             .take(usize::try_from(limit).unwrap_or(usize::MAX))
             .count(),
+    }
+}
+
+/// The owner of a holder's key, and whether it is a kept record (`<owner>|<kept>`, see
+/// `release_keeping`).
+fn owner_and_kept(name: &LockName, kv: &KeyValue) -> (String, Option<Kept>) {
+    let owner = owner_of(name, kv);
+    match owner
+        .rsplit_once('|')
+        .map(|(grant, why)| (grant, why.parse()))
+    {
+        Some((grant, Ok(kept))) => (grant.to_owned(), Some(kept)),
+        _ => (owner, None),
     }
 }
 

@@ -16,7 +16,7 @@ mod release;
 mod session;
 mod watch;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
@@ -190,6 +190,9 @@ impl std::fmt::Debug for Inner {
 struct Keys {
     /// etcd keys in use (queued, held, or being deleted): never reused meanwhile.
     reserved: HashSet<String>,
+    /// Keys moved onto a lease of their own by a release that keeps the lock, and until when
+    /// (at the latest) they stay: not reused before.
+    kept: HashMap<String, Instant>,
 }
 
 /// What a [`Lease`] of this backend carries: the etcd key, its create revision, and — until
@@ -339,6 +342,15 @@ impl LockBackend for EtcdBackend {
         self.inner.release(lease).await
     }
 
+    async fn release_keeping(
+        &self,
+        lease: &Lease,
+        keep: Duration,
+        kept: crate::Kept,
+    ) -> Result<ReleaseOutcome> {
+        self.inner.release_keeping(lease, keep, kept).await
+    }
+
     async fn force_release(&self, key: &str) -> Result<bool> {
         self.inner.force_release(key).await
     }
@@ -358,6 +370,7 @@ impl LockBackend for EtcdBackend {
             .semaphore(true)
             .fencing(Fencing::Durable)
             .self_renewing(true)
+            .keeps(true)
             .max_renew_batch(RENEW_BATCH)
     }
 }
@@ -484,10 +497,12 @@ impl Inner {
     /// Reserves an etcd key for a new grant of `session` under `name`.
     fn reserve_key(&self, name: &keys::LockName, session: &Session, mode: LockMode) -> String {
         let mut keys = self.keys();
+        let now = Instant::now();
+        keys.kept.retain(|_, until| *until > now);
         let mut n = 0;
         loop {
             let key = name.key(session.id, n, mode);
-            if keys.reserved.insert(key.clone()) {
+            if !keys.kept.contains_key(&key) && keys.reserved.insert(key.clone()) {
                 return key;
             }
             n += 1;

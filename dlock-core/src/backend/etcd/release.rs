@@ -2,16 +2,18 @@
 
 use std::sync::Arc;
 
+use std::time::{Duration, Instant};
+
 use etcd_client::{
-    Compare, CompareOp, GetOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse,
+    Compare, CompareOp, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse,
 };
 
 use super::keys::LockName;
-use super::session::Session;
+use super::session::{self, Session};
 use super::{Delete, EtcdGrant, Inner};
 use crate::backend::cleanup::{Releasing, delete_until_gone};
 use crate::lease::{Lease, ReleaseOutcome, RenewOutcome};
-use crate::{Error, Result};
+use crate::{Error, Kept, Result};
 
 impl Inner {
     /// Answers from the keepalives, after checking in one transaction that every lock key
@@ -110,6 +112,74 @@ impl Inner {
         } else {
             ReleaseOutcome::NotHeld
         })
+    }
+
+    /// Owner-checked: moves the lock key onto a lease of its own that lasts `keep` (rounded
+    /// up to whole seconds) and that nothing renews, with `<owner>|<kept>` as its value, in
+    /// one transaction checked by create revision and owner. The key keeps its name and create
+    /// revision, so the waiters queued behind it stay behind it until the lease expires; the
+    /// grant's session lets go of it (the key is no longer on it) and may end. A key that is
+    /// not this owner's any more is left alone, and the new lease revoked. A keep whose
+    /// outcome is unknown is treated as a release: the key is deleted in the background and
+    /// the new lease revoked.
+    pub(super) async fn release_keeping(
+        self: &Arc<Self>,
+        lease: &Lease,
+        keep: Duration,
+        kept: Kept,
+    ) -> Result<ReleaseOutcome> {
+        let Some(grant) = lease.extension::<EtcdGrant>() else {
+            return Ok(ReleaseOutcome::NotHeld);
+        };
+        let (record_lease, record_ttl) =
+            session::grant_lease(&self.client, self.timeout, keep).await?;
+        let owner = lease.owner.as_str();
+        let txn = Txn::new()
+            .when([
+                Compare::create_revision(
+                    grant.key.as_str(),
+                    CompareOp::Equal,
+                    grant.create_revision,
+                ),
+                Compare::value(grant.key.as_str(), CompareOp::Equal, owner),
+            ])
+            .and_then([TxnOp::put(
+                grant.key.as_str(),
+                format!("{owner}|{kept}"),
+                Some(PutOptions::new().with_lease(record_lease)),
+            )]);
+        let moved = self.txn("release", txn).await;
+        let outcome = match &moved {
+            Ok(reply) if reply.succeeded() => ReleaseOutcome::Released,
+            Ok(_) | Err(_) => {
+                self.revoke(record_lease);
+                ReleaseOutcome::NotHeld
+            }
+        };
+        let session = grant
+            .live_session(self, &lease.owner)
+            .and_then(|_| grant.give_up());
+        if let Some(session) = session {
+            match (&moved, outcome) {
+                (Ok(_), ReleaseOutcome::Released) => {
+                    // The key stays, on its own lease: no later grant of this session puts a
+                    // key of the same name until the lease has surely run out.
+                    let mut keys = self.keys();
+                    keys.reserved.remove(&grant.key);
+                    let until = Instant::now() + record_ttl + Duration::from_secs(1);
+                    keys.kept.insert(grant.key.clone(), until);
+                    drop(keys);
+                    self.end_use(&session);
+                }
+                (Ok(_), _) => self.finish_key(grant.key.clone(), session, Delete::Nothing),
+                (Err(_), _) => self.finish_key(
+                    grant.key.clone(),
+                    session,
+                    Delete::Exact(grant.create_revision),
+                ),
+            }
+        }
+        moved.map(|_| outcome)
     }
 
     /// A lease this backend does not hold (released before, or a forged copy): delete the key

@@ -183,9 +183,27 @@ impl PooledSession for Session {
 ///
 /// As [`call`]; [`Error::Refused`] when etcd grants no lease.
 pub(super) async fn grant(client: &Client, timeout: Duration, ttl: Duration) -> Result<Session> {
+    let sent = Instant::now();
+    let (id, server_ttl) = grant_lease(client, timeout, ttl).await?;
+    let session = Session::new(id, ttl, server_ttl, sent, client.clone(), timeout);
+    tracing::debug!(lease = %format!("{:x}", session.id), ?ttl, server_ttl = ?session.server_ttl, "dlock: etcd lease granted");
+    Ok(session)
+}
+
+/// Grants an etcd lease of `ttl`, rounded up to whole seconds (at least one), within
+/// `timeout`: its id and the ttl etcd granted (which may be longer: its minimum lease ttl).
+/// Nothing keeps it alive; a [`Session`] does that for the leases of locks.
+///
+/// # Errors
+///
+/// As [`call`]; [`Error::Refused`] when etcd grants no lease.
+pub(super) async fn grant_lease(
+    client: &Client,
+    timeout: Duration,
+    ttl: Duration,
+) -> Result<(i64, Duration)> {
     let seconds = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
     let seconds = i64::try_from(seconds.max(1)).unwrap_or(i64::MAX);
-    let sent = Instant::now();
     let granted = call(timeout, "lease grant", || {
         let mut leases = client.lease_client();
         async move { leases.grant(seconds, None).await }
@@ -198,16 +216,7 @@ pub(super) async fn grant(client: &Client, timeout: Duration, ttl: Duration) -> 
             format!("etcd granted no lease: {}", granted.error()),
         ));
     }
-    let session = Session::new(
-        granted.id(),
-        ttl,
-        Duration::from_secs(server_seconds),
-        sent,
-        client.clone(),
-        timeout,
-    );
-    tracing::debug!(lease = %format!("{:x}", session.id), ?ttl, server_ttl = ?session.server_ttl, "dlock: etcd lease granted");
-    Ok(session)
+    Ok((granted.id(), Duration::from_secs(server_seconds)))
 }
 
 /// Revokes lease `id`, within `timeout`; a lease etcd no longer has is revoked already.

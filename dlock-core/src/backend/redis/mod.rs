@@ -115,7 +115,7 @@ use self::shares::WriterMark;
 use crate::backend::BackendUrl;
 use crate::backend::{Capabilities, Fencing, LockBackend};
 use crate::lease::{AcquireOutcome, AcquireRequest, Lease, OwnerId, ReleaseOutcome, RenewOutcome};
-use crate::{Error, LockMode, Result};
+use crate::{Error, Kept, LockMode, Result};
 
 /// How many locks one renewal script handles.
 const RENEW_BATCH: usize = 100;
@@ -416,6 +416,23 @@ impl LockBackend for RedisBackend {
         })
     }
 
+    async fn release_keeping(
+        &self,
+        lease: &Lease,
+        keep: Duration,
+        kept: Kept,
+    ) -> Result<ReleaseOutcome> {
+        let kept = self
+            .node
+            .release_keeping(lease.owner.as_str(), &lease.key, keep, kept)
+            .await?;
+        Ok(if kept < 0 {
+            ReleaseOutcome::NotHeld
+        } else {
+            ReleaseOutcome::Released
+        })
+    }
+
     async fn force_release(&self, key: &str) -> Result<bool> {
         self.node.force_release(key).await
     }
@@ -434,6 +451,7 @@ impl LockBackend for RedisBackend {
     fn capabilities(&self) -> Capabilities {
         Capabilities::new("redis")
             .fencing(Fencing::Volatile)
+            .keeps(true)
             .max_renew_batch(usize::MAX)
             .read_write(true)
             .semaphore(true)

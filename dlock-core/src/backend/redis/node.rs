@@ -15,7 +15,7 @@ use super::millis;
 use super::scripts::{self, Lua};
 use crate::error::within;
 use crate::lease::{AcquireRequest, Lease};
-use crate::{Error, HolderInfo, LockInfo, LockMode, Result};
+use crate::{Error, HolderInfo, Kept, LockInfo, LockMode, Result};
 
 /// What one acquire attempt found.
 pub(crate) enum Attempt {
@@ -260,6 +260,25 @@ impl Node {
         .await
     }
 
+    /// Owner-checked: replaces `owner`'s grant of `key` by a record that keeps the lock for
+    /// `keep` (expiring by the server's clock), marked `kept`; 0, or -1 if `owner` did not
+    /// hold the lock.
+    pub(crate) async fn release_keeping(
+        &self,
+        owner: &str,
+        key: &str,
+        keep: Duration,
+        kept: Kept,
+    ) -> Result<i64> {
+        self.run("release", &scripts::RELEASE_KEEPING, 1, |cmd| {
+            cmd.arg(RedisName::lock(key))
+                .arg(owner)
+                .arg(millis(keep))
+                .arg(kept.as_str());
+        })
+        .await
+    }
+
     /// One renewal script over the writers' locks `leases` (in one slot on Cluster: called
     /// with one); 1 or 0 per lease.
     pub(crate) async fn renew_batch(&self, leases: &[&Lease]) -> Result<Vec<i64>> {
@@ -333,7 +352,17 @@ impl Node {
             .into_iter()
             .map(|(owner, left_ms)| {
                 let left = u64::try_from(left_ms).ok().map(Duration::from_millis);
-                HolderInfo::new(owner, mode).with_expires_in(left)
+                // A kept record: `<owner>|<why>` (see RELEASE_KEEPING).
+                let (owner, kept) = match owner.rsplit_once('|') {
+                    Some((grant, why)) if mode == LockMode::Exclusive => match why.parse() {
+                        Ok(kept) => (grant.to_owned(), Some(kept)),
+                        Err(_) => (owner, None),
+                    },
+                    _ => (owner, None),
+                };
+                HolderInfo::new(owner, mode)
+                    .with_expires_in(left)
+                    .with_kept(kept)
             })
             .collect();
         Ok(LockInfo {

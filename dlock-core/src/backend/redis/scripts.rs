@@ -244,6 +244,29 @@ return redis.call('publish', KEYS[1] .. ':released', ARGV[2] or ARGV[1])
     )
 });
 
+/// `KEYS`: lock. `ARGV`: owner, how long to keep the lock in ms, why (`at_least`, `done`).
+///
+/// If `owner` holds the lock (marked waited for or not), replaces its grant by a record that
+/// keeps the lock for the time given: the value `<owner>|<why>` (with the waited-for mark
+/// kept), which no owner matches, so nothing renews, releases or keeps it again; it expires
+/// with `PX`, by the server's clock. Nothing is published: waiters try again at the expiry
+/// the acquire script tells them. Returns 0, or -1 if `owner` did not hold the lock.
+pub(super) static RELEASE_KEEPING: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(
+        r"
+local holder = redis.pcall('get', KEYS[1])
+local record = ARGV[1] .. '|' .. ARGV[3]
+if holder == ARGV[1] .. '|waited' then
+  record = record .. '|waited'
+elseif holder ~= ARGV[1] then
+  return -1
+end
+redis.call('set', KEYS[1], record, 'PX', ARGV[2])
+return 0
+",
+    )
+});
+
 /// `KEYS`: lock, semaphore limit, waited-for mark. `ARGV`: owner.
 ///
 /// Removes `owner`'s share (reader or permit) and the expired ones; the set (and the limit)
@@ -405,7 +428,14 @@ mod tests {
             7,
             "the acquire script compares the last 7 bytes"
         );
-        for script in [&ACQUIRE, &ACQUIRE_SHARED, &RELEASE, &RENEW, &INSPECT] {
+        for script in [
+            &ACQUIRE,
+            &ACQUIRE_SHARED,
+            &RELEASE,
+            &RELEASE_KEEPING,
+            &RENEW,
+            &INSPECT,
+        ] {
             assert!(script.code.contains(&format!("'{mark}'")));
             assert!(!script.code.replace(mark, "").contains("waited"));
         }

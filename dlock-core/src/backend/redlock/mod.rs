@@ -21,7 +21,7 @@ use crate::error::within;
 use crate::lease::{
     AcquireOutcome, AcquireRequest, Lease, OwnerId, ReleaseOutcome, RenewOutcome, drift_margin,
 };
-use crate::{Error, LockMode, Result};
+use crate::{Error, Kept, LockMode, Result};
 
 /// Leases renewed in one script per master.
 const RENEW_BATCH: usize = 100;
@@ -175,6 +175,48 @@ impl RedLockBackend {
             .into_iter()
             .map(|reply| reply.expect("every request answered"))
             .collect()
+    }
+
+    /// A release sent to every master (`releases`, one per master, each answering how many
+    /// heard it, or -1 when the owner did not hold the lock there), settled by a majority.
+    async fn settle_release(
+        &self,
+        releases: impl Iterator<Item = impl Future<Output = Result<i64>>>,
+    ) -> Result<ReleaseOutcome> {
+        // No validity to compute, unlike an acquire: a master gets half the operation
+        // timeout (a share of a short ttl, 50 ms, failed whole releases on a loaded machine),
+        // and the replies stop being awaited once a majority settled it.
+        let bound = self.admin_bound();
+        let masters = self.nodes.len();
+        let count = |replies: &[Option<Result<i64>>]| {
+            let (mut deleted, mut not_held) = (0, 0);
+            for reply in replies.iter().flatten() {
+                match reply {
+                    Ok(listeners) if *listeners >= 0 => deleted += 1,
+                    Ok(_) => not_held += 1,
+                    Err(_) => {}
+                }
+            }
+            (deleted, not_held)
+        };
+        let decided = |replies: &[Option<Result<i64>>]| {
+            let (deleted, not_held) = count(replies);
+            deleted >= self.quorum || not_held > masters - self.quorum
+        };
+        let replies = Self::bounded_until(bound, releases, decided).await;
+        // The lock was ours if a majority had our key: those that deleted it, plus those
+        // that did not answer (in doubt). A second release finds at most the keys the first
+        // left in flight, fewer than a majority: `NotHeld`, as the contract asks.
+        let (deleted, not_held) = count(&replies);
+        let in_doubt = masters - deleted - not_held;
+        if deleted + in_doubt < self.quorum {
+            return Ok(ReleaseOutcome::NotHeld);
+        }
+        if deleted > 0 {
+            return Ok(ReleaseOutcome::Released);
+        }
+        let first_error = replies.into_iter().flatten().find_map(Result::err);
+        Err(first_error.unwrap_or_else(|| Error::unavailable("redlock", "no master answered")))
     }
 
     /// Like [`bounded_all`](Self::bounded_all), but stops waiting once `decided` says the
@@ -475,40 +517,22 @@ impl LockBackend for RedLockBackend {
             .nodes
             .iter()
             .map(|node| node.release_owned(owner, &lease.key, None));
-        // No validity to compute, unlike an acquire: a master gets half the operation
-        // timeout (a share of a short ttl, 50 ms, failed whole releases on a loaded machine),
-        // and the replies stop being awaited once a majority settled it.
-        let bound = self.admin_bound();
-        let masters = self.nodes.len();
-        let count = |replies: &[Option<Result<i64>>]| {
-            let (mut deleted, mut not_held) = (0, 0);
-            for reply in replies.iter().flatten() {
-                match reply {
-                    Ok(listeners) if *listeners >= 0 => deleted += 1,
-                    Ok(_) => not_held += 1,
-                    Err(_) => {}
-                }
-            }
-            (deleted, not_held)
-        };
-        let decided = |replies: &[Option<Result<i64>>]| {
-            let (deleted, not_held) = count(replies);
-            deleted >= self.quorum || not_held > masters - self.quorum
-        };
-        let replies = Self::bounded_until(bound, releases, decided).await;
-        // The lock was ours if a majority had our key: those that deleted it, plus those
-        // that did not answer (in doubt). A second release finds at most the keys the first
-        // left in flight, fewer than a majority: `NotHeld`, as the contract asks.
-        let (deleted, not_held) = count(&replies);
-        let in_doubt = masters - deleted - not_held;
-        if deleted + in_doubt < self.quorum {
-            return Ok(ReleaseOutcome::NotHeld);
-        }
-        if deleted > 0 {
-            return Ok(ReleaseOutcome::Released);
-        }
-        let first_error = replies.into_iter().flatten().find_map(Result::err);
-        Err(first_error.unwrap_or_else(|| Error::unavailable("redlock", "no master answered")))
+        self.settle_release(releases).await
+    }
+
+    /// On each master, as Redis does; the lock is kept while a majority keeps it.
+    async fn release_keeping(
+        &self,
+        lease: &Lease,
+        keep: Duration,
+        kept: Kept,
+    ) -> Result<ReleaseOutcome> {
+        let owner = lease.owner.as_str();
+        let releases = self
+            .nodes
+            .iter()
+            .map(|node| node.release_keeping(owner, &lease.key, keep, kept));
+        self.settle_release(releases).await
     }
 
     async fn force_release(&self, key: &str) -> Result<bool> {
@@ -538,7 +562,7 @@ impl LockBackend for RedLockBackend {
         let replies = Self::bounded_all(self.timeout / 2, views).await;
         let mut answered = 0;
         let mut first_error = None;
-        let mut left_by_owner: Vec<(String, Vec<Option<Duration>>)> = Vec::new();
+        let mut left_by_owner: Vec<((String, Option<Kept>), Vec<Option<Duration>>)> = Vec::new();
         for reply in replies {
             let info = match reply {
                 Ok(info) => info,
@@ -549,12 +573,10 @@ impl LockBackend for RedLockBackend {
             };
             answered += 1;
             for holder in info.holders {
-                match left_by_owner
-                    .iter_mut()
-                    .find(|(owner, _)| *owner == holder.owner)
-                {
+                let grant = (holder.owner, holder.kept);
+                match left_by_owner.iter_mut().find(|(held, _)| *held == grant) {
                     Some((_, lefts)) => lefts.push(holder.expires_in),
-                    None => left_by_owner.push((holder.owner, vec![holder.expires_in])),
+                    None => left_by_owner.push((grant, vec![holder.expires_in])),
                 }
             }
         }
@@ -566,11 +588,12 @@ impl LockBackend for RedLockBackend {
         let holders = left_by_owner
             .into_iter()
             .filter(|(_, lefts)| lefts.len() >= self.quorum)
-            .map(|(owner, mut lefts)| {
+            .map(|((owner, kept), mut lefts)| {
                 // No expiry (`None`) outlasts any time left.
                 lefts.sort_unstable_by_key(|left| std::cmp::Reverse(left.unwrap_or(Duration::MAX)));
                 crate::HolderInfo::new(owner, LockMode::Exclusive)
                     .with_expires_in(lefts[self.quorum - 1])
+                    .with_kept(kept)
             })
             .collect();
         Ok(crate::LockInfo {
@@ -587,7 +610,9 @@ impl LockBackend for RedLockBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::new("redlock").max_renew_batch(usize::MAX)
+        Capabilities::new("redlock")
+            .max_renew_batch(usize::MAX)
+            .keeps(true)
     }
 }
 
