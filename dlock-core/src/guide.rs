@@ -5,6 +5,9 @@
 #[doc = include_str!("guide/production.md")]
 pub mod production {}
 
+#[doc = include_str!("guide/scheduled_jobs.md")]
+pub mod scheduled_jobs {}
+
 #[doc = include_str!("guide/command_line.md")]
 pub mod command_line {}
 
