@@ -11,7 +11,7 @@ use super::Target;
 use super::support::{assert_between, key};
 use crate::backend::LockBackend;
 use crate::lease::{AcquireOutcome, AcquireRequest, Lease, OwnerId, ReleaseOutcome, RenewOutcome};
-use crate::{Error, Kept, Once, Skip};
+use crate::{Error, Kept, LockGuard, Locker, Once, Skip};
 
 /// Whether the target keeps released locks; if not, checks that asking for it is refused as
 /// unsupported without a round trip.
@@ -56,6 +56,47 @@ fn kept_until<B: LockBackend + ?Sized>(target: &Target<B>, at_least: Duration) -
     at_least + target.expect.expiry_lag + target.expect.keep_rounding + target.expect.slack
 }
 
+/// Takes `key` through `holder` with `hold_at_least(at_least)`: the guard, when it was asked
+/// for, and how long the answer took.
+async fn take_kept(
+    holder: &Locker,
+    key: &str,
+    at_least: Duration,
+) -> (LockGuard, Instant, Duration) {
+    let sent = Instant::now();
+    let guard = holder
+        .lock(key)
+        .hold_at_least(at_least)
+        .await
+        .expect("acquire");
+    (guard, sent, sent.elapsed())
+}
+
+/// `other` waits for `key`, kept `at_least` by a grant asked for at `sent` and answered
+/// `answered` later: admitted no sooner than `at_least` after `sent`, and within the expiry
+/// lag after the hold ends.
+async fn admitted_after_the_hold<B: LockBackend + ?Sized>(
+    target: &Target<B>,
+    other: &Locker,
+    key: &str,
+    at_least: Duration,
+    (sent, answered): (Instant, Duration),
+    whose: &str,
+) {
+    let wait = kept_until(target, at_least) * 2;
+    let _admitted = other
+        .lock(key)
+        .wait(wait)
+        .await
+        .expect("admitted after the hold");
+    assert_between(
+        &format!("a kept lock{whose} admitting the next holder"),
+        sent.elapsed(),
+        at_least,
+        answered + kept_until(target, at_least),
+    );
+}
+
 /// A lock taken with `hold_at_least` and released at once stays held on the server: another
 /// client is refused, sees the record in `inspect`, and is admitted no sooner than
 /// `hold_at_least` after the grant was asked for, and within the expiry lag after it ends. A
@@ -67,13 +108,7 @@ pub async fn hold_at_least_keeps_a_released_lock<B: LockBackend + ?Sized>(target
     let at_least = at_least(target);
     let (holder, other) = (target.locker().await, target.locker().await);
     let key = key("at-least");
-    let sent = Instant::now();
-    let guard = holder
-        .lock(&key)
-        .hold_at_least(at_least)
-        .await
-        .expect("acquire");
-    let answered = sent.elapsed();
+    let (guard, sent, answered) = take_kept(&holder, &key, at_least).await;
     guard.release().await.expect("release, keeping the lock");
     let refused = other.try_lock(&key).await;
     assert!(
@@ -89,18 +124,7 @@ pub async fn hold_at_least_keeps_a_released_lock<B: LockBackend + ?Sized>(target
             "inspect does not show the kept lock: {info:?}"
         );
     }
-    let wait = kept_until(target, at_least) * 2;
-    let _admitted = other
-        .lock(&key)
-        .wait(wait)
-        .await
-        .expect("admitted after the hold");
-    assert_between(
-        "a kept lock admitting the next holder",
-        sent.elapsed(),
-        at_least,
-        answered + kept_until(target, at_least),
-    );
+    admitted_after_the_hold(target, &other, &key, at_least, (sent, answered), "").await;
 
     // Held longer than asked: the release frees the lock at once.
     let key = super::support::key("at-least-passed");
@@ -128,13 +152,7 @@ pub async fn hold_at_least_outlives_the_holder<B: LockBackend + ?Sized>(target: 
     let at_least = at_least(target);
     let (holder, other) = (target.locker().await, target.locker().await);
     let key = key("outlived");
-    let sent = Instant::now();
-    let guard = holder
-        .lock(&key)
-        .hold_at_least(at_least)
-        .await
-        .expect("acquire");
-    let answered = sent.elapsed();
+    let (guard, sent, answered) = take_kept(&holder, &key, at_least).await;
     drop(guard);
     holder.shutdown().await.expect("shutdown");
     drop(holder);
@@ -143,18 +161,8 @@ pub async fn hold_at_least_outlives_the_holder<B: LockBackend + ?Sized>(target: 
         matches!(refused, Err(Error::Busy { .. })),
         "the kept lock ended with its holder's Locker: {refused:?}"
     );
-    let wait = kept_until(target, at_least) * 2;
-    let _admitted = other
-        .lock(&key)
-        .wait(wait)
-        .await
-        .expect("admitted after the hold");
-    assert_between(
-        "a kept lock whose holder is gone admitting the next holder",
-        sent.elapsed(),
-        at_least,
-        answered + kept_until(target, at_least),
-    );
+    let whose = " whose holder is gone";
+    admitted_after_the_hold(target, &other, &key, at_least, (sent, answered), whose).await;
 }
 
 /// Keeping is owner-checked: a late release (kept or not) of an earlier holder changes

@@ -135,14 +135,7 @@ impl Inner {
             session::grant_lease(&self.client, self.timeout, keep).await?;
         let owner = lease.owner.as_str();
         let txn = Txn::new()
-            .when([
-                Compare::create_revision(
-                    grant.key.as_str(),
-                    CompareOp::Equal,
-                    grant.create_revision,
-                ),
-                Compare::value(grant.key.as_str(), CompareOp::Equal, owner),
-            ])
+            .when(grant.still_owned_by(owner))
             .and_then([TxnOp::put(
                 grant.key.as_str(),
                 format!("{owner}|{kept}"),
@@ -189,14 +182,7 @@ impl Inner {
             return Ok(ReleaseOutcome::NotHeld);
         };
         let txn = Txn::new()
-            .when([
-                Compare::create_revision(
-                    grant.key.as_str(),
-                    CompareOp::Equal,
-                    grant.create_revision,
-                ),
-                Compare::value(grant.key.as_str(), CompareOp::Equal, lease.owner.as_str()),
-            ])
+            .when(grant.still_owned_by(lease.owner.as_str()))
             .and_then([TxnOp::delete(grant.key.as_str(), None)]);
         let reply = self.txn("release", txn).await?;
         Ok(if reply.succeeded() {
@@ -287,5 +273,16 @@ impl Inner {
         delete_until_gone("etcd", &key, attempt, stopped).await;
         self.keys().reserved.remove(&key);
         self.end_use(&session);
+    }
+}
+
+impl EtcdGrant {
+    /// The transaction guard that the grant's key is still the one it put (create revision)
+    /// and still carries `owner` as its value.
+    fn still_owned_by(&self, owner: &str) -> [Compare; 2] {
+        [
+            Compare::create_revision(self.key.as_str(), CompareOp::Equal, self.create_revision),
+            Compare::value(self.key.as_str(), CompareOp::Equal, owner),
+        ]
     }
 }
