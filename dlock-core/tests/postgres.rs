@@ -528,3 +528,125 @@ async fn shutdown_closes_every_connection() {
         "the shut-down Locker's lock is free: {taken:?}"
     );
 }
+
+/// The kept record of `full_key` in `table`: `(kept, kept_by, live)`, if the row has one.
+async fn kept_record(
+    admin: &Client,
+    table: &str,
+    full_key: &str,
+) -> Option<(String, String, bool)> {
+    admin
+        .query_opt(
+            &format!(
+                "SELECT kept, kept_by, kept_until > clock_timestamp() FROM {table} \
+                 WHERE lock_key = $1 AND kept_until IS NOT NULL"
+            ),
+            &[&PostgresBackend::advisory_key(full_key)],
+        )
+        .await
+        .expect("the fence table")
+        .map(|row| (row.get(0), row.get(1), row.get(2)))
+}
+
+/// A fence table made by an earlier dlock (no kept-record columns) gets them at connect. A
+/// once-per-fire job leaves its done record in the table, and `psql`'s own advisory lock does
+/// not see it (the record is dlock's). Expired records of keys that never had a token are
+/// swept by a later keep, so one row per fire does not pile up; a fenced key's row stays (its
+/// token must never go back).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kept_records_live_in_the_fence_table_and_expired_ones_are_swept() {
+    let server = PostgresServer::start().await.expect("postgres");
+    let admin = admin(&server).await;
+    admin
+        .batch_execute(
+            "CREATE TABLE old_fence (lock_key bigint PRIMARY KEY, token bigint NOT NULL, permits integer)",
+        )
+        .await
+        .expect("an old fence table");
+    let url = format!("{}?dlock_fence_table=old_fence", server.url());
+    let plain = support::connect::locker_at(&url, TTL, Duration::from_secs(2)).await;
+    let fenced = support::connect::locker_with(
+        &support::connect::config_at(&url, TTL, TTL).with_fencing(true),
+    )
+    .await;
+    let columns: i64 = admin
+        .query_one(
+            "SELECT count(*) FROM information_schema.columns WHERE table_name = 'old_fence' \
+             AND column_name IN ('kept_until', 'kept', 'kept_by')",
+            &[],
+        )
+        .await
+        .expect("columns")
+        .get(0);
+    assert_eq!(columns, 3, "the kept-record columns were not added");
+
+    let retention = Duration::from_secs(1);
+    let fire = async |fire: &str| {
+        let ran = plain
+            .once("nightly", fire)
+            .retention(retention)
+            .run(async { Ok::<_, Error>(()) })
+            .await
+            .expect("once");
+        assert!(ran.ran().is_some(), "fire {fire}: {ran:?}");
+        plain.backend_key(&format!("nightly@{fire}")).expect("key")
+    };
+    let first = fire("1").await;
+    let (why, by, live) = kept_record(&admin, "old_fence", &first)
+        .await
+        .expect("the done record");
+    assert_eq!((why.as_str(), live), ("done", true));
+    assert!(!by.is_empty(), "the record names no owner");
+    let mut psql = server.psql().await.expect("psql");
+    let took = psql
+        .run(&format!(
+            "SELECT pg_try_advisory_lock({});",
+            sql_key(&first)
+        ))
+        .await
+        .expect("psql tries");
+    assert_eq!(took, ["t"], "psql's own lock saw dlock's record");
+
+    let fenced_key = fenced.backend_key("report").expect("key");
+    fenced
+        .lock("report")
+        .hold_at_least(retention)
+        .await
+        .expect("fenced lock")
+        .release()
+        .await
+        .expect("release, keeping");
+    eventually("both records expire", Duration::from_secs(10), async || {
+        let first = kept_record(&admin, "old_fence", &first).await;
+        let fenced = kept_record(&admin, "old_fence", &fenced_key).await;
+        matches!((first, fenced), (Some((_, _, false)), Some((_, _, false))))
+    })
+    .await;
+    let second = fire("2").await;
+    let rows = |key: String| {
+        let admin = &admin;
+        async move {
+            admin
+                .query_opt(
+                    "SELECT token FROM old_fence WHERE lock_key = $1",
+                    &[&PostgresBackend::advisory_key(&key)],
+                )
+                .await
+                .expect("the fence table")
+                .map(|row| row.get::<_, i64>(0))
+        }
+    };
+    assert_eq!(
+        rows(first).await,
+        None,
+        "the expired done record was not swept"
+    );
+    assert!(
+        rows(second).await.is_some(),
+        "the new done record is missing"
+    );
+    assert!(
+        rows(fenced_key).await.is_some_and(|token| token >= 1),
+        "a fenced key's row was swept"
+    );
+}

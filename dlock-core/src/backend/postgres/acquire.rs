@@ -3,8 +3,9 @@
 //! permit queues on the semaphore's queue key; the head of the queue takes a free slot.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
+use tokio_postgres::Row;
 use tokio_postgres::types::{ToSql, Type};
 
 use super::errors::{from_pg, is_lock_timeout, timed, timed_raw};
@@ -18,6 +19,20 @@ struct Got {
     hold: PgHold,
     token: Option<i64>,
     valid_from: Instant,
+}
+
+/// What one attempt at a lock came to.
+enum Answer {
+    Granted(Got),
+    /// Held by another session (`None`), or free but kept after its release for `Some(left)`
+    /// more by the server's clock.
+    Busy(Option<Duration>),
+}
+
+impl From<Option<Got>> for Answer {
+    fn from(got: Option<Got>) -> Self {
+        got.map_or(Self::Busy(None), Self::Granted)
+    }
 }
 
 /// How many times an acquire starts over on a fresh connection after the one it used turned
@@ -62,28 +77,29 @@ impl Inner {
         req: &AcquireRequest,
         deadline: Option<Instant>,
     ) -> Result<AcquireOutcome> {
-        if let Some(outcome) = self.try_once(req).await? {
-            return Ok(outcome);
-        }
+        let retry_after = match self.try_once(req).await? {
+            AcquireOutcome::Busy { retry_after } => retry_after,
+            granted => return Ok(granted),
+        };
         if deadline.is_some_and(|d| d <= Instant::now()) {
-            return Ok(AcquireOutcome::Busy { retry_after: None });
+            return Ok(AcquireOutcome::Busy { retry_after });
         }
         let mut conn_use = self.conns.for_wait(req.ttl, first_key(req)).await?;
-        let got = match req.mode {
-            LockMode::Permit { limit } => {
-                self.wait_permit(&mut conn_use, req, limit, deadline)
-                    .await?
-            }
+        let answer = match req.mode {
+            LockMode::Permit { limit } => self
+                .wait_permit(&mut conn_use, req, limit, deadline)
+                .await?
+                .into(),
             mode => {
                 self.wait_lock(&conn_use.conn, req, mode == LockMode::Shared, deadline)
                     .await?
             }
         };
-        Ok(match got {
-            Some(got) => self.granted(req, conn_use, got),
-            None => {
+        Ok(match answer {
+            Answer::Granted(got) => self.granted(req, conn_use, got),
+            Answer::Busy(retry_after) => {
                 conn_use.finish();
-                AcquireOutcome::Busy { retry_after: None }
+                AcquireOutcome::Busy { retry_after }
             }
         })
     }
@@ -93,14 +109,15 @@ impl Inner {
     /// other locks depend on: a lock's attempt, dropped, unlocks its key in the background
     /// (after the try, on the same connection); a permit's attempt (several statements) runs
     /// in a task of its own, whose grant, if nobody receives it, is released by its lease's
-    /// drop. `None` when busy.
-    async fn try_once(self: &Arc<Self>, req: &AcquireRequest) -> Result<Option<AcquireOutcome>> {
+    /// drop.
+    async fn try_once(self: &Arc<Self>, req: &AcquireRequest) -> Result<AcquireOutcome> {
         let mut conn_use = self.conns.for_try(req.ttl, first_key(req)).await?;
         if let LockMode::Permit { limit } = req.mode {
             let (inner, req) = (Arc::clone(self), req.clone());
             let attempt = tokio::spawn(async move {
                 let got = inner.try_permit(&mut conn_use, &req, limit).await;
-                inner.attempted(&req, conn_use, got)
+                let answer = got.map(|got| got.map(Answer::from));
+                inner.attempted(&req, conn_use, answer)
             });
             return attempt
                 .await
@@ -132,13 +149,13 @@ impl Inner {
         self: &Arc<Self>,
         req: &AcquireRequest,
         conn_use: ConnUse,
-        got: Result<Result<Option<Got>>>,
-    ) -> Result<Option<AcquireOutcome>> {
-        match got? {
-            Ok(Some(got)) => Ok(Some(self.granted(req, conn_use, got))),
-            Ok(None) => {
+        answer: Result<Result<Answer>>,
+    ) -> Result<AcquireOutcome> {
+        match answer? {
+            Ok(Answer::Granted(got)) => Ok(self.granted(req, conn_use, got)),
+            Ok(Answer::Busy(retry_after)) => {
                 conn_use.finish();
-                Ok(None)
+                Ok(AcquireOutcome::Busy { retry_after })
             }
             Err(refused) => {
                 conn_use.finish();
@@ -163,66 +180,88 @@ impl Inner {
         AcquireOutcome::Acquired(lease.with_extension(Arc::new(grant)))
     }
 
-    /// Tries an exclusive or shared lock, with its token in the same statement if asked.
-    /// The inner error is a refusal that left the connection as it was.
+    /// Tries an exclusive or shared lock, with its token in the same statement if asked, and
+    /// reads the key's kept record in the statement after it (the same round trip): a grant
+    /// of a key kept after its release is given back, busy for the record's time left. The
+    /// inner error is a refusal that left the connection as it was.
     async fn try_lock(
         &self,
         conn: &Conn,
         req: &AcquireRequest,
         shared: bool,
-    ) -> Result<Result<Option<Got>>> {
+    ) -> Result<Result<Answer>> {
         let key = keys::advisory_key(&req.key);
-        let sent = Instant::now();
-        let answer = if req.fencing {
-            let sql = if shared {
-                &self.sql.try_shared_fenced
-            } else {
-                &self.sql.try_fenced
-            };
-            timed_raw(self.timeout, "acquire", query(conn, sql, &[key]))
-                .await?
-                .map(|rows| rows.first().map(|row| Some(row.get::<_, i64>(0))))
-        } else {
-            let sql = if shared { sql::TRY_SHARED } else { sql::TRY };
-            timed_raw(self.timeout, "acquire", query(conn, sql, &[key]))
-                .await?
-                .map(|rows| {
-                    rows.first()
-                        .and_then(|row| row.get::<_, bool>(0).then_some(None))
-                })
+        let statement = match (req.fencing, shared) {
+            (true, false) => self.sql.try_fenced.as_str(),
+            (true, true) => self.sql.try_shared_fenced.as_str(),
+            (false, false) => sql::TRY,
+            (false, true) => sql::TRY_SHARED,
         };
-        match answer {
-            Ok(Some(token)) => Ok(Ok(Some(Got {
-                hold: PgHold::Lock { key, shared },
-                token,
-                valid_from: sent,
-            }))),
-            Ok(None) => Ok(Ok(None)),
+        let sent = Instant::now();
+        let answers = timed_raw(
+            self.timeout,
+            "acquire",
+            pipelined(conn, [(statement, &[&key]), (&self.sql.kept, &[&key])]),
+        )
+        .await?;
+        let answers = answers.and_then(|[taken, kept]| {
+            let taken = taken?;
+            let granted = if req.fencing {
+                taken.first().map(|row| Some(row.get::<_, i64>(0)))
+            } else {
+                taken
+                    .first()
+                    .and_then(|row| row.get::<_, bool>(0).then_some(None))
+            };
+            Ok((granted, kept?))
+        });
+        match answers {
+            Ok((None, _)) => Ok(Ok(Answer::Busy(None))),
+            Ok((Some(token), kept)) => match kept_left(&kept) {
+                None => Ok(Ok(Answer::Granted(Got {
+                    hold: PgHold::Lock { key, shared },
+                    token,
+                    valid_from: sent,
+                }))),
+                Some(left) => {
+                    self.unlock_key(conn, key, shared).await?;
+                    Ok(Ok(Answer::Busy(Some(left))))
+                }
+            },
             Err(error) => {
-                // The lock may have been granted before the statement failed (the token's
-                // row, say): give it back before the key goes back.
-                let unlock = if shared {
-                    sql::UNLOCK_SHARED
-                } else {
-                    sql::UNLOCK
-                };
-                timed(self.timeout, "acquire", query(conn, unlock, &[key])).await?;
+                // The lock may have been granted before a statement failed (the token's row,
+                // the kept record's read): give it back before the key goes back.
+                self.unlock_key(conn, key, shared).await?;
                 Ok(Err(from_pg(error)))
             }
         }
     }
 
+    /// Gives back `key`, taken on `conn` by an attempt that does not keep it.
+    async fn unlock_key(&self, conn: &Conn, key: i64, shared: bool) -> Result<()> {
+        let unlock = if shared {
+            sql::UNLOCK_SHARED
+        } else {
+            sql::UNLOCK
+        };
+        timed(self.timeout, "acquire", query(conn, unlock, &[key])).await?;
+        Ok(())
+    }
+
     /// Waits on the server for an exclusive or shared lock until `deadline` (PostgreSQL's own
     /// queue: first come, first served, readers behind a waiting writer). `lock_timeout`
-    /// travels in the same round trip; when it runs out, `pg_locks` says whether the grant
-    /// won the race.
+    /// travels in the same round trip, and the key's kept record is read after the grant in
+    /// it too; when `lock_timeout` runs out, `pg_locks` says whether the grant won the race.
+    /// A grant of a key kept after its release is given back, and the wait goes on when the
+    /// record expires (the server says when, and the session sleeps on the server until
+    /// then): no polling.
     async fn wait_lock(
         &self,
         conn: &Conn,
         req: &AcquireRequest,
         shared: bool,
         deadline: Option<Instant>,
-    ) -> Result<Option<Got>> {
+    ) -> Result<Answer> {
         let key = keys::advisory_key(&req.key);
         let statement = match (req.fencing, shared) {
             (true, false) => self.sql.lock_fenced.as_str(),
@@ -230,32 +269,63 @@ impl Inner {
             (false, false) => sql::LOCK,
             (false, true) => sql::LOCK_SHARED,
         };
-        let answer = self
-            .bounded_wait(conn, deadline, query(conn, statement, &[key]))
-            .await?;
-        let valid_from = Instant::now();
-        let token = match answer {
-            Ok(rows) if req.fencing => rows.first().map(|row| row.get::<_, i64>(0)),
-            Ok(_) => None,
-            Err(error) if is_lock_timeout(&error) => {
-                if !self.holds(conn, key).await? {
-                    return Ok(None);
+        loop {
+            let steps = [
+                (statement, &[&key as &(dyn ToSql + Sync)][..]),
+                (&self.sql.kept, &[&key]),
+            ];
+            let answers = self
+                .bounded_wait(conn, deadline, pipelined(conn, steps))
+                .await?;
+            let valid_from = Instant::now();
+            let [taken, kept] = answers.map_err(from_pg)?;
+            let token = match taken {
+                Ok(rows) if req.fencing => rows.first().map(|row| row.get::<_, i64>(0)),
+                Ok(_) => None,
+                Err(error) if is_lock_timeout(&error) => {
+                    if !self.holds(conn, key).await? {
+                        return Ok(Answer::Busy(None));
+                    }
+                    // Granted just as the timeout fired: the statement failed, the session
+                    // lock stayed (session locks outlive the aborted statement).
+                    if req.fencing {
+                        Some(self.bump(conn, key).await?)
+                    } else {
+                        None
+                    }
                 }
-                // Granted just as the timeout fired: the statement failed, the session lock
-                // stayed (session locks outlive the aborted statement).
-                if req.fencing {
-                    Some(self.bump(conn, key).await?)
-                } else {
-                    None
-                }
+                Err(error) => return Err(from_pg(error)),
+            };
+            let Some(left) = kept_left(&kept.map_err(from_pg)?) else {
+                return Ok(Answer::Granted(Got {
+                    hold: PgHold::Lock { key, shared },
+                    token,
+                    valid_from,
+                }));
+            };
+            // Give the key back and sleep on the server (an idle session would end at its
+            // `idle_session_timeout`), in one round trip.
+            let expires = Instant::now() + left;
+            let wake = deadline.map_or(expires, |deadline| deadline.min(expires));
+            let nap = wake.saturating_duration_since(Instant::now());
+            let unlock = if shared {
+                sql::UNLOCK_SHARED
+            } else {
+                sql::UNLOCK
+            };
+            let secs = nap.as_secs_f64();
+            let steps = [
+                (unlock, &[&key as &(dyn ToSql + Sync)][..]),
+                (sql::SLEEP, &[&secs]),
+            ];
+            let [unlocked, slept] =
+                timed(nap + self.timeout, "acquire", pipelined(conn, steps)).await?;
+            unlocked.map_err(from_pg)?;
+            slept.map_err(from_pg)?;
+            if wake < expires {
+                return Ok(Answer::Busy(Some(expires - wake)));
             }
-            Err(error) => return Err(from_pg(error)),
-        };
-        Ok(Some(Got {
-            hold: PgHold::Lock { key, shared },
-            token,
-            valid_from,
-        }))
+        }
     }
 
     /// Runs `wait` — a statement that blocks on the server — with `lock_timeout` set to what
@@ -509,6 +579,41 @@ fn first_key(req: &AcquireRequest) -> i64 {
         LockMode::Permit { .. } => keys::queue_key(&req.key),
         _ => keys::advisory_key(&req.key),
     }
+}
+
+/// One statement and its parameters.
+pub(super) type Step<'a> = (&'a str, &'a [&'a (dyn ToSql + Sync)]);
+
+/// Sends `steps` in one round trip, in this order: the server runs each (and commits it, as
+/// its own transaction) before it starts the next, and each answers for itself. All are
+/// prepared first (each at its first use on the connection), so one not prepared yet cannot
+/// let a later one overtake it. The outer error is a preparation's: nothing was sent.
+pub(super) async fn pipelined<const N: usize>(
+    conn: &Conn,
+    steps: [Step<'_>; N],
+) -> Result<[Result<Vec<Row>, tokio_postgres::Error>; N], tokio_postgres::Error> {
+    let mut prepared = Vec::with_capacity(N);
+    for (statement, _) in &steps {
+        prepared.push(conn.prepared(statement).await?);
+    }
+    // `join_all` polls in order, and a query is sent at its first poll.
+    let answers = futures_util::future::join_all(
+        prepared
+            .iter()
+            .zip(&steps)
+            .map(|(statement, (_, params))| conn.client.query(statement, params)),
+    )
+    .await;
+    Ok(answers
+        .try_into()
+        .unwrap_or_else(|_| unreachable!("one answer per step")))
+}
+
+/// The time left on a key's kept record, from the rows of [`Statements::kept`](sql::Statements)
+/// (none: no live record).
+fn kept_left(rows: &[Row]) -> Option<Duration> {
+    rows.first()
+        .map(|row| Duration::try_from_secs_f64(row.get::<_, f64>(2)).unwrap_or_default())
 }
 
 /// Sends `statement` with `bigint` parameters: one round trip, as a statement the connection

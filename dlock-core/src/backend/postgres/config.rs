@@ -252,14 +252,7 @@ impl PgUrl {
                     ),
                 ));
             }
-            let create = format!(
-                "BEGIN; SELECT pg_advisory_xact_lock({ddl}); \
-                 CREATE TABLE IF NOT EXISTS {table} (lock_key bigint PRIMARY KEY, token bigint NOT NULL, permits integer); \
-                 COMMIT;",
-                ddl = keys::advisory_key("dlock\n#ddl"),
-                table = self.fence_table,
-            );
-            timed(timeout, "create the fence table", client.batch_execute(&create))
+            timed(timeout, "create the fence table", self.create_fence_table(&client))
                 .await
                 .map_err(|error| match error {
                     Error::Refused { source, .. } => Error::refused(
@@ -273,6 +266,40 @@ impl PgUrl {
         drop(client);
         let _ = driver.await;
         prepared
+    }
+
+    /// Creates the fence table if missing, and adds the kept-record columns (tables made by
+    /// earlier dlock versions lack them) with a partial index for the sweep of expired
+    /// records. One Locker at a time, under a transaction-level advisory lock. A table that
+    /// has the columns is not altered: `ALTER TABLE` would queue behind fenced waits that hold
+    /// the table.
+    async fn create_fence_table(&self, client: &Client) -> Result<(), tokio_postgres::Error> {
+        let table = &self.fence_table;
+        client
+            .batch_execute(&format!(
+                "BEGIN; SELECT pg_advisory_xact_lock({ddl}); \
+                 CREATE TABLE IF NOT EXISTS {table} (lock_key bigint PRIMARY KEY, token bigint NOT NULL, permits integer);",
+                ddl = keys::advisory_key("dlock\n#ddl"),
+            ))
+            .await?;
+        let has_kept = client
+            .query_one(
+                "SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = $1::text::regclass \
+                 AND attname = 'kept_until' AND NOT attisdropped)",
+                &[table],
+            )
+            .await?
+            .get::<_, bool>(0);
+        if !has_kept {
+            client
+                .batch_execute(&format!(
+                    "ALTER TABLE {table} ADD COLUMN kept_until timestamptz, \
+                     ADD COLUMN kept text, ADD COLUMN kept_by text; \
+                     CREATE INDEX ON {table} (kept_until) WHERE token = 0;"
+                ))
+                .await?;
+        }
+        client.batch_execute("COMMIT").await
     }
 }
 

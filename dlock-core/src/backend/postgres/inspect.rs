@@ -1,15 +1,18 @@
 //! Who holds and who waits for a lock, read from `pg_locks` (for operators).
 
+use std::time::Duration;
+
 use super::errors::timed;
 use super::{Inner, keys, sql};
-use crate::{HolderInfo, LockInfo, LockMode, Result, WaiterInfo};
+use crate::{HolderInfo, Kept, LockInfo, LockMode, Result, WaiterInfo};
 
 impl Inner {
     /// The advisory locks on `full_key`'s key — and, for a semaphore whose limit is stored,
     /// on its slots (a permit each) and its queue (waiting permits) — as `pg_locks` shows
     /// them, whoever took them (dlock, `psql`, any SQL client). An owner is the session's
     /// `application_name` and backend pid; no fencing token or expiry (a lock lasts as long
-    /// as its session).
+    /// as its session). A live kept record of the key (a released lock held on) shows as one
+    /// more holder, with its owner, why it is kept and the time left by the server's clock.
     pub(super) async fn inspect(&self, full_key: &str) -> Result<LockInfo> {
         let key = keys::advisory_key(full_key);
         let read = self.conns.for_read(self.timeout).await?;
@@ -59,6 +62,21 @@ impl Inner {
             } else if on != queue || stored.is_some() {
                 waiters.push(WaiterInfo::new(Some(owner), mode));
             }
+        }
+        let kept = timed(self.timeout, "inspect", async {
+            let statement = conn.prepared(&self.sql.kept).await?;
+            conn.client.query_opt(&statement, &[&key]).await
+        })
+        .await?;
+        if let Some(row) = kept {
+            // A record is no session: it shows as a holder whose `kept` says why.
+            let (why, by, left): (Option<&str>, Option<&str>, f64) =
+                (row.get(0), row.get(1), row.get(2));
+            holders.push(
+                HolderInfo::new(by.unwrap_or_default(), LockMode::Exclusive)
+                    .with_kept(why.and_then(|why| why.parse::<Kept>().ok()))
+                    .with_expires_in(Duration::try_from_secs_f64(left).ok()),
+            );
         }
         read.finish();
         Ok(LockInfo {

@@ -4,7 +4,8 @@
 //! Modules: [`config`] (URL, connection settings, the fence table), [`keys`] (the documented
 //! 64-bit key of a lock name, a semaphore's derived keys), [`sql`] (every statement),
 //! [`session`] (lock connections: which may take which key, their ends reported),
-//! [`acquire`] (try, wait on the server, semaphore), [`release`] (renew, release),
+//! [`acquire`] (try, wait on the server, semaphore; a kept record read after each grant),
+//! [`release`] (renew, release, release keeping the key),
 //! [`inspect`] (holders and waiters from `pg_locks`). The user-facing documentation is on
 //! [`PostgresBackend`].
 
@@ -32,7 +33,7 @@ use crate::backend::{BackendUrl, Capabilities, Fencing, LockBackend};
 use crate::lease::{
     AcquireOutcome, AcquireRequest, Lease, LostLease, OwnerId, ReleaseOutcome, RenewOutcome,
 };
-use crate::{Error, Result};
+use crate::{Error, Kept, Result};
 
 /// Leases renewed in one call (one `pg_locks` read per connection among them).
 const RENEW_BATCH: usize = 1024;
@@ -75,6 +76,19 @@ const RENEW_BATCH: usize = 1024;
 ///   (SELECT pg_advisory_lock(k)) ... ON CONFLICT DO UPDATE SET token = token + 1 RETURNING
 ///   token`): one round trip, durable and replicated with the database (`Fencing::Durable`),
 ///   increasing across every mode of the key. A lock without a token writes nothing.
+/// * **Kept after release** ([`hold_at_least`](crate::LockRequest::hold_at_least),
+///   [`Locker::once`](crate::Locker::once)'s done records). A session lock cannot outlive its
+///   session, so the release writes a record in `K`'s fence-table row — `kept_until`
+///   (`clock_timestamp()` plus the time left, the server's clock), `kept` (`at_least` or
+///   `done`) and `kept_by` (the owner) — if the session still holds `K` exclusively, commits
+///   it, and only then unlocks, in one round trip. Every acquire of `K` reads the record in a
+///   statement after the one that took the lock (a statement's snapshot predates its own
+///   lock): a live record gives the lock back — busy, `retry_after` the time left — and a
+///   waiter sleeps on the server until the record expires, then queues again. The record
+///   needs no process. `psql`'s own `pg_advisory_lock` does not read it: SQL that must
+///   respect it reads `kept_until` too. Expired records of keys that never had a fencing
+///   token are deleted by later keeps (64 at a time), so one row per fire does not pile up.
+///   Fence tables made by earlier versions get the three columns at connect.
 /// * **Connections.** Advisory locks re-enter per session, so a connection never holds or
 ///   asks for a key twice. Attempts that do not wait share connections: **locks taken
 ///   without waiting (one ttl) share one connection, 100 of them included**. An acquire that
@@ -344,6 +358,15 @@ impl LockBackend for PostgresBackend {
         self.inner.release(lease).await
     }
 
+    async fn release_keeping(
+        &self,
+        lease: &Lease,
+        keep: Duration,
+        kept: Kept,
+    ) -> Result<ReleaseOutcome> {
+        self.inner.release_keeping(lease, keep, kept).await
+    }
+
     async fn shutdown(&self) -> Result<()> {
         self.inner.conns.close_all().await;
         Ok(())
@@ -364,6 +387,7 @@ impl LockBackend for PostgresBackend {
             .semaphore(true)
             .fencing(Fencing::Durable)
             .self_renewing(true)
+            .keeps(true)
             .max_renew_batch(RENEW_BATCH)
     }
 }

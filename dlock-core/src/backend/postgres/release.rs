@@ -1,17 +1,19 @@
 //! Renew (one `pg_locks` read per connection: does the session still hold the keys?) and
-//! release (an owner-checked unlock on the grant's connection).
+//! release (an owner-checked unlock on the grant's connection, which may first leave a kept
+//! record in the fence table).
 
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use super::acquire::query;
-use super::errors::{from_pg, timed_raw};
+use super::acquire::{pipelined, query};
+use super::errors::{describe, from_pg, timed_raw};
 use super::session::Conn;
 use super::{Inner, PgGrant, PgHold, keys, sql};
-use crate::Result;
 use crate::lease::{Lease, OwnerId, ReleaseOutcome, RenewOutcome};
-use tokio_postgres::types::Type;
+use crate::{Kept, Result};
+use tokio_postgres::Row;
+use tokio_postgres::types::{ToSql, Type};
 
 impl Inner {
     /// Checks every lease's keys with one read of `pg_locks` per connection (the connections'
@@ -86,6 +88,59 @@ impl Inner {
         self.unlock(&conn, &owner, &grant.hold).await
     }
 
+    /// Releases `lease`'s exclusive lock, leaving a record that keeps the key held for `keep`
+    /// more by the server's clock: written (if the session still holds the key) and committed
+    /// before the unlock, both in one round trip with a sweep of expired records. Every
+    /// acquire reads the record after its grant (see `try_lock`), so nobody is granted the key
+    /// until the record expires.
+    pub(super) async fn release_keeping(
+        self: &Arc<Self>,
+        lease: &Lease,
+        keep: Duration,
+        kept: Kept,
+    ) -> Result<ReleaseOutcome> {
+        let Some(grant) = lease.extension::<PgGrant>() else {
+            return Ok(ReleaseOutcome::NotHeld);
+        };
+        let PgHold::Lock { key, shared: false } = grant.hold else {
+            return Ok(ReleaseOutcome::NotHeld); // the core keeps only exclusive locks
+        };
+        if grant.live_conn(self, &lease.owner).is_none() {
+            return Ok(ReleaseOutcome::NotHeld);
+        }
+        let Some((conn, owner)) = grant.give_up() else {
+            return Ok(ReleaseOutcome::NotHeld);
+        };
+        if conn.is_lost() {
+            return self.unlock(&conn, &owner, &grant.hold).await;
+        }
+        let (high, low) = keys::to_halves(key);
+        let (secs, why, by) = (keep.as_secs_f64(), kept.as_str(), owner.as_str());
+        let keep_params: [&(dyn ToSql + Sync); 6] = [&key, &secs, &why, &by, &high, &low];
+        let steps = [
+            (self.sql.keep.as_str(), &keep_params[..]),
+            (sql::UNLOCK, &[&key]),
+            (self.sql.sweep_kept.as_str(), &[]),
+        ];
+        let answers = timed_raw(self.timeout, "release", pipelined(&conn, steps)).await;
+        let (kept_error, unlocked) = match answers {
+            Ok(Ok([kept, unlocked, swept])) => {
+                if let Err(error) = swept {
+                    tracing::debug!(error = %describe(&error), "dlock: sweeping expired kept records failed");
+                }
+                (kept.err(), Ok(unlocked))
+            }
+            Ok(Err(error)) => (None, Ok(Err(error))),
+            Err(timeout) => (None, Err(timeout)),
+        };
+        let outcome = self.settle_unlock(&conn, &owner, &grant.hold, unlocked)?;
+        match kept_error {
+            // Unlocked, not kept: say so rather than let the caller think the key is kept.
+            Some(error) => Err(from_pg(error)),
+            None => Ok(outcome),
+        }
+    }
+
     /// Unlocks what `owner` holds on `conn`. An unlock whose answer does not come leaves the
     /// connection's state in doubt: it is closed (which frees everything on it).
     pub(super) async fn unlock(
@@ -125,7 +180,20 @@ impl Inner {
             }
         };
         let answer = timed_raw(self.timeout, "release", unlock).await;
-        conn.remove_grant(owner, &keys);
+        self.settle_unlock(conn, owner, hold, answer)
+    }
+
+    /// The end of an unlock of `hold` on `conn`: the grant forgotten, and the unlock's
+    /// `answer` as the release's outcome. An unlock that failed or did not answer leaves the
+    /// connection's state in doubt: it is closed.
+    fn settle_unlock(
+        &self,
+        conn: &Arc<Conn>,
+        owner: &OwnerId,
+        hold: &PgHold,
+        answer: Result<Result<Vec<Row>, tokio_postgres::Error>>,
+    ) -> Result<ReleaseOutcome> {
+        conn.remove_grant(owner, &hold.keys());
         self.conns.ungranted(conn);
         match answer {
             Ok(Ok(rows)) => Ok(if rows.first().is_some_and(|row| row.get::<_, bool>(0)) {

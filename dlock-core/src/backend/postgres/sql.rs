@@ -21,6 +21,20 @@ pub(super) struct Statements {
     /// key → one row (`token`, `slot`) if a slot was free: the slot held, the limit key held
     /// shared, the queue key unlocked and the limit stored; none otherwise.
     pub(super) take_slot: String,
+    /// `$1` key, `$2` seconds to keep (`float8`), `$3` why ([`Kept::as_str`](crate::Kept)),
+    /// `$4` owner, `$5`/`$6` the key's halves → one row if this session holds the key
+    /// exclusively: its record says it stays held until `$2` seconds from now by the server's
+    /// clock. The caller unlocks the key after this commits.
+    pub(super) keep: String,
+    /// `$1` key → one row (`kept`, `kept_by`, seconds left as `float8`) while the key's kept
+    /// record is live. Sent as a statement of its own after a grant (a statement's snapshot
+    /// is taken when it starts: one that also took the lock could miss a record committed
+    /// just before the keeper unlocked).
+    pub(super) kept: String,
+    /// Deletes up to 64 records that have expired on keys that never had a fencing token (a
+    /// once-per-fire key is not locked again after its retention, so nothing else would). The
+    /// outer condition is checked again on a row a concurrent keep has just renewed.
+    pub(super) sweep_kept: String,
 }
 
 /// Takes the exclusive lock `$1`, waiting.
@@ -39,6 +53,8 @@ pub(super) const UNLOCK_SHARED: &str = "SELECT pg_advisory_unlock_shared($1)";
 /// semaphore's queue listening on channel `$3`.
 pub(super) const UNLOCK_PERMIT: &str =
     "SELECT pg_advisory_unlock($1), pg_advisory_unlock_shared($2), pg_notify($3, '')";
+/// Sleeps `$1` seconds (`float8`) on the server: the session is busy, not idle.
+pub(super) const SLEEP: &str = "SELECT pg_sleep($1)";
 /// Bounds the next waits of this session: `$1` milliseconds as text (`0` = no bound).
 pub(super) const SET_LOCK_TIMEOUT: &str = "SELECT set_config('lock_timeout', $1, false)";
 /// Whether this session holds the advisory lock with halves `$1` (`classid`), `$2` (`objid`).
@@ -81,6 +97,25 @@ impl Statements {
             // The recursive CTE tries the candidate slots one by one and stops at the first it
             // gets (a plain `LIMIT` may evaluate the lock function on more rows than it
             // returns). The `RETURNING` list runs once per inserted row: only with a slot.
+            keep: format!(
+                "INSERT INTO {table} AS f (lock_key, token, kept_until, kept, kept_by) \
+                 SELECT $1, 0, clock_timestamp() + make_interval(secs => $2), $3, $4 \
+                 WHERE EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' \
+                   AND pid = pg_backend_pid() AND granted AND mode = 'ExclusiveLock' \
+                   AND classid::int8 = $5 AND objid::int8 = $6 AND objsubid = 1) \
+                 ON CONFLICT (lock_key) DO UPDATE SET kept_until = EXCLUDED.kept_until, \
+                   kept = EXCLUDED.kept, kept_by = EXCLUDED.kept_by \
+                 RETURNING true"
+            ),
+            kept: format!(
+                "SELECT kept, kept_by, extract(epoch FROM kept_until - clock_timestamp())::float8 \
+                 FROM {table} WHERE lock_key = $1 AND kept_until > clock_timestamp()"
+            ),
+            sweep_kept: format!(
+                "DELETE FROM {table} WHERE token = 0 AND kept_until <= clock_timestamp() \
+                 AND lock_key IN (SELECT lock_key FROM {table} \
+                   WHERE token = 0 AND kept_until <= clock_timestamp() LIMIT 64)"
+            ),
             take_slot: format!(
                 "WITH RECURSIVE s(i, got) AS ( \
                    SELECT 1, pg_try_advisory_lock(($2::int8[])[1]) \
