@@ -1,5 +1,5 @@
-//! Scheduled jobs across skewed clocks, with real processes: on each backend that keeps a
-//! released lock, five worker processes whose clocks libfaketime offsets by −30 s, −10 s, 0,
+//! Scheduled jobs across skewed clocks, with real processes: on Redis, etcd, ZooKeeper and
+//! PostgreSQL at once, five worker processes whose clocks libfaketime offsets by −30 s, −10 s, 0,
 //! +10 s and +30 s fire one job every 2 s **of their own clock**, 40 fires, naming each fire
 //! from their own clock ([`Locker::once`]). Every fire id must run exactly once: no duplicate,
 //! no miss. The +30 s worker (the first to fire each id) is SIGSTOPped in the middle of one
@@ -19,7 +19,7 @@ use std::process::Stdio;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use dlock_core::{DlockConfig, Locker, Once};
-use dlock_harness::{EtcdServer, RedisServer};
+use dlock_harness::{EtcdServer, PostgresServer, RedisServer, ZkServer};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 /// `<url> <first fire, unix s> <resource dir> <worker name> <fire to be stopped in>`.
@@ -301,9 +301,8 @@ async fn every_fire_runs_once_across_skewed_clocks() {
     }
     let redis = RedisServer::start().await.expect("redis-server");
     let etcd = EtcdServer::start().await.expect("etcd");
-    let (redis_url, etcd_url) = (redis.url(), etcd.url());
-    tokio::join!(
-        every_fire_runs_once(&redis_url),
-        every_fire_runs_once(&etcd_url)
-    );
+    let zookeeper = ZkServer::start().await.expect("zookeeper");
+    let postgres = PostgresServer::start().await.expect("postgres");
+    let urls = [redis.url(), etcd.url(), zookeeper.url(), postgres.url()];
+    futures_util::future::join_all(urls.iter().map(|url| every_fire_runs_once(url))).await;
 }

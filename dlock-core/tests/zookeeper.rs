@@ -508,3 +508,60 @@ async fn shutdown_closes_the_session_and_its_nodes_go() {
         "no node queued again"
     );
 }
+
+/// A lock kept after its release is a persistent record in `/_dlock_kept` (the lock path's
+/// slashes escaped), apart from the lock path — where Curator would count any child as a
+/// contender — and the lock path keeps no node. Records that expired on keys nobody locks
+/// again (past fires) are swept by later keeps; `/_dlock_kept` is no key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kept_records_sit_apart_and_expired_ones_are_swept() {
+    let server = ZkServer::start().await.expect("zookeeper");
+    let zk = raw(&server.connect_string()).await;
+    let locker = locker(&server.url(), Duration::from_secs(2)).await;
+    let fire = async |fire: &str| {
+        let ran = locker
+            .once("jobs/nightly", fire)
+            .retention(Duration::from_secs(1))
+            .run(async { Ok::<_, Error>(()) })
+            .await
+            .expect("once");
+        assert!(ran.ran().is_some(), "fire {fire}: {ran:?}");
+    };
+    fire("1").await;
+    let record = "/_dlock_kept/jobs%2Fnightly@1";
+    let (data, stat) = zk.get_data(record).await.expect("the done record");
+    let data = String::from_utf8(data).expect("text");
+    assert!(data.ends_with("|done|1000"), "{data}");
+    assert_eq!(
+        stat.ephemeral_owner, 0,
+        "the record must outlive the session"
+    );
+    assert!(
+        children(&zk, "/jobs/nightly@1").await.is_empty(),
+        "a node was left under the lock path"
+    );
+
+    // Later fires keep their own records and sweep the expired ones.
+    let give_up = Instant::now() + Duration::from_secs(15);
+    for next in 2.. {
+        fire(&next.to_string()).await;
+        if !children(&zk, "/_dlock_kept")
+            .await
+            .iter()
+            .any(|c| c == "jobs%2Fnightly@1")
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < give_up,
+            "the expired record was never swept"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    let refused = locker.try_lock("_dlock_kept/x").await;
+    assert!(
+        matches!(refused, Err(Error::InvalidKey { .. })),
+        "{refused:?}"
+    );
+}

@@ -1,5 +1,6 @@
 //! Acquire: create a protected ephemeral-sequential node, then wait by Curator's rules for the
-//! node before it (a data watch), or — for a permit — for room under the semaphore's `leases`.
+//! node before it (a data watch), or — for a permit — for room under the semaphore's `leases`;
+//! at the head, wait out a record that keeps the lock after its last release.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -7,6 +8,7 @@ use std::time::Instant;
 use zookeeper_client::{Acls, CreateMode, Error as ZkError, MultiReadResult, Stat};
 
 use super::errors::{from_zk, timed, timed_raw};
+use super::kept::{self, Record, WaitedOut};
 use super::keys::{self, NodeKind, Standing};
 use super::session::Session;
 use super::{Inner, ZkGrant};
@@ -30,6 +32,7 @@ impl Inner {
         let path = keys::lock_path(&req.key)?;
         let session = self.checkout(req.ttl).await?;
         let mut nodes = Nodes::new(self, &session);
+        let mut retry_after = None;
         let granted = match req.mode {
             LockMode::Permit { limit } => {
                 match self
@@ -58,18 +61,42 @@ impl Inner {
                     )
                     .await?;
                 let reader = kind == NodeKind::Read;
-                self.wait_turn(&session, &path, &node.0, reader, deadline)
-                    .await?
-                    .map(|valid_from| Granted {
-                        path: format!("{path}/{}", node.0),
-                        czxid: node.1.czxid,
-                        valid_from,
-                    })
+                let record = kept::record_path(&path);
+                let node_path = format!("{path}/{}", node.0);
+                let turn = self
+                    .wait_turn(&session, &path, &node.0, reader, deadline, Some(&record))
+                    .await?;
+                match turn {
+                    None => None,
+                    Some((sent, kept)) => {
+                        let owner = req.owner.as_str().as_bytes();
+                        let waited = self
+                            .wait_out_kept(
+                                &session,
+                                (&record, kept),
+                                (&node_path, owner, node.1.ctime),
+                                sent,
+                                deadline,
+                            )
+                            .await?;
+                        match waited {
+                            WaitedOut::Free(valid_from) => Some(Granted {
+                                path: node_path,
+                                czxid: node.1.czxid,
+                                valid_from,
+                            }),
+                            WaitedOut::Busy(left) => {
+                                retry_after = Some(left);
+                                None
+                            }
+                        }
+                    }
+                }
             }
         };
         let Some(granted) = granted else {
             nodes.delete_now().await;
-            return Ok(AcquireOutcome::Busy { retry_after: None });
+            return Ok(AcquireOutcome::Busy { retry_after });
         };
         nodes.hand_over(&granted.path);
         session.add_grant(&req.owner);
@@ -115,7 +142,7 @@ impl Inner {
             )
             .await?;
         if self
-            .wait_turn(&session, &locks, &mutex, false, deadline)
+            .wait_turn(&session, &locks, &mutex, false, deadline, None)
             .await?
             .is_none()
         {
@@ -286,7 +313,8 @@ impl Inner {
     }
 
     /// Waits until `node` (a child of `dir`) holds by Curator's rules, watching only the node
-    /// it waits for. Returns when the listing that found it holding was sent, or `None` at
+    /// it waits for. Returns when the listing that found it holding was sent — with the kept
+    /// record at `record`, read in the same multi-read as that listing — or `None` at
     /// `deadline`.
     async fn wait_turn(
         self: &Arc<Self>,
@@ -295,17 +323,13 @@ impl Inner {
         node: &str,
         reader: bool,
         deadline: Option<Instant>,
-    ) -> Result<Option<Instant>> {
+        record: Option<&str>,
+    ) -> Result<Option<(Instant, Option<Record>)>> {
         loop {
             let sent = Instant::now();
-            let children = timed(
-                self.timeout,
-                "get children",
-                session.client.list_children(dir),
-            )
-            .await?;
+            let (children, kept) = self.list_with_record(session, dir, record).await?;
             let watch = match keys::standing(&children, node, reader) {
-                Standing::Holds => return Ok(Some(sent)),
+                Standing::Holds => return Ok(Some((sent, kept))),
                 Standing::Gone => return Err(session_gone(session)),
                 Standing::Waits { watch } => watch,
             };
@@ -331,6 +355,56 @@ impl Inner {
         }
     }
 
+    /// The children of `dir` and, when asked, the kept record at `record`, in one request.
+    async fn list_with_record(
+        &self,
+        session: &Session,
+        dir: &str,
+        record: Option<&str>,
+    ) -> Result<(Vec<String>, Option<Record>)> {
+        let Some(record) = record else {
+            let children = timed(
+                self.timeout,
+                "get children",
+                session.client.list_children(dir),
+            )
+            .await?;
+            return Ok((children, None));
+        };
+        let mut reader = session.client.new_multi_reader();
+        reader.add_get_children(dir).map_err(from_zk)?;
+        reader.add_get_data(record).map_err(from_zk)?;
+        let results = timed(self.timeout, "get children", reader.commit()).await?;
+        let mut results = results.into_iter();
+        let children = match results.next() {
+            Some(MultiReadResult::Children { children }) => children,
+            Some(MultiReadResult::Error {
+                err: ZkError::NoNode,
+            }) => Vec::new(),
+            Some(MultiReadResult::Error { err }) => return Err(from_zk(err)),
+            _ => {
+                return Err(Error::unavailable(
+                    "zookeeper",
+                    "a multi-read answered out of shape",
+                ));
+            }
+        };
+        let kept = match results.next() {
+            Some(MultiReadResult::Data { data, stat }) => Record::read(&data, &stat),
+            Some(MultiReadResult::Error {
+                err: ZkError::NoNode,
+            }) => None,
+            Some(MultiReadResult::Error { err }) => return Err(from_zk(err)),
+            _ => {
+                return Err(Error::unavailable(
+                    "zookeeper",
+                    "a multi-read answered out of shape",
+                ));
+            }
+        };
+        Ok((children, kept))
+    }
+
     /// Deletes the node at `path`; a node already gone is fine.
     pub(super) async fn delete(&self, session: &Session, path: &str) -> Result<bool> {
         match timed_raw(self.timeout, "delete", session.client.delete(path, None)).await? {
@@ -351,7 +425,7 @@ async fn until(deadline: Option<Instant>) {
 
 /// The error for a node that vanished while its acquire waited: its session ended (closed
 /// by a shutdown of the Locker: [`Error::ShutDown`]).
-fn session_gone(session: &Session) -> Error {
+pub(super) fn session_gone(session: &Session) -> Error {
     if session.ended_by_shutdown() {
         return Error::ShutDown;
     }

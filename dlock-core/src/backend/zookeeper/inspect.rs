@@ -36,7 +36,8 @@ impl Inner {
     /// node, or the leading read nodes, hold; the others wait — and a semaphore's leases (the
     /// first `limit` hold; a lease beyond them, and the acquirers queued on its `locks` mutex
     /// after the first, wait). Fencing token = the node's `czxid`; no expiry (a node lives as
-    /// long as its session).
+    /// long as its session). A live record keeping the lock after its release is the holder,
+    /// with its time left as this host's clock estimates it.
     pub(super) async fn inspect(self: &Arc<Self>, full_key: &str) -> Result<LockInfo> {
         let path = keys::lock_path(full_key)?;
         let session = self.checkout(self.timeout).await?;
@@ -48,6 +49,11 @@ impl Inner {
         let nodes = self
             .read_children(&session, &path, contenders.iter().map(|(name, _)| *name))
             .await?;
+        // A live record keeping the lock after its release holds it: the head of the queue
+        // waits it out.
+        let kept = self.kept_holder(&session, &path).await?;
+        let holding = if kept.is_some() { 0 } else { holding };
+        holders.extend(kept);
         for (index, (node, (_, exclusive))) in nodes.iter().zip(&contenders).enumerate() {
             let mode = if *exclusive {
                 LockMode::Exclusive

@@ -10,6 +10,10 @@ use crate::{Error, LockMode, Result};
 /// creator finds it again by the uuid when the create's reply was lost.
 const PROTECTED_PREFIX: &str = "_c_";
 
+/// The directory of the records of locks kept after their release (see `kept`): no lock's
+/// first segment.
+pub(super) const KEPT_DIR: &str = "/_dlock_kept";
+
 /// The child of a semaphore's path holding the mutex its acquirers take in turn.
 pub(super) const SEMAPHORE_LOCKS: &str = "locks";
 /// The child of a semaphore's path holding one node per permit (held or awaited).
@@ -58,7 +62,7 @@ impl NodeKind {
 ///
 /// [`Error::InvalidKey`] for a key ZooKeeper cannot store as a path: an empty segment (`a//b`,
 /// a trailing `/`), a `.` or `..` segment, a first segment `zookeeper` (the server's own
-/// tree), a `leases` segment, or a last `locks` segment, below another (a semaphore's own
+/// tree) or `_dlock_kept` (the records of kept locks), a `leases` segment, or a last `locks` segment, below another (a semaphore's own
 /// nodes), a segment
 /// named like a lock node (it would pose as a contender of the lock above it), or a control,
 /// private-use or non-character code point.
@@ -79,6 +83,11 @@ pub(super) fn lock_path(full_key: &str) -> Result<String> {
             "." | ".." => return Err(invalid("a ZooKeeper path has no `.` or `..` segment")),
             "zookeeper" if index == 0 => {
                 return Err(invalid("`/zookeeper` is the ZooKeeper server's own tree"));
+            }
+            _ if index == 0 && segment == &KEPT_DIR[1..] => {
+                return Err(invalid(
+                    "`/_dlock_kept` holds the records of locks kept after their release",
+                ));
             }
             SEMAPHORE_LEASES if index > 0 => {
                 return Err(invalid(

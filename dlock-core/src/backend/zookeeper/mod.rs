@@ -4,12 +4,13 @@
 //! Modules: [`config`] (URL, connecting a session), [`keys`] (lock paths, node names,
 //! Curator's order), [`session`] (sessions as leases, their ends reported), [`acquire`]
 //! (create a node, wait for the predecessor), [`release`] (renew, release, force release,
-//! nodes deleted in the background). The user-facing documentation is on [`ZooKeeperBackend`].
+//! nodes deleted in the background), [`kept`] (a lock kept after its release: its record). The user-facing documentation is on [`ZooKeeperBackend`].
 
 mod acquire;
 mod config;
 mod errors;
 mod inspect;
+mod kept;
 mod keys;
 mod release;
 mod session;
@@ -28,7 +29,7 @@ use crate::backend::{BackendUrl, Capabilities, Fencing, LockBackend};
 use crate::lease::{
     AcquireOutcome, AcquireRequest, Lease, LostLease, OwnerId, ReleaseOutcome, RenewOutcome,
 };
-use crate::{Error, Result};
+use crate::{Error, Kept, Result};
 
 /// Leases renewed in one multi-read (ZooKeeper bounds a request by `jute.maxbuffer`, 1 MiB by
 /// default; 128 paths of dlock's length fit with room to spare).
@@ -74,6 +75,19 @@ const RENEW_BATCH: usize = 128;
 ///   lease (it renews more often); a ttl below the minimum keeps its short local deadline, but
 ///   a crashed holder's lock frees only when the server expires its session, after the
 ///   minimum. A session no lock uses is closed after one ttl.
+/// * **Kept after release** ([`hold_at_least`](crate::LockRequest::hold_at_least),
+///   [`Locker::once`](crate::Locker::once)'s done records). An ephemeral node cannot outlive
+///   its session, so the release, in one multi, deletes the lock node and writes a persistent
+///   record `/_dlock_kept/<K with '%' and '/' escaped>` holding `<owner>|<at_least or
+///   done>|<milliseconds>` — nothing is written if the lock node is gone (owner-checked). The
+///   record lives apart from `/K`, where Curator would count it as a contender. The head of
+///   `K`'s queue reads it in the same multi-read as its listing; a record that may be live is
+///   judged by the server's clock — its `mtime` plus the milliseconds against the head's own
+///   node's `ctime`, or the `mtime` of a `setData` on that node — and waited out (the head
+///   stays first in the queue; a try answers busy with the time left). Expired records are
+///   deleted at the version read, by the next acquirer or by a sweep after a keep. Curator
+///   does not read them. TTL nodes would need the server's `extendedTypesEnabled`, off by
+///   default. `_dlock_kept` is no key's first segment.
 /// * **Renewal** checks, in **one multi-read for up to 128 locks**, that every lock node still
 ///   exists with its `czxid`, owned by this session; the lease counts from when that read was
 ///   sent (any request touches the session).
@@ -267,6 +281,15 @@ impl LockBackend for ZooKeeperBackend {
         self.inner.release(lease).await
     }
 
+    async fn release_keeping(
+        &self,
+        lease: &Lease,
+        keep: Duration,
+        kept: Kept,
+    ) -> Result<ReleaseOutcome> {
+        self.inner.release_keeping(lease, keep, kept).await
+    }
+
     async fn force_release(&self, key: &str) -> Result<bool> {
         self.inner.force_release(key).await
     }
@@ -294,6 +317,7 @@ impl LockBackend for ZooKeeperBackend {
             .semaphore(true)
             .fencing(Fencing::Durable)
             .self_renewing(true)
+            .keeps(true)
             .max_renew_batch(RENEW_BATCH)
     }
 }

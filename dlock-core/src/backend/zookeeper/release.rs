@@ -173,8 +173,8 @@ impl Inner {
     }
 
     /// Deletes the holders of lock `full_key`, whoever they are: the first node if it is a
-    /// mutex or write node, else the readers before the first one; and every permit of a
-    /// semaphore of that name.
+    /// mutex or write node, else the readers before the first one; every permit of a
+    /// semaphore of that name; and a record keeping the lock after its release.
     pub(super) async fn force_release(self: &Arc<Self>, full_key: &str) -> Result<bool> {
         let path = keys::lock_path(full_key)?;
         let session = self.checkout(self.timeout).await?;
@@ -192,6 +192,8 @@ impl Inner {
                 let permits = self.children(&session, &leases).await?;
                 victims.extend(permits.into_iter().map(|c| format!("{leases}/{c}")));
             }
+            // A record keeping the lock after its release goes too.
+            victims.push(super::kept::record_path(&path));
             let mut any = false;
             for victim in victims {
                 any |= self.delete(&session, &victim).await?;

@@ -1,0 +1,355 @@
+//! A lock kept after its release: a persistent record node that outlives the session, read
+//! by every acquire that reaches the head of the lock's queue, and judged by the server's
+//! clock (node `mtime`s, which the leader stamps).
+//!
+//! The record of lock path `/K` is `/_dlock_kept/<K, '%' and '/' escaped>`, outside `/K`
+//! (Curator counts every child of `/K` as a contender), all in one directory so that expired
+//! records of keys nobody locks again (a once-per-fire key after its retention) can be swept.
+//! Its data is `<owner>|<why>|<milliseconds kept>`; it expires at its `mtime` plus those
+//! milliseconds. TTL nodes would expire it on their own, but need `extendedTypesEnabled`,
+//! which ZooKeeper leaves off by default.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use zookeeper_client::{
+    Acls, CreateMode, Error as ZkError, MultiReadResult, MultiWriteError, Stat,
+};
+
+use super::Inner;
+use super::ZkGrant;
+use super::errors::{from_zk, timed, timed_raw};
+use super::keys::KEPT_DIR;
+use super::release::InUse;
+use super::session::Session;
+use crate::backend::cleanup::Releasing;
+use crate::error::within;
+use crate::lease::{Lease, ReleaseOutcome};
+use crate::{HolderInfo, Kept, LockMode, Result};
+
+/// How many records one sweep reads at most.
+const SWEEP_BATCH: usize = 32;
+
+/// The record node of lock path `path` (`/K`).
+pub(super) fn record_path(path: &str) -> String {
+    let relative = path.strip_prefix('/').unwrap_or(path);
+    let escaped = relative.replace('%', "%25").replace('/', "%2F");
+    format!("{KEPT_DIR}/{escaped}")
+}
+
+/// A record as read: who kept the key, why, and its expiry (server milliseconds).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Record {
+    owner: String,
+    why: Kept,
+    expires_ms: i64,
+    version: i32,
+}
+
+impl Record {
+    /// The record in a node's data and stat, if dlock wrote it.
+    pub(super) fn read(data: &[u8], stat: &Stat) -> Option<Self> {
+        let text = std::str::from_utf8(data).ok()?;
+        let (rest, millis) = text.rsplit_once('|')?;
+        let (owner, why) = rest.rsplit_once('|')?;
+        Some(Self {
+            owner: owner.to_owned(),
+            why: why.parse().ok()?,
+            expires_ms: stat.mtime.checked_add(millis.parse().ok()?)?,
+            version: stat.version,
+        })
+    }
+
+    fn data(owner: &str, why: Kept, keep: Duration) -> Vec<u8> {
+        // Rounded up: the key is never kept less than asked.
+        let millis = keep.as_micros().div_ceil(1000);
+        format!("{owner}|{why}|{millis}").into_bytes()
+    }
+
+    /// Time left after the server time `now_ms`, if any.
+    fn left_after(&self, now_ms: i64) -> Option<Duration> {
+        let left = self.expires_ms.checked_sub(now_ms)?;
+        u64::try_from(left)
+            .ok()
+            .filter(|&left| left > 0)
+            .map(Duration::from_millis)
+    }
+}
+
+/// How a holder's wait for a kept record ended.
+pub(super) enum WaitedOut {
+    /// No live record: the grant holds, valid from this instant.
+    Free(Instant),
+    /// The deadline came first; the record has this much left.
+    Busy(Duration),
+}
+
+impl Inner {
+    /// Releases `lease`'s exclusive lock, leaving its record: in one multi, the record is
+    /// created (or, when an expired one is there, overwritten) and the lock node deleted —
+    /// which fails, changing nothing, if the node is gone (its session expired). Then expired
+    /// records are swept in the background.
+    pub(super) async fn release_keeping(
+        self: &Arc<Self>,
+        lease: &Lease,
+        keep: Duration,
+        why: Kept,
+    ) -> Result<ReleaseOutcome> {
+        let Some(grant) = lease.extension::<ZkGrant>() else {
+            return Ok(ReleaseOutcome::NotHeld);
+        };
+        if lease.mode != LockMode::Exclusive || grant.live_session(self, &lease.owner).is_none() {
+            return Ok(ReleaseOutcome::NotHeld);
+        }
+        let Some(session) = grant.give_up() else {
+            return Ok(ReleaseOutcome::NotHeld);
+        };
+        // Until the multi is answered, the node is deleted in the background (unkept) if this
+        // future is dropped or the multi fails.
+        let (inner, in_use) = (Arc::clone(self), Arc::clone(&session));
+        let mut pending = Releasing::new(grant.path.clone(), move |left: Option<String>| {
+            inner.finish_nodes(in_use, left.into_iter().collect(), Vec::new(), true);
+        });
+        if session.is_lost() {
+            pending.confirmed();
+            return Ok(ReleaseOutcome::NotHeld);
+        }
+        let dir = grant.path.rsplit_once('/').map_or("", |(dir, _)| dir);
+        let record = record_path(dir);
+        let data = Record::data(lease.owner.as_str(), why, keep);
+        let kept = self.keep(&session, &grant.path, &record, &data).await?;
+        pending.confirmed();
+        if !kept {
+            return Ok(ReleaseOutcome::NotHeld);
+        }
+        self.sweep_kept(lease.ttl, record);
+        Ok(ReleaseOutcome::Released)
+    }
+
+    /// The multi of [`release_keeping`](Self::release_keeping), retried while the record's
+    /// directory is missing or the record appears or vanishes in between: whether it was
+    /// kept (`false`: the lock node was gone).
+    async fn keep(&self, session: &Session, node: &str, record: &str, data: &[u8]) -> Result<bool> {
+        let persistent = CreateMode::Persistent.with_acls(Acls::anyone_all());
+        let container = CreateMode::Container.with_acls(Acls::anyone_all());
+        let give_up = Instant::now() + self.timeout;
+        let mut overwrite = false;
+        loop {
+            let left = give_up.saturating_duration_since(Instant::now());
+            let mut multi = session.client.new_multi_writer();
+            if overwrite {
+                multi.add_set_data(record, data, None).map_err(from_zk)?;
+            } else {
+                multi
+                    .add_create(record, data, &persistent)
+                    .map_err(from_zk)?;
+            }
+            multi.add_delete(node, None).map_err(from_zk)?;
+            match within("zookeeper", "release", left, multi.commit()).await? {
+                Ok(_) => return Ok(true),
+                Err(MultiWriteError::OperationFailed { index: 1, source }) => {
+                    return match source {
+                        ZkError::NoNode => Ok(false),
+                        error => Err(from_zk(error)),
+                    };
+                }
+                Err(MultiWriteError::OperationFailed { index: 0, source }) => match source {
+                    ZkError::NodeExists => overwrite = true,
+                    ZkError::NoNode if overwrite => overwrite = false,
+                    ZkError::NoNode => {
+                        timed(left, "release", session.client.mkdir(KEPT_DIR, &container)).await?;
+                    }
+                    error => return Err(from_zk(error)),
+                },
+                Err(error) => return Err(from_zk(error.into())),
+            }
+            if Instant::now() >= give_up {
+                return Err(crate::Error::timeout("zookeeper", "release", self.timeout));
+            }
+        }
+    }
+
+    /// After `node` (created at server time `ctime_ms`) reached the head of its queue, with
+    /// `record` read in the same multi-read: holds if there is no live record; otherwise waits
+    /// the record out, until `deadline`. Whether a record is live is the server's call: when
+    /// it may be, the holder touches its own node, whose new `mtime` is the server's time now.
+    /// An expired record is deleted (at the version read).
+    pub(super) async fn wait_out_kept(
+        &self,
+        session: &Session,
+        (record_path, mut record): (&str, Option<Record>),
+        (node, owner, ctime_ms): (&str, &[u8], i64),
+        mut valid_from: Instant,
+        deadline: Option<Instant>,
+    ) -> Result<WaitedOut> {
+        // A time the server stamped no later than now (`None`: ask it again).
+        let mut server_now = Some(ctime_ms);
+        loop {
+            let Some(kept) = &record else {
+                return Ok(WaitedOut::Free(valid_from));
+            };
+            if server_now.is_some_and(|now_ms| kept.left_after(now_ms).is_none()) {
+                let delete = session.client.delete(record_path, Some(kept.version));
+                match timed_raw(self.timeout, "delete", delete).await? {
+                    Ok(()) | Err(ZkError::NoNode | ZkError::BadVersion | ZkError::NotEmpty) => {}
+                    Err(error) => return Err(from_zk(error)),
+                }
+                return Ok(WaitedOut::Free(valid_from));
+            }
+            // It may be live: ask the server for its time.
+            let sent = Instant::now();
+            let touched = timed(
+                self.timeout,
+                "set data",
+                session.client.set_data(node, owner, None),
+            )
+            .await?;
+            valid_from = sent;
+            let Some(left) = kept.left_after(touched.mtime) else {
+                server_now = Some(touched.mtime);
+                continue; // expired: delete it and hold
+            };
+            let expires = Instant::now() + left;
+            let wake = deadline.map_or(expires, |deadline| deadline.min(expires));
+            tokio::select! {
+                () = tokio::time::sleep_until(wake.into()) => {}
+                () = session.lost() => return Err(super::acquire::session_gone(session)),
+            }
+            if wake < expires {
+                return Ok(WaitedOut::Busy(expires - wake));
+            }
+            // The record may have been rewritten (or deleted) meanwhile: read it again.
+            let sent = Instant::now();
+            let read = timed_raw(
+                self.timeout,
+                "get data",
+                session.client.get_data(record_path),
+            );
+            record = match read.await? {
+                Ok((data, stat)) => Record::read(&data, &stat),
+                Err(ZkError::NoNode) => None,
+                Err(error) => return Err(from_zk(error)),
+            };
+            valid_from = sent;
+            server_now = None;
+        }
+    }
+
+    /// Deletes, in the background, records that expired before the record just written,
+    /// `own`, was (its `mtime` is the server's time then): up to [`SWEEP_BATCH`] read in one
+    /// multi-read with `own`, deleted at the versions read. A once-per-fire key is not locked
+    /// again after its retention, so nothing else would delete its record.
+    fn sweep_kept(self: &Arc<Self>, ttl: Duration, own: String) {
+        let inner = Arc::clone(self);
+        self.background.spawn(async move {
+            let Ok(session) = inner.checkout(ttl).await else {
+                return;
+            };
+            let _in_use = InUse(&inner, &session);
+            let Ok(children) = inner.children(&session, KEPT_DIR).await else {
+                return;
+            };
+            let others: Vec<String> = children
+                .iter()
+                .map(|child| format!("{KEPT_DIR}/{child}"))
+                .filter(|path| *path != own)
+                .take(SWEEP_BATCH)
+                .collect();
+            let mut reader = session.client.new_multi_reader();
+            for path in std::iter::once(&own).chain(&others) {
+                if reader.add_get_data(path).is_err() {
+                    return;
+                }
+            }
+            let Ok(Ok(results)) = timed_raw(inner.timeout, "get data", reader.commit()).await
+            else {
+                return;
+            };
+            let mut results = results.into_iter();
+            let Some(MultiReadResult::Data { stat: own, .. }) = results.next() else {
+                return;
+            };
+            let deletes = others.iter().zip(results).filter_map(|(path, result)| {
+                let MultiReadResult::Data { data, stat } = result else {
+                    return None;
+                };
+                let record = Record::read(&data, &stat)?;
+                record
+                    .left_after(own.mtime)
+                    .is_none()
+                    .then(|| session.client.delete(path, Some(record.version)))
+            });
+            let _ =
+                tokio::time::timeout(inner.timeout, futures_util::future::join_all(deletes)).await;
+        });
+    }
+
+    /// The record of lock path `path`, as a holder for `inspect`: its time left is estimated
+    /// with this host's clock (a display; no decision uses it), and a record that looks
+    /// expired by it is not shown.
+    pub(super) async fn kept_holder(
+        &self,
+        session: &Session,
+        path: &str,
+    ) -> Result<Option<HolderInfo>> {
+        let read = timed_raw(
+            self.timeout,
+            "get data",
+            session.client.get_data(&record_path(path)),
+        );
+        let record = match read.await? {
+            Ok((data, stat)) => Record::read(&data, &stat),
+            Err(ZkError::NoNode) => None,
+            Err(error) => return Err(from_zk(error)),
+        };
+        let now_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .ok()
+            .and_then(|now| i64::try_from(now.as_millis()).ok())
+            .unwrap_or(0);
+        Ok(record.and_then(|record| {
+            let left = record.left_after(now_ms)?;
+            Some(
+                HolderInfo::new(record.owner, LockMode::Exclusive)
+                    .with_kept(Some(record.why))
+                    .with_expires_in(Some(left)),
+            )
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn record_paths_are_flat_and_escaped() {
+        assert_eq!(record_path("/order:42"), "/_dlock_kept/order:42");
+        assert_eq!(record_path("/locks/a%b"), "/_dlock_kept/locks%2Fa%25b");
+    }
+
+    #[test]
+    fn records_read_back_and_expire_by_the_servers_time() {
+        let data = Record::data("app|1", Kept::Done, Duration::from_micros(1_500));
+        assert_eq!(data, b"app|1|done|2");
+        let stat = Stat {
+            czxid: 1,
+            mzxid: 2,
+            pzxid: 1,
+            ctime: 500,
+            mtime: 1_000,
+            version: 3,
+            cversion: 0,
+            aversion: 0,
+            ephemeral_owner: 0,
+            data_length: 12,
+            num_children: 0,
+        };
+        let record = Record::read(&data, &stat).expect("a record");
+        assert_eq!(record.owner, "app|1");
+        assert_eq!(record.why, Kept::Done);
+        assert_eq!(record.left_after(1_000), Some(Duration::from_millis(2)));
+        assert_eq!(record.left_after(1_002), None);
+        assert_eq!(Record::read(b"not a record", &stat), None);
+    }
+}
