@@ -181,9 +181,9 @@ impl Inner {
     }
 
     /// Tries an exclusive or shared lock, with its token in the same statement if asked, and
-    /// reads the key's kept record in the statement after it (the same round trip): a grant
-    /// of a key kept after its release is given back, busy for the record's time left. The
-    /// inner error is a refusal that left the connection as it was.
+    /// reads the key's kept record in the statement after it (the same round trip), which
+    /// gives back a grant of a key kept after its release: busy for the record's time left.
+    /// The inner error is a refusal that left the connection as it was.
     async fn try_lock(
         &self,
         conn: &Conn,
@@ -201,7 +201,13 @@ impl Inner {
         let answers = timed_raw(
             self.timeout,
             "acquire",
-            pipelined(conn, [(statement, &[&key]), (&self.sql.kept, &[&key])]),
+            pipelined(
+                conn,
+                [
+                    (statement, &[&key]),
+                    (&self.sql.kept_give_back, &[&key, &shared]),
+                ],
+            ),
         )
         .await?;
         let answers = answers.and_then(|[taken, kept]| {
@@ -223,10 +229,7 @@ impl Inner {
                     token,
                     valid_from: sent,
                 }))),
-                Some(left) => {
-                    self.unlock_key(conn, key, shared).await?;
-                    Ok(Ok(Answer::Busy(Some(left))))
-                }
+                Some(left) => Ok(Ok(Answer::Busy(Some(left)))), // given back
             },
             Err(error) => {
                 // The lock may have been granted before a statement failed (the token's row,
@@ -252,9 +255,9 @@ impl Inner {
     /// queue: first come, first served, readers behind a waiting writer). `lock_timeout`
     /// travels in the same round trip, and the key's kept record is read after the grant in
     /// it too; when `lock_timeout` runs out, `pg_locks` says whether the grant won the race.
-    /// A grant of a key kept after its release is given back, and the wait goes on when the
-    /// record expires (the server says when, and the session sleeps on the server until
-    /// then): no polling.
+    /// A grant of a key kept after its release is given back by that read, and the wait goes
+    /// on when the record expires (the server says when, and the session sleeps on the server
+    /// until then): no polling.
     async fn wait_lock(
         &self,
         conn: &Conn,
@@ -272,7 +275,7 @@ impl Inner {
         loop {
             let steps = [
                 (statement, &[&key as &(dyn ToSql + Sync)][..]),
-                (&self.sql.kept, &[&key]),
+                (&self.sql.kept_give_back, &[&key, &shared]),
             ];
             let answers = self
                 .bounded_wait(conn, deadline, pipelined(conn, steps))
@@ -303,24 +306,15 @@ impl Inner {
                     valid_from,
                 }));
             };
-            // Give the key back and sleep on the server (an idle session would end at its
-            // `idle_session_timeout`), in one round trip.
+            // Given back already; sleep on the server (an idle session would end at its
+            // `idle_session_timeout`).
             let expires = Instant::now() + left;
             let wake = deadline.map_or(expires, |deadline| deadline.min(expires));
             let nap = wake.saturating_duration_since(Instant::now());
-            let unlock = if shared {
-                sql::UNLOCK_SHARED
-            } else {
-                sql::UNLOCK
-            };
             let secs = nap.as_secs_f64();
-            let steps = [
-                (unlock, &[&key as &(dyn ToSql + Sync)][..]),
-                (sql::SLEEP, &[&secs]),
-            ];
-            let [unlocked, slept] =
-                timed(nap + self.timeout, "acquire", pipelined(conn, steps)).await?;
-            unlocked.map_err(from_pg)?;
+            let params: [&(dyn ToSql + Sync); 1] = [&secs];
+            let slept = pipelined(conn, [(sql::SLEEP, &params[..])]);
+            let [slept] = timed(nap + self.timeout, "acquire", slept).await?;
             slept.map_err(from_pg)?;
             if wake < expires {
                 return Ok(Answer::Busy(Some(expires - wake)));

@@ -2,7 +2,10 @@
 
 use std::time::Duration;
 
-use super::errors::timed;
+use tokio_postgres::types::ToSql;
+
+use super::acquire::pipelined;
+use super::errors::{from_pg, timed};
 use super::{Inner, keys, sql};
 use crate::{HolderInfo, Kept, LockInfo, LockMode, Result, WaiterInfo};
 
@@ -17,24 +20,36 @@ impl Inner {
         let key = keys::advisory_key(full_key);
         let read = self.conns.for_read(self.timeout).await?;
         let conn = &read.conn;
-        let stored = timed(self.timeout, "inspect", async {
-            let statement = conn.prepared(&self.sql.stored_limit).await?;
-            conn.client.query_opt(&statement, &[&key]).await
-        })
-        .await?
-        .and_then(|row| row.get::<_, Option<i32>>(0))
-        .and_then(|limit| u32::try_from(limit).ok());
         let queue = keys::queue_key(full_key);
-        let slots = stored.map_or_else(Vec::new, |limit| keys::slot_keys(full_key, limit));
-        let wanted: Vec<i64> = [key, queue]
-            .into_iter()
-            .chain(slots.iter().copied())
-            .collect();
-        let rows = timed(self.timeout, "inspect", async {
-            let statement = conn.prepared(sql::INSPECT).await?;
-            conn.client.query(&statement, &[&wanted]).await
-        })
-        .await?;
+        // The stored limit, the key's and queue's locks and the kept record in one round
+        // trip; a semaphore's slots (known from its limit) in a second.
+        let key_and_queue = vec![key, queue];
+        let steps = [
+            (
+                self.sql.stored_limit.as_str(),
+                &[&key as &(dyn ToSql + Sync)][..],
+            ),
+            (sql::INSPECT, &[&key_and_queue]),
+            (self.sql.kept.as_str(), &[&key]),
+        ];
+        let [stored, rows, kept] = timed(self.timeout, "inspect", pipelined(conn, steps))
+            .await?
+            .map(|answer| answer.map_err(from_pg));
+        let stored = stored?
+            .first()
+            .and_then(|row| row.get::<_, Option<i32>>(0))
+            .and_then(|limit| u32::try_from(limit).ok());
+        let mut rows = rows?;
+        if let Some(limit) = stored {
+            let slots = keys::slot_keys(full_key, limit);
+            let [slot_rows] = timed(
+                self.timeout,
+                "inspect",
+                pipelined(conn, [(sql::INSPECT, &[&slots as &(dyn ToSql + Sync)][..])]),
+            )
+            .await?;
+            rows.extend(slot_rows.map_err(from_pg)?);
+        }
         let permit = LockMode::Permit {
             limit: stored.unwrap_or(0),
         };
@@ -63,12 +78,8 @@ impl Inner {
                 waiters.push(WaiterInfo::new(Some(owner), mode));
             }
         }
-        let kept = timed(self.timeout, "inspect", async {
-            let statement = conn.prepared(&self.sql.kept).await?;
-            conn.client.query_opt(&statement, &[&key]).await
-        })
-        .await?;
-        if let Some(row) = kept {
+        let kept = kept?;
+        if let Some(row) = kept.first() {
             // A record is no session: it shows as a holder whose `kept` says why.
             let (why, by, left): (Option<&str>, Option<&str>, f64) =
                 (row.get(0), row.get(1), row.get(2));

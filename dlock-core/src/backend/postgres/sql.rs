@@ -27,10 +27,15 @@ pub(super) struct Statements {
     /// clock. The caller unlocks the key after this commits.
     pub(super) keep: String,
     /// `$1` key → one row (`kept`, `kept_by`, seconds left as `float8`) while the key's kept
-    /// record is live. Sent as a statement of its own after a grant (a statement's snapshot
-    /// is taken when it starts: one that also took the lock could miss a record committed
-    /// just before the keeper unlocked).
+    /// record is live.
     pub(super) kept: String,
+    /// As `kept`, and when there is a live record, unlocks `$1` (shared when `$2`): what an
+    /// acquire sends right after the statement that took the lock, so that a grant of a kept
+    /// key is given back in the same round trip. A statement of its own, as a statement's
+    /// snapshot is taken when it starts: one that also took the lock could miss a record
+    /// committed just before the keeper unlocked. (When the lock was not taken, the unlock
+    /// does nothing.)
+    pub(super) kept_give_back: String,
     /// Deletes up to 64 records that have expired on keys that never had a fencing token (a
     /// once-per-fire key is not locked again after its retention, so nothing else would). The
     /// outer condition is checked again on a row a concurrent keep has just renewed.
@@ -109,6 +114,11 @@ impl Statements {
             ),
             kept: format!(
                 "SELECT kept, kept_by, extract(epoch FROM kept_until - clock_timestamp())::float8 \
+                 FROM {table} WHERE lock_key = $1 AND kept_until > clock_timestamp()"
+            ),
+            kept_give_back: format!(
+                "SELECT kept, kept_by, extract(epoch FROM kept_until - clock_timestamp())::float8, \
+                 CASE WHEN $2 THEN pg_advisory_unlock_shared($1) ELSE pg_advisory_unlock($1) END \
                  FROM {table} WHERE lock_key = $1 AND kept_until > clock_timestamp()"
             ),
             sweep_kept: format!(

@@ -356,7 +356,7 @@ impl Inner {
     }
 
     /// The children of `dir` and, when asked, the kept record at `record`, in one request.
-    async fn list_with_record(
+    pub(super) async fn list_with_record(
         &self,
         session: &Session,
         dir: &str,

@@ -42,7 +42,10 @@ impl Inner {
         let path = keys::lock_path(full_key)?;
         let session = self.checkout(self.timeout).await?;
         let _in_use = InUse(self, &session);
-        let children = self.children(&session, &path).await?;
+        let record = super::kept::record_path(&path);
+        let (children, record) = self
+            .list_with_record(&session, &path, Some(&record))
+            .await?;
         let (mut holders, mut waiters) = (Vec::new(), Vec::new());
         let contenders = keys::in_order(&children);
         let holding = keys::holders(&children).len();
@@ -51,7 +54,7 @@ impl Inner {
             .await?;
         // A live record keeping the lock after its release holds it: the head of the queue
         // waits it out.
-        let kept = self.kept_holder(&session, &path).await?;
+        let kept = super::kept::kept_holder(record);
         let holding = if kept.is_some() { 0 } else { holding };
         holders.extend(kept);
         for (index, (node, (_, exclusive))) in nodes.iter().zip(&contenders).enumerate() {

@@ -29,6 +29,28 @@ use crate::{HolderInfo, Kept, LockMode, Result};
 
 /// How many records one sweep reads at most.
 const SWEEP_BATCH: usize = 32;
+/// The least time between two sweeps of one backend: a sweep lists every record.
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
+
+/// Lets a sweep start at most every [`SWEEP_EVERY`].
+#[derive(Debug, Default)]
+pub(super) struct SweepGate(std::sync::Mutex<Option<Instant>>);
+
+impl SweepGate {
+    /// Whether a sweep may start now (then the next may start [`SWEEP_EVERY`] later).
+    fn open(&self) -> bool {
+        let mut next = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let now = Instant::now();
+        if next.is_some_and(|next| now < next) {
+            return false;
+        }
+        *next = Some(now + SWEEP_EVERY);
+        true
+    }
+}
 
 /// The record node of lock path `path` (`/K`).
 pub(super) fn record_path(path: &str) -> String {
@@ -196,6 +218,12 @@ impl Inner {
                 }
                 return Ok(WaitedOut::Free(valid_from));
             }
+            // Live when this node was created (by the server's clock): a try is busy.
+            if deadline.is_some_and(|deadline| deadline <= Instant::now())
+                && let Some(left) = server_now.and_then(|now_ms| kept.left_after(now_ms))
+            {
+                return Ok(WaitedOut::Busy(left));
+            }
             // It may be live: ask the server for its time.
             let sent = Instant::now();
             let touched = timed(
@@ -237,9 +265,12 @@ impl Inner {
 
     /// Deletes, in the background, records that expired before the record just written,
     /// `own`, was (its `mtime` is the server's time then): up to [`SWEEP_BATCH`] read in one
-    /// multi-read with `own`, deleted at the versions read. A once-per-fire key is not locked
+    /// multi-read with `own`, deleted at the versions read; at most one sweep a second. A once-per-fire key is not locked
     /// again after its retention, so nothing else would delete its record.
     fn sweep_kept(self: &Arc<Self>, ttl: Duration, own: String) {
+        if !self.next_sweep.open() {
+            return;
+        }
         let inner = Arc::clone(self);
         self.background.spawn(async move {
             let Ok(session) = inner.checkout(ttl).await else {
@@ -283,39 +314,24 @@ impl Inner {
                 tokio::time::timeout(inner.timeout, futures_util::future::join_all(deletes)).await;
         });
     }
+}
 
-    /// The record of lock path `path`, as a holder for `inspect`: its time left is estimated
-    /// with this host's clock (a display; no decision uses it), and a record that looks
-    /// expired by it is not shown.
-    pub(super) async fn kept_holder(
-        &self,
-        session: &Session,
-        path: &str,
-    ) -> Result<Option<HolderInfo>> {
-        let read = timed_raw(
-            self.timeout,
-            "get data",
-            session.client.get_data(&record_path(path)),
-        );
-        let record = match read.await? {
-            Ok((data, stat)) => Record::read(&data, &stat),
-            Err(ZkError::NoNode) => None,
-            Err(error) => return Err(from_zk(error)),
-        };
-        let now_ms = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .ok()
-            .and_then(|now| i64::try_from(now.as_millis()).ok())
-            .unwrap_or(0);
-        Ok(record.and_then(|record| {
-            let left = record.left_after(now_ms)?;
-            Some(
-                HolderInfo::new(record.owner, LockMode::Exclusive)
-                    .with_kept(Some(record.why))
-                    .with_expires_in(Some(left)),
-            )
-        }))
-    }
+/// `record` (of a lock read by `inspect`) as a holder: its time left is estimated with this
+/// host's clock (a display; no decision uses it), and a record that looks expired by it is
+/// not shown.
+pub(super) fn kept_holder(record: Option<Record>) -> Option<HolderInfo> {
+    let now_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .ok()
+        .and_then(|now| i64::try_from(now.as_millis()).ok())
+        .unwrap_or(0);
+    let record = record?;
+    let left = record.left_after(now_ms)?;
+    Some(
+        HolderInfo::new(record.owner, LockMode::Exclusive)
+            .with_kept(Some(record.why))
+            .with_expires_in(Some(left)),
+    )
 }
 
 #[cfg(test)]

@@ -135,6 +135,8 @@ pub(super) struct Inner {
     sessions: ZkSessions,
     timeout: Duration,
     background: Background,
+    /// When the next sweep of expired kept records may start.
+    next_sweep: kept::SweepGate,
 }
 
 impl std::fmt::Debug for Inner {
@@ -252,6 +254,7 @@ impl ZooKeeperBackend {
                 sessions: ZkSessions::new(settings.clone(), timeout, background.clone()),
                 timeout,
                 background,
+                next_sweep: kept::SweepGate::default(),
             }),
         })
     }

@@ -5,11 +5,11 @@
 //! `--url redis://127.0.0.1:6379` / `--url etcd://127.0.0.1:2379`. The scenarios, their
 //! floors and the measurement method are in `README.md` beside this file.
 
-#[macro_use]
-mod scenarios;
+mod jobs;
 mod modes;
 mod redis_raw;
 mod redlock;
+mod scenarios;
 mod stats;
 mod target;
 
@@ -109,7 +109,7 @@ usage: dlock-bench [--url URL]... [--servers auto] [--scenario NAME|all] [--json
                    [--hold DURATION] [--watchdog-for DURATION] [--quick] [--only dlock|floor]
 
 Runs each scenario (uncontended, many-keys, contended, read-mostly, semaphore, reentrant,
-macro, watchdog) against each backend next to its raw-client floor, in the same run, and
+macro, watchdog, once) against each backend next to its raw-client floor, in the same run, and
 prints ops/s, p50/p99/max and the ratio to the floor. Without --url or --servers: memory only. --servers auto starts a
 redis-server, an etcd, a ZooKeeper, a PostgreSQL and five redis-servers for RedLock (scripts/install-test-deps.sh
 installs them).
@@ -157,6 +157,10 @@ async fn run_target(target: &Target, args: &Args) -> Vec<Row> {
     }
     if wanted("watchdog") {
         rows.push(scenarios::watchdog(target, s).await);
+    }
+    if wanted("once") && capabilities.keeps {
+        rows.push(jobs::once_run(target, s).await);
+        rows.push(jobs::once_skip(target, s).await);
     }
     rows
 }

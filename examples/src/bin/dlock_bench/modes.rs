@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use dlock_core::{LockMode, Locker};
 
-use crate::scenarios::Settings;
+use crate::scenarios::{Settings, timed_tasks};
 use crate::stats::{Row, Samples, median_run};
 use crate::target::Target;
 

@@ -30,7 +30,7 @@ pub(crate) struct Settings {
 const TTL: Duration = Duration::from_secs(30);
 
 /// The most pairs a paired scenario runs, however short its runs.
-const MAX_PAIRS: usize = 25;
+pub(crate) const MAX_PAIRS: usize = 25;
 
 fn owner(i: usize) -> String {
     format!("bench-owner-{i}")
@@ -71,14 +71,16 @@ macro_rules! timed_tasks {
     }};
 }
 
+pub(crate) use timed_tasks;
+
 /// dlock's runs and the floor's, taken in pairs.
-struct Paired {
-    dlock: Samples,
-    floor: Samples,
+pub(crate) struct Paired {
+    pub(crate) dlock: Samples,
+    pub(crate) floor: Samples,
     /// Each pair's dlock throughput over the floor's.
-    ratios: Vec<f64>,
+    pub(crate) ratios: Vec<f64>,
     /// The median throughput of dlock's protocol sent raw, when measured.
-    protocol_ops: Option<f64>,
+    pub(crate) protocol_ops: Option<f64>,
 }
 
 /// Runs dlock (`$dlock`) and its floor (`$floor`) at least `$s.reps` times each after a
@@ -127,6 +129,8 @@ macro_rules! paired {
         }
     }};
 }
+
+pub(crate) use paired;
 
 /// The scenario's name, marked when its locks ask for fencing tokens.
 const fn named(scenario: &'static str, fenced: &'static str, fencing: bool) -> &'static str {
@@ -209,7 +213,7 @@ const fn key_of(task: usize, cycle: usize, tasks: usize, keys: usize) -> usize {
 }
 
 impl Paired {
-    fn row(&self, backend: &str, scenario: &'static str, note: String) -> Row {
+    pub(crate) fn row(&self, backend: &str, scenario: &'static str, note: String) -> Row {
         let label = match backend {
             "zookeeper" => "zookeeper-client's own lock (the peer)",
             "redlock" => "rslock 0.10 (the peer)",
@@ -260,7 +264,7 @@ async fn peer(target: &Target, s: &Settings, ops: usize, rep: usize) -> Option<f
     Some(run.ops_per_sec())
 }
 
-fn median(mut values: Vec<f64>) -> Option<f64> {
+pub(crate) fn median(mut values: Vec<f64>) -> Option<f64> {
     values.sort_by(f64::total_cmp);
     values.get(values.len() / 2).copied()
 }
