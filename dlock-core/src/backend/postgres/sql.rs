@@ -38,7 +38,9 @@ pub(super) struct Statements {
     pub(super) kept_give_back: String,
     /// Deletes up to 64 records that have expired on keys that never had a fencing token (a
     /// once-per-fire key is not locked again after its retention, so nothing else would). The
-    /// outer condition is checked again on a row a concurrent keep has just renewed.
+    /// outer condition is checked again on a row a concurrent keep has just renewed. `now()`
+    /// (the statement's start), not `clock_timestamp()`: a volatile function cannot use the
+    /// partial index on `kept_until`, and a sweep scanned the whole table.
     pub(super) sweep_kept: String,
 }
 
@@ -122,9 +124,9 @@ impl Statements {
                  FROM {table} WHERE lock_key = $1 AND kept_until > clock_timestamp()"
             ),
             sweep_kept: format!(
-                "DELETE FROM {table} WHERE token = 0 AND kept_until <= clock_timestamp() \
+                "DELETE FROM {table} WHERE token = 0 AND kept_until <= now() \
                  AND lock_key IN (SELECT lock_key FROM {table} \
-                   WHERE token = 0 AND kept_until <= clock_timestamp() LIMIT 64)"
+                   WHERE token = 0 AND kept_until <= now() LIMIT 64)"
             ),
             take_slot: format!(
                 "WITH RECURSIVE s(i, got) AS ( \
