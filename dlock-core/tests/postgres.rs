@@ -650,3 +650,47 @@ async fn kept_records_live_in_the_fence_table_and_expired_ones_are_swept() {
         "a fenced key's row was swept"
     );
 }
+
+/// A fence table made by an earlier dlock that another session is using (an older Locker's
+/// fenced wait holds it for as long as it waits): adding the kept-record columns gives up
+/// within the operation timeout with an error that says what to run, instead of queueing
+/// every later statement on the table behind the `ALTER TABLE`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_old_fence_table_in_use_fails_the_connect_in_time_saying_what_to_run() {
+    let server = PostgresServer::start().await.expect("postgres");
+    let admin = admin(&server).await;
+    admin
+        .batch_execute(
+            "CREATE TABLE busy_fence (lock_key bigint PRIMARY KEY, token bigint NOT NULL, permits integer)",
+        )
+        .await
+        .expect("an old fence table");
+    admin
+        .batch_execute("BEGIN; INSERT INTO busy_fence VALUES (1, 1, NULL);")
+        .await
+        .expect("the table in use");
+    let url = format!("{}?dlock_fence_table=busy_fence", server.url());
+    let timeout = Duration::from_secs(2);
+    let started = Instant::now();
+    let connected = Locker::connect(&support::connect::config_at(&url, TTL, timeout)).await;
+    let took = started.elapsed();
+    let Err(Error::Refused { source, .. }) = &connected else {
+        panic!("connected to a table in use: {connected:?}");
+    };
+    let said = source.to_string();
+    assert!(
+        said.contains("ALTER TABLE \"busy_fence\" ADD COLUMN kept_until"),
+        "{said}"
+    );
+    assert!(took < timeout, "took {took:?}");
+    admin.batch_execute("COMMIT").await.expect("commit");
+    let locker = Locker::connect(&support::connect::config_at(&url, TTL, timeout))
+        .await
+        .expect("connect once the table is free");
+    let guard = locker
+        .lock("x")
+        .hold_at_least(Duration::from_millis(1))
+        .await
+        .expect("lock");
+    guard.release().await.expect("release");
+}

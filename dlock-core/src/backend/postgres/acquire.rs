@@ -197,6 +197,7 @@ impl Inner {
             (false, false) => sql::TRY,
             (false, true) => sql::TRY_SHARED,
         };
+        let (high, low) = keys::to_halves(key);
         let sent = Instant::now();
         let answers = timed_raw(
             self.timeout,
@@ -205,7 +206,7 @@ impl Inner {
                 conn,
                 [
                     (statement, &[&key]),
-                    (&self.sql.kept_give_back, &[&key, &shared]),
+                    (&self.sql.kept_give_back, &[&key, &shared, &high, &low]),
                 ],
             ),
         )
@@ -222,7 +223,7 @@ impl Inner {
             Ok((granted, kept?))
         });
         match answers {
-            Ok((None, _)) => Ok(Ok(Answer::Busy(None))),
+            Ok((None, kept)) => Ok(Ok(Answer::Busy(kept_left(&kept)))),
             Ok((Some(token), kept)) => match kept_left(&kept) {
                 None => Ok(Ok(Answer::Granted(Got {
                     hold: PgHold::Lock { key, shared },
@@ -272,10 +273,11 @@ impl Inner {
             (false, false) => sql::LOCK,
             (false, true) => sql::LOCK_SHARED,
         };
+        let (high, low) = keys::to_halves(key);
         loop {
             let steps = [
                 (statement, &[&key as &(dyn ToSql + Sync)][..]),
-                (&self.sql.kept_give_back, &[&key, &shared]),
+                (&self.sql.kept_give_back, &[&key, &shared, &high, &low]),
             ];
             let answers = self
                 .bounded_wait(conn, deadline, pipelined(conn, steps))

@@ -233,7 +233,7 @@ impl PgUrl {
     pub(super) async fn prepare(&self, timeout: Duration) -> Result<()> {
         let (client, connection) =
             timed(timeout, "connect", self.config.connect(self.connector())).await?;
-        let driver = tokio::spawn(connection);
+        let mut driver = tokio::spawn(connection);
         let prepared = async {
             let version: i32 = timed(
                 timeout,
@@ -252,9 +252,24 @@ impl PgUrl {
                     ),
                 ));
             }
-            timed(timeout, "create the fence table", self.create_fence_table(&client))
+            timed(
+                timeout,
+                "create the fence table",
+                self.create_fence_table(&client, timeout),
+            )
                 .await
                 .map_err(|error| match error {
+                    Error::Refused { source, .. } if source.to_string().contains("55P03") => Error::refused(
+                        "postgres",
+                        format!(
+                            "adding the kept-record columns to the fence table {table}: it stayed \
+                             in use (a fenced wait of an older dlock?): {source}; add them when it \
+                             is free: ALTER TABLE {table} ADD COLUMN kept_until timestamptz, ADD \
+                             COLUMN kept text, ADD COLUMN kept_by text; CREATE INDEX ON {table} \
+                             (kept_until) WHERE token = 0;",
+                            table = self.fence_table
+                        ),
+                    ),
                     Error::Refused { source, .. } => Error::refused(
                         "postgres",
                         format!("creating the fence table {}: {source}", self.fence_table),
@@ -264,21 +279,34 @@ impl PgUrl {
         }
         .await;
         drop(client);
-        let _ = driver.await;
+        // The connection ends once the server has answered what was sent; a statement cut
+        // off by the time bound may never be answered.
+        if tokio::time::timeout(timeout, &mut driver).await.is_err() {
+            driver.abort();
+        }
         prepared
     }
 
     /// Creates the fence table if missing, and adds the kept-record columns (tables made by
     /// earlier dlock versions lack them) with a partial index for the sweep of expired
     /// records. One Locker at a time, under a transaction-level advisory lock. A table that
-    /// has the columns is not altered: `ALTER TABLE` would queue behind fenced waits that hold
-    /// the table.
-    async fn create_fence_table(&self, client: &Client) -> Result<(), tokio_postgres::Error> {
+    /// has the columns is not altered; adding them waits at most half of `timeout` for the
+    /// table (a fenced wait of an older Locker holds it), then fails the connect — add them by
+    /// hand then (see the backend's docs).
+    async fn create_fence_table(
+        &self,
+        client: &Client,
+        timeout: Duration,
+    ) -> Result<(), tokio_postgres::Error> {
         let table = &self.fence_table;
+        // Every wait bounded: `ALTER TABLE` waits for every statement using the table — a
+        // fenced wait of an older Locker included — and queues every later one behind it;
+        // and a backend waiting for a lock does not notice its client has gone.
         client
             .batch_execute(&format!(
-                "BEGIN; SELECT pg_advisory_xact_lock({ddl}); \
+                "BEGIN; SET LOCAL lock_timeout = '{}ms'; SELECT pg_advisory_xact_lock({ddl}); \
                  CREATE TABLE IF NOT EXISTS {table} (lock_key bigint PRIMARY KEY, token bigint NOT NULL, permits integer);",
+                (timeout / 2).as_millis().max(1),
                 ddl = keys::advisory_key("dlock\n#ddl"),
             ))
             .await?;

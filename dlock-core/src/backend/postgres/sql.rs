@@ -29,18 +29,19 @@ pub(super) struct Statements {
     /// `$1` key → one row (`kept`, `kept_by`, seconds left as `float8`) while the key's kept
     /// record is live.
     pub(super) kept: String,
-    /// As `kept`, and when there is a live record, unlocks `$1` (shared when `$2`): what an
-    /// acquire sends right after the statement that took the lock, so that a grant of a kept
-    /// key is given back in the same round trip. A statement of its own, as a statement's
-    /// snapshot is taken when it starts: one that also took the lock could miss a record
-    /// committed just before the keeper unlocked. (When the lock was not taken, the unlock
-    /// does nothing.)
+    /// As `kept`, and when there is a live record, unlocks `$1` (shared when `$2`; halves
+    /// `$3`/`$4`) if this session holds it: what an acquire sends right after the statement
+    /// that took the lock, so that a grant of a kept key is given back in the same round
+    /// trip. A statement of its own, as a statement's snapshot is taken when it starts: one
+    /// that also took the lock could miss a record committed just before the keeper unlocked.
     pub(super) kept_give_back: String,
     /// Deletes up to 64 records that have expired on keys that never had a fencing token (a
     /// once-per-fire key is not locked again after its retention, so nothing else would). The
     /// outer condition is checked again on a row a concurrent keep has just renewed. `now()`
     /// (the statement's start), not `clock_timestamp()`: a volatile function cannot use the
-    /// partial index on `kept_until`, and a sweep scanned the whole table.
+    /// partial index on `kept_until`, and a sweep scanned the whole table. Rows another
+    /// statement has locked are skipped: a sweep never waits (it shares the release's round
+    /// trip and its time bound).
     pub(super) sweep_kept: String,
 }
 
@@ -101,9 +102,6 @@ impl Statements {
             try_shared_fenced: upsert("WHERE pg_try_advisory_lock_shared($1)"),
             bump: upsert(""),
             stored_limit: format!("SELECT permits FROM {table} WHERE lock_key = $1"),
-            // The recursive CTE tries the candidate slots one by one and stops at the first it
-            // gets (a plain `LIMIT` may evaluate the lock function on more rows than it
-            // returns). The `RETURNING` list runs once per inserted row: only with a slot.
             keep: format!(
                 "INSERT INTO {table} AS f (lock_key, token, kept_until, kept, kept_by) \
                  SELECT $1, 0, clock_timestamp() + make_interval(secs => $2), $3, $4 \
@@ -120,14 +118,20 @@ impl Statements {
             ),
             kept_give_back: format!(
                 "SELECT kept, kept_by, extract(epoch FROM kept_until - clock_timestamp())::float8, \
-                 CASE WHEN $2 THEN pg_advisory_unlock_shared($1) ELSE pg_advisory_unlock($1) END \
+                 CASE WHEN NOT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' \
+                   AND pid = pg_backend_pid() AND granted AND classid::int8 = $3 \
+                   AND objid::int8 = $4 AND objsubid = 1) THEN false \
+                 WHEN $2 THEN pg_advisory_unlock_shared($1) ELSE pg_advisory_unlock($1) END \
                  FROM {table} WHERE lock_key = $1 AND kept_until > clock_timestamp()"
             ),
             sweep_kept: format!(
                 "DELETE FROM {table} WHERE token = 0 AND kept_until <= now() \
                  AND lock_key IN (SELECT lock_key FROM {table} \
-                   WHERE token = 0 AND kept_until <= now() LIMIT 64)"
+                   WHERE token = 0 AND kept_until <= now() LIMIT 64 FOR UPDATE SKIP LOCKED)"
             ),
+            // The recursive CTE tries the candidate slots one by one and stops at the first it
+            // gets (a plain `LIMIT` may evaluate the lock function on more rows than it
+            // returns). The `RETURNING` list runs once per inserted row: only with a slot.
             take_slot: format!(
                 "WITH RECURSIVE s(i, got) AS ( \
                    SELECT 1, pg_try_advisory_lock(($2::int8[])[1]) \

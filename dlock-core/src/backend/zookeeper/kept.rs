@@ -32,23 +32,52 @@ const SWEEP_BATCH: usize = 32;
 /// The least time between two sweeps of one backend: a sweep lists every record.
 const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
-/// Lets a sweep start at most every [`SWEEP_EVERY`].
+/// Lets a sweep start at most every [`SWEEP_EVERY`], and says where it goes on: sweeps take
+/// the records in name order, each after the last one the one before read, so every record is
+/// read in turn however many there are.
 #[derive(Debug, Default)]
-pub(super) struct SweepGate(std::sync::Mutex<Option<Instant>>);
+pub(super) struct SweepGate(std::sync::Mutex<Sweeps>);
+
+#[derive(Debug, Default)]
+struct Sweeps {
+    next_at: Option<Instant>,
+    /// The last record name the last sweep read.
+    after: String,
+}
 
 impl SweepGate {
     /// Whether a sweep may start now (then the next may start [`SWEEP_EVERY`] later).
     fn open(&self) -> bool {
-        let mut next = self
+        let mut sweeps = self
             .0
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let now = Instant::now();
-        if next.is_some_and(|next| now < next) {
+        if sweeps.next_at.is_some_and(|next| now < next) {
             return false;
         }
-        *next = Some(now + SWEEP_EVERY);
+        sweeps.next_at = Some(now + SWEEP_EVERY);
         true
+    }
+
+    /// Up to [`SWEEP_BATCH`] of `children` (record names), other than `own`, in name order
+    /// after the last sweep's, wrapping around.
+    fn next_batch(&self, mut children: Vec<String>, own: &str) -> Vec<String> {
+        children.retain(|child| child != own);
+        children.sort_unstable();
+        let mut sweeps = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let start = children.partition_point(|child| *child <= sweeps.after);
+        let batch: Vec<String> = children[start..]
+            .iter()
+            .chain(&children[..start])
+            .take(SWEEP_BATCH)
+            .cloned()
+            .collect();
+        sweeps.after = batch.last().cloned().unwrap_or_default();
+        batch
     }
 }
 
@@ -64,6 +93,8 @@ pub(super) fn record_path(path: &str) -> String {
 pub(super) struct Record {
     owner: String,
     why: Kept,
+    /// How long the keep was for: no record has more left.
+    kept_for: Duration,
     expires_ms: i64,
     version: i32,
 }
@@ -74,10 +105,12 @@ impl Record {
         let text = std::str::from_utf8(data).ok()?;
         let (rest, millis) = text.rsplit_once('|')?;
         let (owner, why) = rest.rsplit_once('|')?;
+        let millis: u64 = millis.parse().ok()?;
         Some(Self {
             owner: owner.to_owned(),
             why: why.parse().ok()?,
-            expires_ms: stat.mtime.checked_add(millis.parse().ok()?)?,
+            kept_for: Duration::from_millis(millis),
+            expires_ms: stat.mtime.checked_add(i64::try_from(millis).ok()?)?,
             version: stat.version,
         })
     }
@@ -88,13 +121,14 @@ impl Record {
         format!("{owner}|{why}|{millis}").into_bytes()
     }
 
-    /// Time left after the server time `now_ms`, if any.
+    /// Time left after the server time `now_ms`, if any (never more than the keep was for:
+    /// `now_ms` may be from before the record was written).
     fn left_after(&self, now_ms: i64) -> Option<Duration> {
         let left = self.expires_ms.checked_sub(now_ms)?;
         u64::try_from(left)
             .ok()
             .filter(|&left| left > 0)
-            .map(Duration::from_millis)
+            .map(|left| Duration::from_millis(left).min(self.kept_for))
     }
 }
 
@@ -108,7 +142,8 @@ pub(super) enum WaitedOut {
 
 impl Inner {
     /// Releases `lease`'s exclusive lock, leaving its record: in one multi, the record is
-    /// created (or, when an expired one is there, overwritten) and the lock node deleted —
+    /// created (or, when one is there, overwritten: it has expired, as this grant holds the
+    /// lock) and the lock node deleted —
     /// which fails, changing nothing, if the node is gone (its session expired). Then expired
     /// records are swept in the background.
     pub(super) async fn release_keeping(
@@ -195,7 +230,7 @@ impl Inner {
     /// `record` read in the same multi-read: holds if there is no live record; otherwise waits
     /// the record out, until `deadline`. Whether a record is live is the server's call: when
     /// it may be, the holder touches its own node, whose new `mtime` is the server's time now.
-    /// An expired record is deleted (at the version read).
+    /// An expired record is left in place.
     pub(super) async fn wait_out_kept(
         &self,
         session: &Session,
@@ -211,14 +246,12 @@ impl Inner {
                 return Ok(WaitedOut::Free(valid_from));
             };
             if server_now.is_some_and(|now_ms| kept.left_after(now_ms).is_none()) {
-                let delete = session.client.delete(record_path, Some(kept.version));
-                match timed_raw(self.timeout, "delete", delete).await? {
-                    Ok(()) | Err(ZkError::NoNode | ZkError::BadVersion | ZkError::NotEmpty) => {}
-                    Err(error) => return Err(from_zk(error)),
-                }
+                // Expired: left for the next keep to overwrite or a sweep to delete (a delete
+                // here, at a version, could meet a new record of the same version).
                 return Ok(WaitedOut::Free(valid_from));
             }
-            // Live when this node was created (by the server's clock): a try is busy.
+            // Live at the server time known (the node's creation, when the lock was held by
+            // the record or by the node the record replaced): a try is busy.
             if deadline.is_some_and(|deadline| deadline <= Instant::now())
                 && let Some(left) = server_now.and_then(|now_ms| kept.left_after(now_ms))
             {
@@ -235,7 +268,7 @@ impl Inner {
             valid_from = sent;
             let Some(left) = kept.left_after(touched.mtime) else {
                 server_now = Some(touched.mtime);
-                continue; // expired: delete it and hold
+                continue; // expired: hold
             };
             let expires = Instant::now() + left;
             let wake = deadline.map_or(expires, |deadline| deadline.min(expires));
@@ -265,7 +298,8 @@ impl Inner {
 
     /// Deletes, in the background, records that expired before the record just written,
     /// `own`, was (its `mtime` is the server's time then): up to [`SWEEP_BATCH`] read in one
-    /// multi-read with `own`, deleted at the versions read; at most one sweep a second. A once-per-fire key is not locked
+    /// multi-read with `own`, deleted at the versions read; at most one sweep a second, each
+    /// going on where the last stopped. A once-per-fire key is not locked
     /// again after its retention, so nothing else would delete its record.
     fn sweep_kept(self: &Arc<Self>, ttl: Duration, own: String) {
         if !self.next_sweep.open() {
@@ -280,11 +314,12 @@ impl Inner {
             let Ok(children) = inner.children(&session, KEPT_DIR).await else {
                 return;
             };
-            let others: Vec<String> = children
-                .iter()
+            let own_name = own.rsplit_once('/').map_or("", |(_, name)| name);
+            let others: Vec<String> = inner
+                .next_sweep
+                .next_batch(children, own_name)
+                .into_iter()
                 .map(|child| format!("{KEPT_DIR}/{child}"))
-                .filter(|path| *path != own)
-                .take(SWEEP_BATCH)
                 .collect();
             let mut reader = session.client.new_multi_reader();
             for path in std::iter::once(&own).chain(&others) {
@@ -342,6 +377,20 @@ mod tests {
     fn record_paths_are_flat_and_escaped() {
         assert_eq!(record_path("/order:42"), "/_dlock_kept/order:42");
         assert_eq!(record_path("/locks/a%b"), "/_dlock_kept/locks%2Fa%25b");
+    }
+
+    #[test]
+    fn sweeps_take_every_record_in_turn() {
+        let gate = SweepGate::default();
+        let names: Vec<String> = (0..70).map(|i| format!("k{i:03}")).collect();
+        let first = gate.next_batch(names.clone(), "k000");
+        assert_eq!(first.first().map(String::as_str), Some("k001"));
+        assert_eq!(first.len(), SWEEP_BATCH);
+        let second = gate.next_batch(names.clone(), "k000");
+        assert_eq!(second.first(), Some(&format!("k{:03}", SWEEP_BATCH + 1)));
+        let third = gate.next_batch(names, "k000");
+        // 69 names besides `own`: the third batch wraps around to the first names.
+        assert!(third.contains(&"k069".to_owned()) && third.contains(&"k001".to_owned()));
     }
 
     #[test]
