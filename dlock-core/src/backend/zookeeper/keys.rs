@@ -62,10 +62,10 @@ impl NodeKind {
 ///
 /// [`Error::InvalidKey`] for a key ZooKeeper cannot store as a path: an empty segment (`a//b`,
 /// a trailing `/`), a `.` or `..` segment, a first segment `zookeeper` (the server's own
-/// tree) or `_dlock_kept` (the records of kept locks), a `leases` segment, or a last `locks` segment, below another (a semaphore's own
-/// nodes), a segment
-/// named like a lock node (it would pose as a contender of the lock above it), or a control,
-/// private-use or non-character code point.
+/// tree) or `_dlock_kept` (the records of kept locks), a `leases` segment, or a last `locks`
+/// segment, below another (a semaphore's own nodes), a segment named like a lock node (it
+/// would pose as a contender of the lock above it), or a control, private-use or
+/// non-character code point.
 pub(super) fn lock_path(full_key: &str) -> Result<String> {
     let invalid = |reason| Error::InvalidKey {
         key: full_key.chars().take(64).collect(),

@@ -4,7 +4,8 @@
 //! Modules: [`config`] (URL, connecting a session), [`keys`] (lock paths, node names,
 //! Curator's order), [`session`] (sessions as leases, their ends reported), [`acquire`]
 //! (create a node, wait for the predecessor), [`release`] (renew, release, force release,
-//! nodes deleted in the background), [`kept`] (a lock kept after its release: its record). The user-facing documentation is on [`ZooKeeperBackend`].
+//! nodes deleted in the background), [`kept`] (a lock kept after its release: its record).
+//! The user-facing documentation is on [`ZooKeeperBackend`].
 
 mod acquire;
 mod config;
