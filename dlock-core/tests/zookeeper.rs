@@ -559,6 +559,20 @@ async fn kept_records_sit_apart_and_expired_ones_are_swept() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 
+    // A key kept again once its record expired: the record is overwritten.
+    for round in 0..2 {
+        let guard = locker
+            .lock("jobs/again")
+            .hold_at_least(Duration::from_millis(50))
+            .wait(Duration::from_secs(5))
+            .await
+            .expect("lock");
+        guard
+            .release()
+            .await
+            .unwrap_or_else(|error| panic!("round {round}: release, keeping: {error}"));
+    }
+
     let refused = locker.try_lock("_dlock_kept/x").await;
     assert!(
         matches!(refused, Err(Error::InvalidKey { .. })),
