@@ -54,10 +54,10 @@ pub(crate) struct AcquireOptions<'a> {
 }
 
 /// What [`LockerState::check`] found valid in a request.
-struct Checked {
-    full_key: Arc<str>,
-    ttl: Duration,
-    fencing: bool,
+pub(crate) struct Checked {
+    pub(crate) full_key: Arc<str>,
+    pub(crate) ttl: Duration,
+    pub(crate) fencing: bool,
 }
 
 impl LockerState {
@@ -102,7 +102,7 @@ impl LockerState {
 
     /// The metrics labels of a request: backend, mode, and the key template (or the raw
     /// key where the config opts in, else `*`).
-    fn meter(&self, options: &AcquireOptions<'_>) -> Meter {
+    pub(crate) fn meter(&self, options: &AcquireOptions<'_>) -> Meter {
         let key = match options.key_template {
             Some(template) => template,
             None if self.config.metrics_raw_keys => options.key,
@@ -132,7 +132,7 @@ impl LockerState {
     }
 
     /// Validates `options` against the settings and the backend, before any round trip.
-    fn check(&self, options: &AcquireOptions<'_>) -> Result<Checked> {
+    pub(crate) fn check(&self, options: &AcquireOptions<'_>) -> Result<Checked> {
         let full_key = crate::key::full_key(&self.config.key_prefix, options.key)?;
         let ttl = options.ttl.unwrap_or(self.config.ttl);
         if ttl < Duration::from_millis(10) {
@@ -188,7 +188,7 @@ impl LockerState {
     /// [`Error::LockUpgrade`] for a write lock inside this task's read lock; the hold's
     /// [`Error::LeaseLost`] once it is lost; [`Error::Config`] for a fencing token asked of a
     /// hold taken without one.
-    fn reenter(
+    pub(crate) fn reenter(
         &self,
         options: &AcquireOptions<'_>,
         checked: &Checked,
@@ -337,7 +337,7 @@ impl LockerState {
     ///
     /// [`Error::LeaseLost`] when the grant came too late to be used safely (it is released in
     /// the background).
-    fn keep(
+    pub(crate) fn keep(
         &self,
         options: &AcquireOptions<'_>,
         lease: Lease,
@@ -413,6 +413,6 @@ fn for_the_caller(error: Error, user_key: &str) -> Error {
 
 /// Whether an acquire that failed with `error` may still have been granted on the server (the
 /// request was sent, and no answer came back), so its owner's grant must be released.
-fn may_have_been_applied(error: &Error) -> bool {
+pub(crate) fn may_have_been_applied(error: &Error) -> bool {
     error.kind() == crate::ErrorKind::Unavailable
 }

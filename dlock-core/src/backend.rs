@@ -50,7 +50,8 @@ pub(crate) mod zookeeper;
 
 pub use crate::key::{MAX_KEY_LEN, validate_key};
 pub use crate::lease::{
-    AcquireOutcome, AcquireRequest, Lease, LostLease, OwnerId, ReleaseOutcome, RenewOutcome,
+    AcquireAllOutcome, AcquireOutcome, AcquireRequest, Lease, LostLease, OwnerId, ReleaseOutcome,
+    RenewOutcome,
 };
 pub use crate::mode::LockKind;
 #[cfg(feature = "etcd")]
@@ -141,6 +142,25 @@ pub trait LockBackend: Send + Sync + std::fmt::Debug + 'static {
         req: &AcquireRequest,
         deadline: Option<Instant>,
     ) -> Result<AcquireOutcome>;
+
+    /// Takes every request of `requests` in one step if every key is free for it, else
+    /// none: one attempt, no waiting, cancel-safe as [`acquire`](Self::acquire). A lock set
+    /// ([`Locker::lock_all`](crate::Locker::lock_all)) asks this first when
+    /// [`Capabilities::together`] is set, with two or more requests sorted by key, keys
+    /// distinct; when the set is busy, it takes the keys one at a time in that order.
+    /// `Ok(None)` when this backend cannot take *this* set in one step (keys on different
+    /// nodes or slots, a mode it does not take together): the core then takes it key by key.
+    ///
+    /// # Errors
+    ///
+    /// As [`acquire`](Self::acquire). `Ok(None)` by default.
+    async fn acquire_together(
+        &self,
+        requests: &[AcquireRequest],
+    ) -> Result<Option<AcquireAllOutcome>> {
+        let _ = requests;
+        Ok(None)
+    }
 
     /// Owner-checked renewal of many leases, in as few round trips as the service allows
     /// (at most [`Capabilities::max_renew_batch`] are passed at once). Returns one outcome per
@@ -255,6 +275,12 @@ impl<T: LockBackend + ?Sized> LockBackend for Arc<T> {
     ) -> Result<AcquireOutcome> {
         (**self).acquire(req, deadline).await
     }
+    async fn acquire_together(
+        &self,
+        requests: &[AcquireRequest],
+    ) -> Result<Option<AcquireAllOutcome>> {
+        (**self).acquire_together(requests).await
+    }
     async fn renew(&self, leases: &[Lease]) -> Result<Vec<RenewOutcome>> {
         (**self).renew(leases).await
     }
@@ -345,6 +371,9 @@ pub struct Capabilities {
     /// [`LockBackend::release_keeping`]: a released exclusive lock can stay held on the
     /// server for a while (hold-at-least, a job's done record), by the server's clock.
     pub keeps: bool,
+    /// [`LockBackend::acquire_together`]: a set of keys can be taken in one step (all or
+    /// none), for some sets at least.
+    pub together: bool,
 }
 
 impl Capabilities {
@@ -361,6 +390,7 @@ impl Capabilities {
             read_write: false,
             semaphore: false,
             keeps: false,
+            together: false,
         }
     }
 
@@ -419,6 +449,20 @@ impl Capabilities {
             });
         }
         Ok(())
+    }
+
+    /// Sets [`Capabilities::together`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let caps = dlock_core::backend::Capabilities::new("example").together(true);
+    /// assert!(caps.together);
+    /// ```
+    #[must_use]
+    pub const fn together(mut self, together: bool) -> Self {
+        self.together = together;
+        self
     }
 
     /// Sets [`Capabilities::keeps`].

@@ -99,6 +99,22 @@ pub enum Error {
         key: String,
     },
 
+    /// A [lock set](crate::Locker::lock_all) would have to wait for `key` while the current
+    /// task holds `held`, which sorts after it: another task taking both in the canonical
+    /// order could hold `key` and wait for `held`, and neither would end. The set is refused
+    /// at once (only when `key` is busy: a free key is simply taken), and nothing of it is
+    /// kept. Take `key` before `held`, or both in one `lock_all`.
+    #[error(
+        "a lock set would wait for `{key}` while this task holds `{held}`, which sorts after \
+         it and could deadlock: take `{key}` first, or both in one `lock_all`"
+    )]
+    LockOrder {
+        /// The busy key of the set (the user key).
+        key: String,
+        /// The key this task already holds that sorts after it (the user key).
+        held: String,
+    },
+
     /// A semaphore is in use with another number of permits than this caller named. Every
     /// caller of one semaphore must name the same limit.
     #[error("semaphore `{key}` has {stored} permits; this caller asked for one of {requested}")]
@@ -206,7 +222,7 @@ pub enum ErrorKind {
     /// The caller's input or set-up is wrong: a key, a config value, no global Locker, a
     /// lock upgrade, a semaphore limit that differs from its other callers'
     /// ([`Error::InvalidKey`], [`Error::Config`], [`Error::NoGlobalLocker`],
-    /// [`Error::LockUpgrade`], [`Error::PermitLimitMismatch`]).
+    /// [`Error::LockUpgrade`], [`Error::LockOrder`], [`Error::PermitLimitMismatch`]).
     InvalidInput,
 }
 
@@ -353,6 +369,7 @@ impl Error {
             | Self::Config { .. }
             | Self::NoGlobalLocker
             | Self::LockUpgrade { .. }
+            | Self::LockOrder { .. }
             | Self::PermitLimitMismatch { .. } => ErrorKind::InvalidInput,
         }
     }

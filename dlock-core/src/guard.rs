@@ -269,7 +269,7 @@ impl LockGuard {
     ///
     /// See [`Protected`].
     pub fn protect<F: Future>(&self, work: F) -> Protected<F> {
-        Protected::new(work, self.watch())
+        Protected::new(work, Box::new([self.watch()]))
     }
 
     /// Shares this hold with another task on purpose: the child task calls

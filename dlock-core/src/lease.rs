@@ -291,6 +291,42 @@ pub enum AcquireOutcome {
     },
 }
 
+/// The result of [`LockBackend::acquire_together`](crate::backend::LockBackend::acquire_together):
+/// every key of the set taken in one step, or none.
+///
+/// # Examples
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> dlock_core::Result<()> {
+/// use std::time::Duration;
+/// use dlock_core::backend::{AcquireAllOutcome, AcquireRequest, LockBackend, MemoryBackend, OwnerId};
+/// let backend = MemoryBackend::new();
+/// let set = [
+///     AcquireRequest::new("a", OwnerId::random("doc"), Duration::from_secs(5)),
+///     AcquireRequest::new("b", OwnerId::random("doc"), Duration::from_secs(5)),
+/// ];
+/// let Some(AcquireAllOutcome::Acquired(leases)) = backend.acquire_together(&set).await? else {
+///     panic!("two free keys not taken together");
+/// };
+/// assert_eq!(leases.len(), 2);
+/// let again = backend.acquire_together(&set).await?;
+/// assert!(matches!(again, Some(AcquireAllOutcome::Busy { index: 0, .. })));
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum AcquireAllOutcome {
+    /// Every key is ours: one lease per request, in the requests' order.
+    Acquired(Vec<Lease>),
+    /// The request at `index` was busy (the first one found), and nothing was taken.
+    Busy {
+        /// Which request found its key busy.
+        index: usize,
+        /// Its holder's remaining lease, if the backend knows it.
+        retry_after: Option<Duration>,
+    },
+}
+
 /// The result of renewing one lease.
 ///
 /// # Examples

@@ -183,3 +183,27 @@ impl LeaseWatch {
         }
     }
 }
+
+/// A future that resolves when the first of `watches` is lost: which one, and why.
+pub(crate) type FirstLost = std::pin::Pin<Box<dyn Future<Output = (usize, LostReason)> + Send>>;
+
+/// Resolves when the first of `watches` is lost (a lock set is lost with any member).
+pub(crate) fn first_lost(watches: &[Arc<LeaseWatch>]) -> FirstLost {
+    if let [watch] = watches {
+        let watch = Arc::clone(watch);
+        return Box::pin(async move { (0, watch.lost().await) });
+    }
+    let each = watches.iter().enumerate().map(|(at, watch)| {
+        let watch = Arc::clone(watch);
+        Box::pin(async move { (at, watch.lost().await) })
+    });
+    let mut each: Vec<_> = each.collect();
+    Box::pin(std::future::poll_fn(move |cx| {
+        each.iter_mut()
+            .find_map(|lost| match lost.as_mut().poll(cx) {
+                std::task::Poll::Ready(found) => Some(found),
+                std::task::Poll::Pending => None,
+            })
+            .map_or(std::task::Poll::Pending, std::task::Poll::Ready)
+    }))
+}

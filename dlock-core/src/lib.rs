@@ -88,18 +88,21 @@ mod error;
 mod guard;
 mod inspect;
 mod kept;
+mod lock_set;
 mod locker;
 mod mode;
 mod once;
 mod protected;
 mod request;
 mod scope;
+mod set_guard;
 mod setters;
 mod tls;
 
 // The mechanisms the core owns: a Locker's state and its acquire steps, holds and reentrancy,
 // the lease keeper and its watchdog, lease deadlines, keys.
 mod acquire;
+mod acquire_set;
 mod hold;
 mod keeper;
 mod key;
@@ -132,11 +135,13 @@ pub use error::{BoxError, Error, ErrorKind, LostReason, Result};
 pub use guard::{HandOff, LockGuard};
 pub use inspect::{HolderInfo, LockInfo, WaiterInfo};
 pub use kept::{Kept, UnknownKept};
+pub use lock_set::LockSetRequest;
 pub use locker::Locker;
 pub use mode::LockMode;
 pub use once::{DEFAULT_RETENTION, Once, OnceRequest, Skip};
 pub use protected::Protected;
 pub use request::LockRequest;
+pub use set_guard::LockSetGuard;
 pub use tls::TlsConfig;
 
 #[cfg(feature = "macros")]

@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use crate::backend::{Capabilities, LockBackend};
 use crate::config::DlockConfig;
+use crate::lock_set::{LockSetRequest, SetMember};
+use crate::mode::LockKind;
 use crate::request::LockRequest;
 use crate::state::LockerState;
 use crate::{Error, LockMode, Result};
@@ -327,6 +329,107 @@ impl Locker {
     /// ```
     pub fn lock_as<'a>(&'a self, key: &'a str, mode: LockMode) -> LockRequest<'a> {
         LockRequest::new(&self.state, key, mode).writer()
+    }
+
+    /// Starts building an acquire of several keys as one set (two accounts of a transfer,
+    /// the items of an order): all of them or none, under **one** wait for the set, held by
+    /// one [`LockSetGuard`](crate::LockSetGuard) whose work stops when any member is lost.
+    ///
+    /// The keys are taken in one canonical order — their full backend keys, sorted, each
+    /// once — whatever order the caller names them in, so two sets sharing keys never wait
+    /// for each other in a circle. Where the backend can take several keys in one step
+    /// ([`Capabilities::together`]), a free set is taken in one round trip. If a key is busy
+    /// past the wait, or an acquire fails or is cancelled, the keys already taken are released,
+    /// last first: nothing of the set is kept.
+    ///
+    /// **Keys this task already holds**: a key of the set that this task holds re-enters. A
+    /// set that would have to *wait* for a key sorting before one this task already holds
+    /// could deadlock (another task may hold the first and wait for the second), so it is
+    /// refused at once with [`Error::LockOrder`] naming both keys; take the earlier key
+    /// first, or all of them in one set.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Busy`] naming the key still busy when the wait ran out; [`Error::LockOrder`]
+    /// as above; [`Error::Config`] for an empty set; every error of [`lock`](Self::lock).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> dlock_core::Result<()> {
+    /// let locker = dlock_core::Locker::memory();
+    /// let (from, to) = ("account:bob", "account:alice");
+    /// let accounts = locker.lock_all([from, to]).await?; // alice is taken first
+    /// accounts.run(async { /* move the money */ }).await?;
+    /// accounts.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn lock_all<K: AsRef<str>>(&self, keys: impl IntoIterator<Item = K>) -> LockSetRequest<'_> {
+        self.lock_all_as(keys.into_iter().map(|key| (key, LockMode::Exclusive)))
+            .mutex()
+    }
+
+    /// Like [`lock_all`](Self::lock_all), for the read locks of several read-write locks.
+    ///
+    /// # Errors
+    ///
+    /// As [`lock_all`](Self::lock_all); [`Error::Unsupported`] on a backend without
+    /// read-write locks.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> dlock_core::Result<()> {
+    /// let locker = dlock_core::Locker::memory();
+    /// let prices = locker.read_lock_all(["price:1", "price:2"]).await?;
+    /// # drop(prices); Ok(()) }
+    /// ```
+    pub fn read_lock_all<K: AsRef<str>>(
+        &self,
+        keys: impl IntoIterator<Item = K>,
+    ) -> LockSetRequest<'_> {
+        self.lock_all_as(keys.into_iter().map(|key| (key, LockMode::Shared)))
+    }
+
+    /// Like [`lock_all`](Self::lock_all), each key in its own mode: the read and write sides
+    /// of read-write locks ([`LockMode::Exclusive`] is a key's write lock, as in
+    /// [`lock_as`](Self::lock_as)), or permits. A key named twice is held once, in the
+    /// stronger mode (a read and a write lock make a write lock).
+    ///
+    /// # Errors
+    ///
+    /// As [`lock_all`](Self::lock_all); [`Error::Config`] for a key named both as a permit
+    /// and as a lock.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> dlock_core::Result<()> {
+    /// use dlock_core::LockMode;
+    /// let locker = dlock_core::Locker::memory();
+    /// // Rebuild the report from two sources that others may read at the same time.
+    /// let set = locker
+    ///     .lock_all_as([("report:7", LockMode::Exclusive), ("source:a", LockMode::Shared), ("source:b", LockMode::Shared)])
+    ///     .await?;
+    /// assert_eq!(set.get("source:a").map(|guard| guard.mode()), Some(LockMode::Shared));
+    /// # drop(set); Ok(()) }
+    /// ```
+    pub fn lock_all_as<K: AsRef<str>>(
+        &self,
+        keys: impl IntoIterator<Item = (K, LockMode)>,
+    ) -> LockSetRequest<'_> {
+        let members = keys
+            .into_iter()
+            .map(|(key, mode)| SetMember {
+                key: key.as_ref().to_owned(),
+                mode,
+                kind: match mode {
+                    LockMode::Exclusive => LockKind::ReadWrite,
+                    other => LockKind::of(other),
+                },
+            })
+            .collect();
+        LockSetRequest::new(&self.state, members)
     }
 
     /// Like [`lock`](Self::lock), but makes exactly one attempt: it never waits.

@@ -8,11 +8,8 @@ use std::task::{Context, Poll};
 
 use pin_project_lite::pin_project;
 
-use crate::LostReason;
 use crate::Result;
-use crate::lease_watch::LeaseWatch;
-
-type LostFuture = Pin<Box<dyn Future<Output = LostReason> + Send>>;
+use crate::lease_watch::{FirstLost, LeaseWatch, first_lost};
 
 pin_project! {
     /// Work running under a lock ([`LockGuard::protect`](crate::LockGuard::protect)): it is
@@ -56,18 +53,21 @@ pin_project! {
     pub struct Protected<F> {
         #[pin]
         work: F,
-        watch: Arc<LeaseWatch>,
-        lost: LostFuture,
+        // The lock's lease, or every lease of a lock set: the work stops when any is lost.
+        watches: Box<[Arc<LeaseWatch>]>,
+        lost: FirstLost,
     }
 }
 
 impl<F> Protected<F> {
-    pub(crate) fn new(work: F, watch: Arc<LeaseWatch>) -> Self {
-        let lost = {
-            let watch = Arc::clone(&watch);
-            Box::pin(async move { watch.lost().await })
-        };
-        Self { work, watch, lost }
+    /// `work`, stopped when any of `watches` is lost.
+    pub(crate) fn new(work: F, watches: Box<[Arc<LeaseWatch>]>) -> Self {
+        let lost = first_lost(&watches);
+        Self {
+            work,
+            watches,
+            lost,
+        }
     }
 }
 
@@ -76,11 +76,11 @@ impl<F: Future> Future for Protected<F> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
-        if let Some(error) = this.watch.lost_error() {
+        if let Some(error) = this.watches.iter().find_map(|watch| watch.lost_error()) {
             return Poll::Ready(Err(error));
         }
-        if let Poll::Ready(reason) = this.lost.as_mut().poll(cx) {
-            return Poll::Ready(Err(this.watch.lost_error_with(reason)));
+        if let Poll::Ready((at, reason)) = this.lost.as_mut().poll(cx) {
+            return Poll::Ready(Err(this.watches[at].lost_error_with(reason)));
         }
         this.work.poll(cx).map(Ok)
     }
@@ -88,9 +88,10 @@ impl<F: Future> Future for Protected<F> {
 
 impl<F> fmt::Debug for Protected<F> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let keys: Vec<&str> = self.watches.iter().map(|watch| watch.user_key()).collect();
         f.debug_struct("Protected")
-            .field("key", &self.watch.user_key())
-            .field("held", &self.watch.is_held())
+            .field("keys", &keys)
+            .field("held", &self.watches.iter().all(|watch| watch.is_held()))
             .finish_non_exhaustive()
     }
 }

@@ -101,6 +101,18 @@ impl<H> Reentrancy<H> {
             .is_some_and(|holders| holders.0.iter().any(|(_, hold)| hold.strong_count() > 0))
     }
 
+    /// The greatest key (in byte order) `holder` holds through a live hold: what a lock set
+    /// must not wait behind. A scan of every held key: called once per lock set that has to
+    /// wait, never on a single lock's path.
+    pub(crate) fn greatest_held_by(&self, holder: HolderId) -> Option<Arc<str>> {
+        self.holds()
+            .iter()
+            .filter(|(_, holders)| holders.find(holder).is_some_and(|h| h.strong_count() > 0))
+            .map(|(key, _)| key)
+            .max()
+            .cloned()
+    }
+
     /// Records that `holder` holds `key` through `hold`, so its nested acquires re-enter. An
     /// earlier live hold of the same holder and key (taken with `.reentrant(false)`) keeps the
     /// entry.

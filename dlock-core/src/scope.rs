@@ -1,7 +1,7 @@
 //! The one acquire → run → release policy, used by [`Locker::with_lock`](crate::Locker::with_lock),
 //! `#[distributed_lock]` and `dlock-tower`'s layer: [`LockGuard::run_and_release`], and
 //! [`LockGuard::release_after`], whose docs hold the one rule for a release that fails after
-//! the work finished.
+//! the work finished (a [lock set](crate::LockSetGuard)'s scope follows the same rule).
 
 use std::future::Future;
 
@@ -78,28 +78,34 @@ impl LockGuard {
     /// ```
     pub async fn release_after(self, work_succeeded: bool) -> Result<()> {
         let watch = self.watch(); // for the key in a warning, after the guard is gone
-        let Err(error) = self.release().await else {
-            return Ok(());
-        };
-        let key = watch.user_key();
-        match error {
-            Error::LeaseLost { .. } | Error::NotHolder { .. } if work_succeeded => Err(error),
-            Error::LeaseLost { .. } | Error::NotHolder { .. } => {
-                tracing::warn!(
-                    key,
-                    %error,
-                    "dlock: the lock stopped protecting work that failed; returning the work's failure"
-                );
-                Ok(())
-            }
-            _ => {
-                tracing::warn!(
-                    key,
-                    %error,
-                    "dlock: release after the work finished failed; the lock will expire at its ttl"
-                );
-                Ok(())
-            }
+        let released = self.release().await;
+        release_verdict(released, work_succeeded, watch.user_key())
+    }
+}
+
+/// What a scope reports after the release of its lock (of `key`, or of a lock set's member
+/// `key`) answered `released`, by the rule of [`LockGuard::release_after`].
+pub(crate) fn release_verdict(released: Result<()>, work_succeeded: bool, key: &str) -> Result<()> {
+    let Err(error) = released else {
+        return Ok(());
+    };
+    match error {
+        Error::LeaseLost { .. } | Error::NotHolder { .. } if work_succeeded => Err(error),
+        Error::LeaseLost { .. } | Error::NotHolder { .. } => {
+            tracing::warn!(
+                key,
+                %error,
+                "dlock: the lock stopped protecting work that failed; returning the work's failure"
+            );
+            Ok(())
+        }
+        _ => {
+            tracing::warn!(
+                key,
+                %error,
+                "dlock: release after the work finished failed; the lock will expire at its ttl"
+            );
+            Ok(())
         }
     }
 }

@@ -18,7 +18,9 @@ use async_trait::async_trait;
 
 use super::waiters::{Ticket, WaitQueues};
 use crate::backend::{Capabilities, Fencing, LockBackend};
-use crate::lease::{AcquireOutcome, AcquireRequest, Lease, OwnerId, ReleaseOutcome, RenewOutcome};
+use crate::lease::{
+    AcquireAllOutcome, AcquireOutcome, AcquireRequest, Lease, OwnerId, ReleaseOutcome, RenewOutcome,
+};
 use crate::{Error, HolderInfo, Kept, LockInfo, LockMode, Result, WaiterInfo};
 
 /// In-process locks with real leases, FIFO hand-off and fencing tokens.
@@ -411,6 +413,37 @@ impl LockBackend for MemoryBackend {
         Ok(self.wait_in_queue(req, deadline, ticket).await)
     }
 
+    async fn acquire_together(
+        &self,
+        requests: &[AcquireRequest],
+    ) -> Result<Option<AcquireAllOutcome>> {
+        let now = Instant::now();
+        let mut table = self.table();
+        let checked = requests.iter().try_for_each(|req| {
+            table.settle(&req.key, now, &self.queues);
+            table.check_permit_limit(req, &self.queues)
+        });
+        let busy = requests
+            .iter()
+            .position(|req| !table.grants_newcomer(&req.key, req.mode, &self.queues));
+        if checked.is_err() || busy.is_some() {
+            let retry_after = busy.and_then(|at| table.remaining(&requests[at].key, now));
+            for req in requests {
+                table.settle(&req.key, now, &self.queues); // forgets limits stored just now
+            }
+            checked?;
+            return Ok(busy.map(|index| AcquireAllOutcome::Busy { index, retry_after }));
+        }
+        let leases = requests
+            .iter()
+            .map(|req| {
+                table.grant(&req.key, req, now);
+                table.lease_if_owner(req).expect("just granted")
+            })
+            .collect();
+        Ok(Some(AcquireAllOutcome::Acquired(leases)))
+    }
+
     async fn renew(&self, leases: &[Lease]) -> Result<Vec<RenewOutcome>> {
         let now = Instant::now();
         let mut table = self.table();
@@ -518,6 +551,7 @@ impl LockBackend for MemoryBackend {
             .semaphore(true)
             .fencing(Fencing::Volatile)
             .keeps(true)
+            .together(true)
             .max_renew_batch(usize::MAX)
     }
 }

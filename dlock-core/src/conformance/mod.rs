@@ -24,6 +24,7 @@ mod exclusion;
 mod jobs;
 mod leases;
 mod modes;
+mod multi_key;
 mod reentrancy;
 mod support;
 mod waiting;
@@ -42,6 +43,7 @@ pub use exclusion::*;
 pub use jobs::*;
 pub use leases::*;
 pub use modes::*;
+pub use multi_key::*;
 pub use reentrancy::*;
 pub use support::CountingBackend;
 pub use waiting::*;
@@ -414,6 +416,12 @@ macro_rules! conformance_tests {
                 kept_lock_is_owner_checked,
                 once_runs_a_fire_once,
                 once_runs_again_after_a_failure,
+                lock_set_takes_all_or_none,
+                lock_sets_in_opposite_orders_never_deadlock,
+                lock_set_wait_covers_the_whole_set,
+                cancelled_lock_set_leaves_nothing_behind,
+                losing_one_member_cancels_the_set_work,
+                lock_set_behind_a_held_key_is_refused,
             );
         }
     };

@@ -10,7 +10,8 @@ use tokio::sync::broadcast;
 use crate::Result;
 use crate::backend::{Capabilities, LockBackend};
 use crate::lease::{
-    AcquireOutcome, AcquireRequest, Lease, LostLease, ReleaseOutcome, RenewOutcome,
+    AcquireAllOutcome, AcquireOutcome, AcquireRequest, Lease, LostLease, ReleaseOutcome,
+    RenewOutcome,
 };
 
 /// A pass-through decorator that counts the calls made to the backend it wraps, to show
@@ -34,7 +35,7 @@ impl<B: LockBackend + ?Sized> CountingBackend<B> {
         }
     }
 
-    /// Calls to `acquire` so far.
+    /// Calls to `acquire` and `acquire_together` so far.
     pub fn acquires(&self) -> usize {
         self.acquires.load(Ordering::SeqCst)
     }
@@ -59,6 +60,13 @@ impl<B: LockBackend + ?Sized> LockBackend for CountingBackend<B> {
     ) -> Result<AcquireOutcome> {
         self.acquires.fetch_add(1, Ordering::SeqCst);
         self.inner.acquire(req, deadline).await
+    }
+    async fn acquire_together(
+        &self,
+        requests: &[AcquireRequest],
+    ) -> Result<Option<AcquireAllOutcome>> {
+        self.acquires.fetch_add(1, Ordering::SeqCst);
+        self.inner.acquire_together(requests).await
     }
     async fn renew(&self, leases: &[Lease]) -> Result<Vec<RenewOutcome>> {
         self.renewals.fetch_add(1, Ordering::SeqCst);
