@@ -149,6 +149,50 @@ where
         .await?
 }
 
+/// `#[distributed_lock(keys = [..])]`: acquires `keys` as one lock set
+/// ([`Locker::lock_all`]), every key in `options.mode`, runs `body` under it and releases it
+/// by the same rule as [`run`]. `current_lock()` is not set for a set's body.
+///
+/// # Errors
+///
+/// As [`run`].
+pub async fn run_all<T, E, F>(
+    locker: Result<Locker>,
+    keys: Vec<String>,
+    options: Options,
+    body: F,
+) -> Result<T, E>
+where
+    F: Future<Output = Result<T, E>>,
+    E: From<Error>,
+{
+    let locker = locker?;
+    let mode = options.mode;
+    let mut request = locker
+        .lock_all_as(keys.into_iter().map(|key| (key, mode)))
+        .watchdog(options.watchdog)
+        .key_template(options.key_template);
+    if options.kind == LockKind::Mutex {
+        request = request.mutex();
+    }
+    if let Some(ttl) = options.ttl {
+        request = request.ttl(ttl);
+    }
+    if let Some(fencing) = options.fencing {
+        request = request.fencing(fencing);
+    }
+    if let Some(max_hold) = options.max_hold {
+        request = request.max_hold(max_hold);
+    }
+    request = match options.wait {
+        Wait::Default => request,
+        Wait::For(wait) => request.wait(wait),
+        Wait::Forever => request.wait_forever(),
+    };
+    let set = request.await?;
+    set.run_and_release(body, Result::is_ok).await?
+}
+
 /// What a `once` fn returns for a skipped fire: `Ok(None)` or `Ok(())`.
 pub trait Skipped {
     /// The value of a skipped fire.

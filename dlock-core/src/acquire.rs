@@ -10,6 +10,7 @@ use tracing::Instrument as _;
 use crate::backend::Fencing;
 use crate::guard::LockGuard;
 use crate::hold::Hold;
+use crate::keeper::LeaseKeeper;
 use crate::lease::{AcquireOutcome, AcquireRequest, Lease, OwnerId};
 use crate::lease_watch::LeaseWatch;
 use crate::meter::{self, Meter};
@@ -273,11 +274,9 @@ impl LockerState {
                 self.acquire_by(request, deadline, deadline + slack).await
             }
             None => {
+                let mut in_flight = Unconfirmed::of(&self.keeper, &request);
                 let outcome = self.keeper.backend().acquire(&request, None).await;
-                if outcome.as_ref().is_err_and(may_have_been_applied) {
-                    self.keeper
-                        .release_once_answered(Lease::new(&request, Instant::now()));
-                }
+                in_flight.answered_with(&outcome);
                 outcome
             }
         };
@@ -302,16 +301,16 @@ impl LockerState {
         deadline: Instant,
         answer_by: Instant,
     ) -> Result<AcquireOutcome> {
-        let unconfirmed = Lease::new(&request, Instant::now());
+        let mut in_flight = Unconfirmed::of(&self.keeper, &request);
         let keeper = Arc::clone(&self.keeper);
         let mut attempt =
             Box::pin(async move { keeper.backend().acquire(&request, Some(deadline)).await });
         if let Ok(outcome) = tokio::time::timeout_at(answer_by.into(), attempt.as_mut()).await {
-            if outcome.as_ref().is_err_and(may_have_been_applied) {
-                self.keeper.release_once_answered(unconfirmed);
-            }
+            in_flight.answered_with(&outcome);
             return outcome;
         }
+        // The attempt goes on in the background, which settles its grant.
+        let unconfirmed = in_flight.take();
         let keeper = Arc::clone(&self.keeper);
         let key = Arc::clone(&unconfirmed.key);
         let spawned = self.keeper.watchdog().spawn(async move {
@@ -415,4 +414,47 @@ fn for_the_caller(error: Error, user_key: &str) -> Error {
 /// request was sent, and no answer came back), so its owner's grant must be released.
 pub(crate) fn may_have_been_applied(error: &Error) -> bool {
     error.kind() == crate::ErrorKind::Unavailable
+}
+
+/// A grant that may be made on the server with nobody told: an acquire sent and not yet
+/// answered. Dropped before [`answered_with`](Self::answered_with) — the caller's future was
+/// cancelled mid-request, or the answer was an error after which the request may still be
+/// applied — it is released (owner-checked: a grant that never was changes nothing) in the
+/// background, so a cancelled acquire never leaves a lock to its ttl.
+pub(crate) struct Unconfirmed<'a> {
+    keeper: &'a Arc<LeaseKeeper>,
+    lease: Option<Lease>,
+}
+
+impl<'a> Unconfirmed<'a> {
+    /// `request`, about to be sent.
+    pub(crate) fn of(keeper: &'a Arc<LeaseKeeper>, request: &AcquireRequest) -> Self {
+        Self {
+            keeper,
+            lease: Some(Lease::new(request, Instant::now())),
+        }
+    }
+
+    /// The request was answered with `outcome`: settled, unless the answer is an error after
+    /// which the request may still be applied.
+    pub(crate) fn answered_with<T>(&mut self, outcome: &Result<T>) {
+        if !outcome.as_ref().is_err_and(may_have_been_applied) {
+            self.lease = None;
+        }
+    }
+
+    /// The lease, for whoever settles it instead.
+    fn take(mut self) -> Lease {
+        self.lease
+            .take()
+            .unwrap_or_else(|| unreachable!("taken once"))
+    }
+}
+
+impl Drop for Unconfirmed<'_> {
+    fn drop(&mut self) {
+        if let Some(lease) = self.lease.take() {
+            self.keeper.release_once_answered(lease);
+        }
+    }
 }

@@ -12,10 +12,9 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use crate::acquire::{AcquireOptions, Checked, may_have_been_applied};
+use crate::acquire::{AcquireOptions, Checked, Unconfirmed};
 use crate::guard::LockGuard;
-use crate::keeper::LeaseKeeper;
-use crate::lease::{AcquireAllOutcome, AcquireRequest, Lease, OwnerId};
+use crate::lease::{AcquireAllOutcome, AcquireRequest, OwnerId};
 use crate::lock_set::{SetMember, SetOptions};
 use crate::mode::LockKind;
 use crate::reentrancy::HolderId;
@@ -119,14 +118,17 @@ impl LockerState {
         }
         let requests: Vec<AcquireRequest> =
             asked.iter().map(|member| self.request(member)).collect();
-        let mut unconfirmed = Unconfirmed::of(&self.keeper, &requests);
+        let mut in_flight: Vec<Unconfirmed<'_>> = requests
+            .iter()
+            .map(|request| Unconfirmed::of(&self.keeper, request))
+            .collect();
         let together = self.keeper.backend().acquire_together(&requests);
         let outcome = match tokio::time::timeout(self.keeper.operation_timeout(), together).await {
             Ok(outcome) => outcome,
             Err(_) => return Err(self.keeper.timeout("acquire")),
         };
-        if !outcome.as_ref().is_err_and(may_have_been_applied) {
-            unconfirmed.answered();
+        for request in &mut in_flight {
+            request.answered_with(&outcome);
         }
         match outcome? {
             None => Ok(None),
@@ -330,35 +332,6 @@ impl Drop for Taken {
     fn drop(&mut self) {
         while let Some(guard) = self.0.pop() {
             drop(guard);
-        }
-    }
-}
-
-/// Grants of a together request that may have been made with nobody told: released (owner
-/// checked) unless [`answered`](Self::answered), also when the acquire is cancelled.
-struct Unconfirmed {
-    keeper: Arc<LeaseKeeper>,
-    leases: Vec<Lease>,
-}
-
-impl Unconfirmed {
-    fn of(keeper: &Arc<LeaseKeeper>, requests: &[AcquireRequest]) -> Self {
-        let sent = Instant::now();
-        Self {
-            keeper: Arc::clone(keeper),
-            leases: requests.iter().map(|req| Lease::new(req, sent)).collect(),
-        }
-    }
-
-    fn answered(&mut self) {
-        self.leases.clear();
-    }
-}
-
-impl Drop for Unconfirmed {
-    fn drop(&mut self) {
-        for lease in self.leases.drain(..) {
-            self.keeper.release_once_answered(lease);
         }
     }
 }

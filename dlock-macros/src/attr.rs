@@ -1,4 +1,5 @@
-//! The attribute's arguments: `key = "order:<id>", ttl = "10s", wait = "2s", watchdog = false,
+//! The attribute's arguments: `key = "order:<id>"` or `keys = ["account:<from>",
+//! "sku:<sku>" for sku in order.skus]`, `ttl = "10s", wait = "2s", watchdog = false,
 //! max_hold = "1h", hold_at_least = "1m", once = "48h", fencing = true, mode = "read" |
 //! "write", permits = N, locker = <expr>, crate = "path"`.
 
@@ -15,6 +16,7 @@ use dlock_grammar::duration;
 
 mod kw {
     syn::custom_keyword!(key);
+    syn::custom_keyword!(keys);
     syn::custom_keyword!(ttl);
     syn::custom_keyword!(wait);
     syn::custom_keyword!(watchdog);
@@ -28,12 +30,20 @@ mod kw {
 }
 
 /// Every argument name, in the order the docs list them.
-const ARGUMENTS: &str = "`key`, `ttl`, `wait`, `watchdog`, `max_hold`, `hold_at_least`, `once`, \
+const ARGUMENTS: &str = "`key`, `keys`, `ttl`, `wait`, `watchdog`, `max_hold`, `hold_at_least`, `once`, \
      `fencing`, `mode`, `permits`, `locker`, `crate`";
 
 /// The error for `mode` and `permits` together, spanned on the second of them.
 const MODE_AND_PERMITS: &str = "`#[distributed_lock]`: `mode` and `permits` cannot be combined: \
      `mode` takes one side of a read-write lock, `permits` one permit of a semaphore";
+
+/// The error for `key` and `keys` together, spanned on the second of them.
+const KEY_AND_KEYS: &str = "`#[distributed_lock]`: `key` and `keys` cannot be combined: `key` \
+     takes one lock, `keys` a set of locks taken together; put every key in `keys`";
+
+/// The error for `keys` next to `once` or `hold_at_least`, spanned on the second of them.
+const KEYS_AND: &str = "`#[distributed_lock]`: `keys` takes a lock set, which is released \
+     outright: it cannot be combined with `once` or `hold_at_least` (they keep one job's lock)";
 
 /// The error for `once` next to `wait`, `mode` or `permits`, spanned on the second of them.
 const ONCE_AND: &str = "`#[distributed_lock]`: `once` runs a fire at most once and skips it when \
@@ -44,6 +54,8 @@ const ONCE_AND: &str = "`#[distributed_lock]`: `once` runs a fire at most once a
 #[derive(Default)]
 pub(crate) struct LockArgs {
     pub(crate) key: Option<KeyArg>,
+    /// `keys = [..]`: a lock set.
+    pub(crate) keys: Option<Vec<SetKey>>,
     pub(crate) ttl: Option<Duration>,
     pub(crate) wait: Option<Wait>,
     pub(crate) watchdog: Option<LitBool>,
@@ -62,6 +74,13 @@ pub(crate) struct LockArgs {
 pub(crate) struct KeyArg {
     pub(crate) lit: LitStr,
     pub(crate) template: KeyTemplate,
+}
+
+/// One element of `keys = [..]`: a template, and for `"sku:<sku>" for sku in order.skus`, the
+/// binding and the collection it runs over (one key per element).
+pub(crate) struct SetKey {
+    pub(crate) key: KeyArg,
+    pub(crate) each: Option<(Ident, Expr)>,
 }
 
 /// `mode = "read" | "write"`: the side of a read-write lock.
@@ -89,8 +108,21 @@ impl Parse for LockArgs {
     fn parse(input: ParseStream<'_>) -> syn::Result<Self> {
         let mut args = Self::default();
         while !input.is_empty() {
-            if input.peek(kw::key) {
+            if input.peek(kw::keys) {
+                let at = input.span();
+                parse_once::<kw::keys, _>(input, &mut args.keys, parse_keys)?;
+                if args.key.is_some() {
+                    return Err(syn::Error::new(at, KEY_AND_KEYS));
+                }
+                if args.once.is_some() || args.hold_at_least.is_some() {
+                    return Err(syn::Error::new(at, KEYS_AND));
+                }
+            } else if input.peek(kw::key) {
+                let at = input.span();
                 parse_once::<kw::key, _>(input, &mut args.key, parse_key)?;
+                if args.keys.is_some() {
+                    return Err(syn::Error::new(at, KEY_AND_KEYS));
+                }
             } else if input.peek(kw::ttl) {
                 parse_once::<kw::ttl, _>(input, &mut args.ttl, parse_ttl)?;
             } else if input.peek(kw::wait) {
@@ -104,6 +136,9 @@ impl Parse for LockArgs {
             } else if input.peek(kw::max_hold) {
                 parse_once::<kw::max_hold, _>(input, &mut args.max_hold, parse_max_hold)?;
             } else if input.peek(kw::hold_at_least) {
+                if args.keys.is_some() {
+                    return Err(syn::Error::new(input.span(), KEYS_AND));
+                }
                 parse_once::<kw::hold_at_least, _>(
                     input,
                     &mut args.hold_at_least,
@@ -128,6 +163,9 @@ impl Parse for LockArgs {
                 })?;
                 if args.wait.is_some() || args.mode.is_some() || args.permits.is_some() {
                     return Err(syn::Error::new(at, ONCE_AND));
+                }
+                if args.keys.is_some() {
+                    return Err(syn::Error::new(at, KEYS_AND));
                 }
             } else if input.peek(kw::fencing) {
                 parse_once::<kw::fencing, _>(input, &mut args.fencing, parse_bool)?;
@@ -228,6 +266,64 @@ fn parse_key(input: ParseStream<'_>, name: &str) -> syn::Result<KeyArg> {
     let template =
         KeyTemplate::parse(&lit.value()).map_err(|e| syn::Error::new(lit.span(), e.message()))?;
     Ok(KeyArg { lit, template })
+}
+
+/// `keys = ["a:<x>", "b:<y>" for y in ys, ..]`: at least one element; each a template,
+/// optionally followed by `for <binding> in <parameter or field of one>`.
+fn parse_keys(input: ParseStream<'_>, name: &str) -> syn::Result<Vec<SetKey>> {
+    let example = "`keys = [\"account:<from>\", \"account:<to>\"]`, or one key per element: \
+                   `keys = [\"sku:<sku>\" for sku in order.skus]`";
+    if !input.peek(syn::token::Bracket) {
+        return Err(input.error(format!(
+            "`#[distributed_lock]`: `{name}` must be a list of key templates, e.g. {example}"
+        )));
+    }
+    let list;
+    let brackets = syn::bracketed!(list in input);
+    let mut keys = Vec::new();
+    while !list.is_empty() {
+        let key = parse_key(&list, name)?;
+        let each = if list.peek(Token![for]) {
+            list.parse::<Token![for]>()?;
+            let binding: Ident = list.parse()?;
+            list.parse::<Token![in]>()?;
+            let collection: Expr = list.parse()?;
+            collection_root(&collection)?;
+            Some((binding, collection))
+        } else {
+            None
+        };
+        keys.push(SetKey { key, each });
+        if list.is_empty() {
+            break;
+        }
+        list.parse::<Token![,]>()?;
+    }
+    if keys.is_empty() {
+        return Err(syn::Error::new(
+            brackets.span.join(),
+            format!("`#[distributed_lock]`: `{name}` needs at least one key, e.g. {example}"),
+        ));
+    }
+    Ok(keys)
+}
+
+/// The parameter a `for .. in <collection>` runs over: the collection must be a parameter or
+/// a field of one (`skus`, `order.skus`), so it is checked like a placeholder.
+pub(crate) fn collection_root(collection: &Expr) -> syn::Result<&Ident> {
+    match collection {
+        Expr::Path(path) if path.qself.is_none() => path.path.get_ident().ok_or(()),
+        Expr::Field(field) => return collection_root(&field.base),
+        Expr::Group(group) => return collection_root(&group.expr),
+        _ => Err(()),
+    }
+    .map_err(|()| {
+        syn::Error::new_spanned(
+            collection,
+            "`#[distributed_lock]`: the collection after `in` must be a parameter of the fn or \
+             a field of one, e.g. `for sku in skus` or `for sku in order.skus`",
+        )
+    })
 }
 
 fn parse_duration(lit: &LitStr, name: &str) -> syn::Result<Duration> {

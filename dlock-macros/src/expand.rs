@@ -11,7 +11,7 @@ use syn::{
     ReturnType, Stmt, Type, TypeParamBound,
 };
 
-use crate::attr::{LockArgs, Mode, Wait};
+use crate::attr::{LockArgs, Mode, SetKey, Wait, collection_root};
 use std::time::Duration;
 
 /// Expands `#[distributed_lock(args)] item`. On any error the original item is emitted
@@ -105,16 +105,24 @@ fn gen_function(args: &LockArgs, func: &ItemFn) -> syn::Result<TokenStream> {
         ));
     }
 
-    match &args.key {
-        None => push(syn::Error::new(
+    let params = parameters(func);
+    match (&args.key, &args.keys) {
+        (None, None) => push(syn::Error::new(
             Span::call_site(),
             "`#[distributed_lock]` requires a `key` argument, e.g. \
-             `#[distributed_lock(key = \"order:<id>\")]`",
+             `#[distributed_lock(key = \"order:<id>\")]` (or `keys = [..]` for a lock set)",
         )),
-        Some(key) => {
-            let names: Vec<String> = parameters(func).into_iter().map(|p| p.0).collect();
+        (Some(key), _) => {
+            let names: Vec<String> = params.iter().map(|p| p.0.clone()).collect();
             if let Err(error) = key.template.check(&names) {
                 push(syn::Error::new(key.lit.span(), error.message()));
+            }
+        }
+        (None, Some(keys)) => {
+            for set_key in keys {
+                if let Err(error) = check_set_key(set_key, &params) {
+                    push(error);
+                }
             }
         }
     }
@@ -122,12 +130,16 @@ fn gen_function(args: &LockArgs, func: &ItemFn) -> syn::Result<TokenStream> {
     if let Some(errors) = errors {
         return Err(errors);
     }
-    let (Some(shape), Some(key)) = (shape, &args.key) else {
+    let Some(shape) = shape else {
         unreachable!("errors were reported above");
     };
 
     let krate = args.crate_path();
-    let key = key.template.to_cow_expr(&key.lit, &parameters(func));
+    let (run_name, key) = match (&args.key, &args.keys) {
+        (Some(key), _) => (quote! { run }, key.template.to_cow_expr(&key.lit, &params)),
+        (None, Some(keys)) => (quote! { run_all }, set_keys_expr(keys, &params)),
+        (None, None) => unreachable!("errors were reported above"),
+    };
     let locker = match &args.locker {
         Some(expr) => {
             let krate = respan(krate.to_token_stream(), expr.span());
@@ -143,7 +155,7 @@ fn gen_function(args: &LockArgs, func: &ItemFn) -> syn::Result<TokenStream> {
     let run_fn = respan(krate.to_token_stream(), output_span);
     let run = |body: TokenStream| match args.once {
         None => quote_spanned! {output_span=>
-            #run_fn::__private::run(#locker, #key, #options, #body).await
+            #run_fn::__private::#run_name(#locker, #key, #options, #body).await
         },
         Some(retention) => {
             let retention = duration_tokens(retention);
@@ -193,6 +205,66 @@ fn gen_function(args: &LockArgs, func: &ItemFn) -> syn::Result<TokenStream> {
             #body
         }
     })
+}
+
+/// Checks one element of `keys = [..]`: its collection's root names a parameter, and its
+/// placeholders name parameters or its own binding.
+fn check_set_key(set_key: &SetKey, params: &[(String, Option<Span>)]) -> syn::Result<()> {
+    let mut names: Vec<String> = params.iter().map(|p| p.0.clone()).collect();
+    if let Some((binding, collection)) = &set_key.each {
+        let root = collection_root(collection)?;
+        if !names.iter().any(|name| root == name) {
+            return Err(syn::Error::new_spanned(
+                root,
+                format!(
+                    "`#[distributed_lock]`: unknown parameter `{root}` after `in`; the \
+                     function's parameters are: {}",
+                    names
+                        .iter()
+                        .map(|name| format!("`{name}`"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            ));
+        }
+        names.push(binding.to_string());
+    }
+    set_key
+        .key
+        .template
+        .check(&names)
+        .map_err(|error| syn::Error::new(set_key.key.lit.span(), error.message()))
+}
+
+/// The keys of a set as one `Vec<String>` expression: each template formatted once, or once
+/// per element of its collection (borrowed, before the body takes the parameters).
+fn set_keys_expr(keys: &[SetKey], params: &[(String, Option<Span>)]) -> TokenStream {
+    let pushes = keys.iter().map(|set_key| {
+        let lit = &set_key.key.lit;
+        match &set_key.each {
+            None => {
+                let key = set_key.key.template.to_cow_expr(lit, params);
+                quote_spanned! {lit.span()=>
+                    __dlock_keys.push(::std::string::String::from(#key));
+                }
+            }
+            Some((binding, collection)) => {
+                let mut scope = params.to_vec();
+                scope.push((binding.to_string(), Some(binding.span())));
+                let key = set_key.key.template.to_cow_expr(lit, &scope);
+                quote_spanned! {lit.span()=>
+                    for #binding in &#collection {
+                        __dlock_keys.push(::std::string::String::from(#key));
+                    }
+                }
+            }
+        }
+    });
+    quote! {{
+        let mut __dlock_keys: ::std::vec::Vec<::std::string::String> = ::std::vec::Vec::new();
+        #(#pushes)*
+        __dlock_keys
+    }}
 }
 
 /// `tokens` with every token spanned at `span`.
@@ -274,8 +346,16 @@ fn gen_options(args: &LockArgs) -> TokenStream {
         (_, Some(_)) => quote! { #krate::backend::LockKind::Semaphore },
         (None, None) => quote! { #krate::backend::LockKind::Mutex },
     };
-    // The literal as written (`order:<id>`): the `key` label of the lock's metrics.
-    let key_template = args.key.as_ref().map(|key| &key.lit);
+    // The literal as written (`order:<id>`): the `key` label of the lock's metrics; a set's
+    // templates joined (`account:<from>, account:<to>`).
+    let key_template = match (&args.key, &args.keys) {
+        (Some(key), _) => Some(key.lit.clone()),
+        (None, Some(keys)) => {
+            let joined: Vec<String> = keys.iter().map(|k| k.key.lit.value()).collect();
+            Some(syn::LitStr::new(&joined.join(", "), keys[0].key.lit.span()))
+        }
+        (None, None) => None,
+    };
     quote! {
         #krate::__private::Options {
             ttl: #ttl,

@@ -82,7 +82,8 @@ use proc_macro::TokenStream;
 ///
 /// | argument | default | meaning |
 /// |---|---|---|
-/// | `key = "order:<id>"` | required | the key template, see below |
+/// | `key = "order:<id>"` | required (or `keys`) | the key template, see below |
+/// | `keys = ["account:<from>", "account:<to>"]` | — | a **lock set** instead of one key: every key taken, all or none, in one canonical order (never deadlocks with another set), under one `wait`; `"sku:<sku>" for sku in order.skus` takes one key per element of a parameter (or a field of one). See "Lock sets" below; cannot be combined with `key`, `once` or `hold_at_least` |
 /// | `ttl = "10s"` | the Locker's `ttl` | lease length (humantime syntax, parsed at compile time; at least `10ms`) |
 /// | `wait = "2s"` | the Locker's `wait` (until acquired, unless configured) | give up with `Error::Busy` after this long; `"0s"`: one attempt; `"forever"`: until acquired |
 /// | `watchdog = false` | `true` | don't renew: the lock lasts at most `ttl` (ShedLock's `lockAtMostFor`); the body is cancelled when it runs out |
@@ -112,6 +113,37 @@ use proc_macro::TokenStream;
 ///
 /// The key is built into one `String` by one `format!` before the lock is taken (a template
 /// without placeholders is a `&'static str`: no allocation). The Locker adds its key prefix.
+///
+/// # Lock sets
+///
+/// `keys = [..]` locks several keys as one set (`Locker::lock_all`): a transfer between two
+/// accounts, an order over its SKUs. The keys are sorted and taken in that order whatever the
+/// call names, so two calls naming the same keys in opposite orders never wait for each other
+/// in a circle; a busy key past `wait` releases what was taken, and the body does not run.
+/// `mode` and `permits` apply to every key. `current_lock()` is not set in a set's body.
+///
+/// ```
+/// use dlock_core::{Error, Locker, distributed_lock};
+///
+/// pub struct Order { pub id: u64, pub skus: Vec<String> }
+///
+/// #[distributed_lock(keys = ["account:<from>", "account:<to>"], wait = "5s", locker = Locker::memory())]
+/// async fn transfer(from: u64, to: u64, cents: u64) -> Result<(), Error> {
+///     // both accounts are ours: move the money
+///     # let _ = (from, to, cents);
+///     Ok(())
+/// }
+///
+/// #[distributed_lock(keys = ["order:<order.id>", "sku:<sku>" for sku in order.skus], locker = Locker::memory())]
+/// async fn ship(order: &Order) -> Result<usize, Error> {
+///     Ok(order.skus.len()) // one lock per SKU, taken with the order's
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Error> {
+/// transfer(1, 2, 500).await?;
+/// assert_eq!(ship(&Order { id: 7, skus: vec!["a".into(), "b".into()] }).await?, 2);
+/// # Ok(()) }
+/// ```
 ///
 /// # The fencing token in the body
 ///

@@ -273,6 +273,11 @@ pub struct Expectations {
     /// How much longer than asked a backend may keep a released lock: the unit its expiries
     /// are rounded up to (etcd leases: whole seconds); zero where they are exact.
     pub keep_rounding: Duration,
+    /// A free lock set is taken in one backend call
+    /// ([`acquire_together`](crate::backend::LockBackend::acquire_together)); by default
+    /// where the capabilities claim it (Redis Cluster claims it, but its keys sit in
+    /// different slots).
+    pub sets_in_one_call: bool,
     /// Racing acquires may all lose one attempt: a quorum backend (RedLock) whose masters
     /// each granted a different racer gives nobody a majority. At most one still wins.
     pub split_votes: bool,
@@ -293,6 +298,7 @@ impl Expectations {
             prefix: format!("conformance:{:08x}:", rand::random::<u32>()),
             split_votes: false,
             keep_rounding: Duration::ZERO,
+            sets_in_one_call: backend.capabilities().together,
         }
     }
 
@@ -306,6 +312,13 @@ impl Expectations {
     #[must_use]
     pub const fn split_votes(mut self, possible: bool) -> Self {
         self.split_votes = possible;
+        self
+    }
+
+    /// Sets [`Expectations::sets_in_one_call`].
+    #[must_use]
+    pub const fn sets_in_one_call(mut self, one_call: bool) -> Self {
+        self.sets_in_one_call = one_call;
         self
     }
 

@@ -107,14 +107,16 @@ use redis::aio::ConnectionLike;
 pub(crate) use self::conn::{Conn, RedisUrl};
 #[cfg(feature = "redlock")]
 pub(crate) use self::conn::{certificates, open_lazy};
-pub(crate) use self::node::{Attempt, HandOver, Node};
+pub(crate) use self::node::{AllAttempt, Attempt, HandOver, Node};
 #[cfg(feature = "redlock")]
 pub(crate) use self::notify::MAX_SERVERS as MAX_SUBSCRIPTION_SERVERS;
 pub(crate) use self::notify::{Waiters, channel_of};
 use self::shares::WriterMark;
 use crate::backend::BackendUrl;
 use crate::backend::{Capabilities, Fencing, LockBackend};
-use crate::lease::{AcquireOutcome, AcquireRequest, Lease, OwnerId, ReleaseOutcome, RenewOutcome};
+use crate::lease::{
+    AcquireAllOutcome, AcquireOutcome, AcquireRequest, Lease, OwnerId, ReleaseOutcome, RenewOutcome,
+};
 use crate::{Error, Kept, LockMode, Result};
 
 /// How many locks one renewal script handles.
@@ -316,6 +318,37 @@ impl LockBackend for RedisBackend {
         Box::pin(self.wait_in_queue(req, deadline, retry_after, 0)).await
     }
 
+    /// One script for the whole set on a single server, when every request is exclusive and
+    /// no waiter of this Locker queues for its key (they go first: the set takes the ordered
+    /// path). Not on Cluster: every lock is its own hash tag, so the keys of a set sit in
+    /// different slots, which one script cannot touch.
+    async fn acquire_together(
+        &self,
+        requests: &[AcquireRequest],
+    ) -> Result<Option<AcquireAllOutcome>> {
+        if self.node.conn.is_cluster()
+            || requests.iter().any(|req| {
+                req.mode != LockMode::Exclusive || !self.waiters.may_try_at_once(&req.key)
+            })
+        {
+            return Ok(None);
+        }
+        let sent = Instant::now();
+        Ok(Some(match self.node.attempt_all(requests).await? {
+            AllAttempt::Granted(tokens) => AcquireAllOutcome::Acquired(
+                requests
+                    .iter()
+                    .zip(tokens)
+                    .map(|(req, token)| match token {
+                        Some(token) => Lease::new(req, sent).with_fencing_token(token),
+                        None => Lease::new(req, sent),
+                    })
+                    .collect(),
+            ),
+            AllAttempt::Held(index, retry_after) => AcquireAllOutcome::Busy { index, retry_after },
+        }))
+    }
+
     async fn renew(&self, leases: &[Lease]) -> Result<Vec<RenewOutcome>> {
         let sent = Instant::now();
         // Writers' locks and shares take different scripts: one batch of each kind.
@@ -455,6 +488,7 @@ impl LockBackend for RedisBackend {
             .max_renew_batch(usize::MAX)
             .read_write(true)
             .semaphore(true)
+            .together(true)
     }
 }
 

@@ -30,6 +30,16 @@ pub(crate) enum Attempt {
     WriterWaits(Option<Duration>),
 }
 
+/// What one attempt at a whole lock set came to.
+#[derive(Debug)]
+pub(crate) enum AllAttempt {
+    /// Every lock taken: one fencing token per request that asked for one.
+    Granted(Vec<Option<u64>>),
+    /// Nothing taken: the request at this index found its lock held, for this much longer
+    /// if it has an expiry.
+    Held(usize, Option<Duration>),
+}
+
 /// A release that leaves the hand-over mark: the releasing Locker has waiters of its own,
 /// which it bars for a moment so other Lockers' waiters go first.
 #[derive(Debug, Clone, Copy)]
@@ -228,6 +238,52 @@ impl Node {
                 )),
             },
             other => Err(errors::foreign_key(key, other)),
+        }
+    }
+
+    /// One attempt at every lock of `requests` together ([`scripts::ACQUIRE_ALL`]): all
+    /// taken, or none. The locks' names must share a slot (always, on a single server).
+    pub(crate) async fn attempt_all(&self, requests: &[AcquireRequest]) -> Result<AllAttempt> {
+        let flag = |on: bool| if on { "1" } else { "0" };
+        let reply: Value = self
+            .run(
+                "acquire",
+                &scripts::ACQUIRE_ALL,
+                2 * requests.len(),
+                |cmd| {
+                    for req in requests {
+                        cmd.arg(RedisName::lock(&req.key))
+                            .arg(RedisName::fence(&req.key));
+                    }
+                    for req in requests {
+                        cmd.arg(req.owner.as_str())
+                            .arg(millis(req.ttl))
+                            .arg(flag(req.fencing));
+                    }
+                },
+            )
+            .await?;
+        let unexpected =
+            || Error::refused("redis", "the lock set script returned an unexpected reply");
+        match reply {
+            Value::Array(items) => match items.as_slice() {
+                [Value::Int(0), tokens @ ..] if tokens.len() == requests.len() => tokens
+                    .iter()
+                    .zip(requests)
+                    .map(|(token, req)| match token {
+                        Value::Int(token) => Ok(req.fencing.then_some(token.unsigned_abs())),
+                        _ => Err(unexpected()),
+                    })
+                    .collect::<Result<_>>()
+                    .map(AllAttempt::Granted),
+                [Value::Int(at), Value::Int(pttl)] if *at >= 1 => {
+                    let index = usize::try_from(*at - 1).map_err(|_| unexpected())?;
+                    let left = u64::try_from(*pttl).ok().map(Duration::from_millis);
+                    Ok(AllAttempt::Held(index, left))
+                }
+                _ => Err(unexpected()),
+            },
+            other => Err(errors::foreign_key(&requests[0].key, other)),
         }
     }
 

@@ -127,6 +127,39 @@ return {-1 - wait, 1}
     )
 });
 
+/// A lock set taken in one step, all or none. `KEYS`: per lock, its name and its fence's.
+/// `ARGV`: per lock, owner, ttl ms, `1` when the grant must carry a fencing token. Returns
+/// `{0, token...}` when every lock was free and is now taken (token 0 without fencing), or
+/// `{i, pttl}` naming the first lock (1-based) that was not free — held by a writer, readers
+/// or permits, or kept — with its remaining time (-1 without an expiry), having taken
+/// nothing. A fence that is not a counter undoes the grants and returns `fence <type>`.
+pub(super) static ACQUIRE_ALL: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(
+        r"
+local n = #KEYS / 2
+for i = 1, n do
+  if redis.call('exists', KEYS[2 * i - 1]) == 1 then
+    return {i, redis.call('pttl', KEYS[2 * i - 1])}
+  end
+end
+local granted = {0}
+for i = 1, n do
+  redis.call('set', KEYS[2 * i - 1], ARGV[3 * i - 2], 'PX', ARGV[3 * i - 1])
+  local token = 0
+  if ARGV[3 * i] == '1' then
+    token = redis.pcall('incr', KEYS[2 * i])
+    if type(token) == 'table' or token < 1 then
+      for j = 1, i do redis.call('del', KEYS[2 * j - 1]) end
+      return 'fence ' .. redis.call('type', KEYS[2 * i])['ok']
+    end
+  end
+  granted[i + 1] = token
+end
+return granted
+",
+    )
+});
+
 /// `KEYS`: lock, fence, semaphore limit, waiting writers, their expiries, waited-for mark.
 /// `ARGV`: owner, ttl ms, `1` for a queued waiter, `1` when the grant must carry a fencing
 /// token, the semaphore's limit (`0` for a reader), when this caller first asked (server ms,
