@@ -10,6 +10,7 @@ mod modes;
 mod redis_raw;
 mod redlock;
 mod scenarios;
+mod sets;
 mod stats;
 mod target;
 
@@ -109,7 +110,7 @@ usage: dlock-bench [--url URL]... [--servers auto] [--scenario NAME|all] [--json
                    [--hold DURATION] [--watchdog-for DURATION] [--quick] [--only dlock|floor]
 
 Runs each scenario (uncontended, many-keys, contended, read-mostly, semaphore, reentrant,
-macro, watchdog, once) against each backend next to its raw-client floor, in the same run, and
+macro, watchdog, once, sets) against each backend next to its raw-client floor, in the same run, and
 prints ops/s, p50/p99/max and the ratio to the floor. Without --url or --servers: memory only. --servers auto starts a
 redis-server, an etcd, a ZooKeeper, a PostgreSQL and five redis-servers for RedLock (scripts/install-test-deps.sh
 installs them).
@@ -157,6 +158,9 @@ async fn run_target(target: &Target, args: &Args) -> Vec<Row> {
     }
     if wanted("watchdog") {
         rows.push(scenarios::watchdog(target, s).await);
+    }
+    if wanted("sets") {
+        rows.push(sets::lock_all(target, s).await);
     }
     if wanted("once") && capabilities.keeps {
         rows.push(jobs::once_run(target, s).await);

@@ -402,6 +402,31 @@ impl Target {
     }
 }
 
+impl Target {
+    /// Commands Redis ran so far, by name (`INFO` left out), counting those a script runs
+    /// inside it; `None` on other backends.
+    pub(crate) async fn server_commands(&self) -> Option<std::collections::BTreeMap<String, u64>> {
+        let Self::Redis { raw, .. } = self else {
+            return None;
+        };
+        let mut conn = raw.clone();
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query_async(&mut conn)
+            .await
+            .ok()?;
+        let calls = info
+            .lines()
+            .filter_map(|line| {
+                let (name, rest) = line.strip_prefix("cmdstat_")?.split_once(":calls=")?;
+                let calls = rest.split(',').next()?.parse::<u64>().ok()?;
+                (name != "info").then(|| (name.to_owned(), calls))
+            })
+            .collect();
+        Some(calls)
+    }
+}
+
 /// The raw client of the floor.
 #[derive(Clone)]
 pub(crate) enum Raw {

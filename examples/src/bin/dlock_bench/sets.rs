@@ -1,0 +1,75 @@
+//! Lock sets: [`Locker::lock_all`](dlock_core::Locker::lock_all) of four keys and its release,
+//! next to the same four keys locked one by one in their sorted order and released together —
+//! what `lock_all` does where the backend cannot take a set in one step. On a single Redis
+//! server the note lists the commands the server ran for one set's acquire (its command
+//! statistics; a script's own commands count too: one `EVALSHA` is one round trip).
+
+use std::time::{Duration, Instant};
+
+use crate::scenarios::{MAX_PAIRS, Paired, Settings, median, paired, timed_tasks};
+use crate::stats::{Samples, median_run};
+use crate::target::Target;
+
+const TTL: Duration = Duration::from_secs(30);
+const KEYS: usize = 4;
+
+fn keys(rep: usize, i: usize) -> Vec<String> {
+    (0..KEYS)
+        .map(|k| format!("bench:set:{rep}:{i}:{k}"))
+        .collect()
+}
+
+/// One task, N sets of four fresh keys: `lock_all` + release, against four `lock`s in order
+/// + their releases at once.
+pub(crate) async fn lock_all(target: &Target, s: &Settings) -> crate::stats::Row {
+    let locker = target.locker(TTL).await;
+    let ops = s.uncontended_ops;
+    // A first set caches the script on the server; the second one's commands are counted.
+    let mut commands = String::new();
+    for _ in 0..2 {
+        let before = target.server_commands().await;
+        let set = locker
+            .lock_all(keys(usize::MAX, 0))
+            .await
+            .expect("lock_all");
+        let after = target.server_commands().await;
+        set.release().await.expect("release");
+        if let (Some(before), Some(after)) = (before, after) {
+            let ran: Vec<String> = after
+                .iter()
+                .filter_map(|(name, calls)| {
+                    let more = calls - before.get(name).copied().unwrap_or(0);
+                    (more > 0).then(|| format!("{name} ×{more}"))
+                })
+                .collect();
+            commands = format!("; one set's acquire ran {} on the server", ran.join(", "));
+        }
+    }
+    let runs = paired!(
+        s,
+        |rep| {
+            timed_tasks!(1, ops, |_t| locker.clone(), |locker, _t, i| {
+                let set = locker.lock_all(keys(rep, i)).await.expect("lock_all");
+                set.release().await.expect("release");
+            })
+        },
+        {
+            timed_tasks!(1, ops, |_t| locker.clone(), |locker, _t, i| {
+                let mut guards = Vec::with_capacity(KEYS);
+                for key in keys(usize::MAX - 1 - rep, i) {
+                    guards.push(locker.lock(&key).await.expect("lock"));
+                }
+                let released = guards.into_iter().map(dlock_core::LockGuard::release);
+                for outcome in futures_util::future::join_all(released).await {
+                    outcome.expect("release");
+                }
+            })
+        },
+        { None }
+    );
+    runs.row(
+        target.name(),
+        "lock_all of 4",
+        format!("vs 4 locks taken in order, released together{commands}"),
+    )
+}
