@@ -60,7 +60,7 @@ async fn set_worker() {
             run_task(&locker, &resource, &who, until).await
         }));
     }
-    let mut counts = vec![0_u64; KEYS];
+    let mut counts = [0_u64; KEYS];
     let (mut overlaps, mut timeouts, mut errors) = (0, 0, 0);
     for (task, outcome) in tasks.into_iter().enumerate() {
         let outcome = outcome.await.expect("a task panicked");
@@ -202,7 +202,7 @@ async fn soak(url: String, seconds: u64) -> String {
         for line in text.lines() {
             let words: Vec<&str> = line.split(' ').collect();
             match words[..] {
-                ["TASK", _, rounds] if rounds == "0" => idle_tasks += 1,
+                ["TASK", _, "0"] => idle_tasks += 1,
                 ["COUNT", key, count] => {
                     *counted.entry(key.to_owned()).or_default() +=
                         count.parse::<u64>().expect("count");
