@@ -262,6 +262,15 @@ impl<S: PooledSession> Sessions<S> {
         Ok((session, true))
     }
 
+    /// `more` users of `session` besides the one that checked it out (several grants of one
+    /// request, each checked in by its own release).
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    pub(crate) fn add_users(&self, session: &Arc<S>, more: usize) {
+        if let Some((_, entry)) = Pool::find(&mut self.pool.live(), session) {
+            entry.users += more;
+        }
+    }
+
     /// One user of `session` is done. When it was the last, the session lingers, idle (one
     /// task per session watches it), and is closed unless a lock took it up again meanwhile.
     pub(crate) fn checkin(&self, session: &Arc<S>) {

@@ -430,6 +430,7 @@ macro_rules! conformance_tests {
                 once_runs_a_fire_once,
                 once_runs_again_after_a_failure,
                 lock_set_takes_all_or_none,
+                lock_set_takes_no_kept_key,
                 lock_sets_in_opposite_orders_never_deadlock,
                 lock_set_wait_covers_the_whole_set,
                 cancelled_lock_set_leaves_nothing_behind,

@@ -81,6 +81,42 @@ pub async fn lock_set_takes_all_or_none<B: LockBackend + ?Sized>(target: &Target
     );
 }
 
+/// A key kept after its release (`hold_at_least`) is busy for a set as for a lock: a set
+/// including it takes nothing while the record lives, on the backend's one-step path too.
+pub async fn lock_set_takes_no_kept_key<B: LockBackend + ?Sized>(target: &Target<B>) {
+    if !target.expect.capabilities.keeps {
+        return;
+    }
+    let (keeper, taker, other) = (
+        target.locker().await,
+        target.locker().await,
+        target.locker().await,
+    );
+    let keys = keys("kept-set", 3);
+    let kept = keeper
+        .lock(&keys[1])
+        .hold_at_least(LONG_TTL)
+        .await
+        .expect("acquire");
+    kept.release().await.expect("release keeping the key");
+    for wait in [Duration::ZERO, Duration::from_millis(100)] {
+        let refused = taker.lock_all(&keys).wait(wait).await;
+        assert!(
+            matches!(refused, Err(Error::Busy { ref key, .. }) if key == &keys[1]),
+            "a set with a kept key, wait {wait:?}: {refused:?}"
+        );
+        let free = [keys[0].clone(), keys[2].clone()];
+        assert!(
+            all_free(&other, &free).await,
+            "a refused set left a key taken"
+        );
+    }
+    assert!(
+        keeper.force_release(&keys[1]).await.unwrap_or(true),
+        "the kept record was not there to remove"
+    );
+}
+
 /// Two clients lock the same two keys, naming them in opposite orders, 200 rounds each, with
 /// a wait bound: every round completes (no deadlock), and the read-sleep-write on each key's
 /// resource never overlaps.

@@ -6,7 +6,8 @@
 //! [`session`] (lock connections: which may take which key, their ends reported),
 //! [`acquire`] (try, wait on the server, semaphore; a kept record read after each grant),
 //! [`release`] (renew, release, release keeping the key),
-//! [`inspect`] (holders and waiters from `pg_locks`). The user-facing documentation is on
+//! [`inspect`] (holders and waiters from `pg_locks`), [`together`] (a lock set in one
+//! statement). The user-facing documentation is on
 //! [`PostgresBackend`].
 
 mod acquire;
@@ -17,6 +18,7 @@ mod keys;
 mod release;
 mod session;
 mod sql;
+mod together;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -31,7 +33,8 @@ use crate::backend::background::Background;
 use crate::backend::grant_claim::{Claim, GrantClaim};
 use crate::backend::{BackendUrl, Capabilities, Fencing, LockBackend};
 use crate::lease::{
-    AcquireOutcome, AcquireRequest, Lease, LostLease, OwnerId, ReleaseOutcome, RenewOutcome,
+    AcquireAllOutcome, AcquireOutcome, AcquireRequest, Lease, LostLease, OwnerId, ReleaseOutcome,
+    RenewOutcome,
 };
 use crate::{Error, Kept, Result};
 
@@ -350,6 +353,14 @@ impl LockBackend for PostgresBackend {
         self.inner.acquire(req, deadline).await
     }
 
+    /// One statement for the whole set (see [`together`]).
+    async fn acquire_together(
+        &self,
+        requests: &[AcquireRequest],
+    ) -> Result<Option<AcquireAllOutcome>> {
+        self.inner.acquire_together(requests).await
+    }
+
     async fn renew(&self, leases: &[Lease]) -> Result<Vec<RenewOutcome>> {
         self.inner.renew(leases).await
     }
@@ -388,6 +399,7 @@ impl LockBackend for PostgresBackend {
             .fencing(Fencing::Durable)
             .self_renewing(true)
             .keeps(true)
+            .together(true)
             .max_renew_batch(RENEW_BATCH)
     }
 }

@@ -257,6 +257,19 @@ impl ConnUse {
         conn
     }
 
+    /// The acquire is granted every key it reserves, one grant per owner: each grant keeps its
+    /// key and its own use of the connection (ended by [`Conns::ungranted`]).
+    pub(super) fn granted_all(mut self, owners: &[&OwnerId]) -> Arc<Conn> {
+        self.done = true;
+        let conn = Arc::clone(&self.conn);
+        for owner in owners {
+            conn.add_grant(owner, None);
+        }
+        self.sessions
+            .add_users(&conn, owners.len().saturating_sub(1));
+        conn
+    }
+
     /// The acquire (or read) ends without a grant, with nothing held: every key goes back.
     pub(super) fn finish(mut self) {
         self.done = true;
@@ -364,6 +377,38 @@ impl Conns {
             (!state.waiting && !state.keys.contains_key(&key)).then_some(state.keys.len())
         };
         self.checkout(ttl, rank, Some(key), false).await
+    }
+
+    /// A connection of `ttl` where none of `keys` is held or requested, with all of them
+    /// reserved: for a set taken in one statement.
+    ///
+    /// # Errors
+    ///
+    /// As [`for_try`](Self::for_try).
+    pub(super) async fn for_try_all(&self, ttl: Duration, keys: &[i64]) -> Result<ConnUse> {
+        let rank = |conn: &Conn| {
+            let state = conn.state();
+            (!state.waiting && keys.iter().all(|key| !state.keys.contains_key(key)))
+                .then_some(state.keys.len())
+        };
+        let take = |conn: &Conn| {
+            let mut state = conn.state();
+            for key in keys {
+                state.keys.insert(*key, 1);
+            }
+        };
+        let (conn, _) = self
+            .sessions
+            .checkout_where(ttl, rank, take, || self.open(ttl))
+            .await?;
+        Ok(ConnUse {
+            conn,
+            keys: keys.to_vec(),
+            dedicated: false,
+            done: false,
+            undo: None,
+            sessions: Arc::clone(&self.sessions),
+        })
     }
 
     /// A connection of `ttl` with nothing on it, for an acquire that waits on the server,

@@ -43,7 +43,40 @@ pub(super) struct Statements {
     /// statement has locked are skipped: a sweep never waits (it shares the release's round
     /// trip and its time bound).
     pub(super) sweep_kept: String,
+    /// `$1` sorted keys (`int8[]`), `$2` whether each is shared (`bool[]`) → one row: whether
+    /// every key was taken, and if not the first busy one (1-based) after the keys taken
+    /// before it were unlocked again. Tries stop at the first busy key.
+    pub(super) try_all: String,
+    /// As `try_all`, and when every key was taken, each key's fence row bumped: the tokens,
+    /// in the keys' order, as a third column.
+    pub(super) try_all_fenced: String,
+    /// `$1` keys, `$2` shared flags → one row (the longest time left, seconds; the first key
+    /// kept, 1-based) if any key has a live kept record, having unlocked every key of `$1`
+    /// this session holds: sent
+    /// after `try_all` in the same round trip, as `kept_give_back` after a single try.
+    pub(super) kept_give_back_all: String,
 }
+
+/// Unlocks every key `$1` (`int8[]`), shared where `$2` (`bool[]`) says: what an interrupted
+/// set attempt leaves to undo (a key this session does not hold only draws a warning).
+pub(super) const UNLOCK_ALL: &str = "SELECT count(CASE WHEN s THEN pg_advisory_unlock_shared(k) \
+     ELSE pg_advisory_unlock(k) END) FROM unnest($1::int8[], $2::bool[]) AS u(k, s)";
+
+/// The recursive try of a set's keys, and the verdict (see [`Statements::try_all`]).
+const TRY_ALL: &str = "WITH RECURSIVE t(i, got) AS ( \
+       SELECT 1, CASE WHEN ($2::bool[])[1] THEN pg_try_advisory_lock_shared(($1::int8[])[1]) \
+         ELSE pg_try_advisory_lock(($1::int8[])[1]) END \
+       UNION ALL \
+       SELECT i + 1, CASE WHEN ($2::bool[])[i + 1] \
+         THEN pg_try_advisory_lock_shared(($1::int8[])[i + 1]) \
+         ELSE pg_try_advisory_lock(($1::int8[])[i + 1]) END \
+       FROM t WHERE got AND i < cardinality($1::int8[]) \
+     ), v AS (SELECT bool_and(got) AS taken, min(i) FILTER (WHERE NOT got) AS busy FROM t)";
+
+/// The undo of the keys taken before a busy one, as a column of the verdict's row.
+const UNDO_PARTIAL: &str = "(SELECT count(CASE WHEN ($2::bool[])[t.i] \
+       THEN pg_advisory_unlock_shared(($1::int8[])[t.i]) \
+       ELSE pg_advisory_unlock(($1::int8[])[t.i]) END) FROM t WHERE t.got AND NOT v.taken)";
 
 /// Takes the exclusive lock `$1`, waiting.
 pub(super) const LOCK: &str = "SELECT pg_advisory_lock($1)";
@@ -128,6 +161,33 @@ impl Statements {
                 "DELETE FROM {table} WHERE token = 0 AND kept_until <= now() \
                  AND lock_key IN (SELECT lock_key FROM {table} \
                    WHERE token = 0 AND kept_until <= now() LIMIT 64 FOR UPDATE SKIP LOCKED)"
+            ),
+            try_all: format!("{TRY_ALL} SELECT v.taken, v.busy, {UNDO_PARTIAL} FROM v"),
+            try_all_fenced: format!(
+                "{TRY_ALL}, b AS (INSERT INTO {table} AS f (lock_key, token) \
+                   SELECT k, 1 FROM unnest($1::int8[]) AS k, v WHERE v.taken \
+                   ON CONFLICT (lock_key) DO UPDATE SET token = f.token + 1 \
+                   RETURNING f.lock_key, f.token) \
+                 SELECT v.taken, v.busy, {UNDO_PARTIAL}, \
+                   array(SELECT b.token FROM unnest($1::int8[]) WITH ORDINALITY AS u(k, n) \
+                     JOIN b ON b.lock_key = u.k ORDER BY u.n) FROM v"
+            ),
+            kept_give_back_all: format!(
+                "WITH live AS (SELECT lock_key, \
+                   extract(epoch FROM kept_until - clock_timestamp())::float8 AS left_s \
+                   FROM {table} \
+                   WHERE lock_key = ANY($1::int8[]) AND kept_until > clock_timestamp()) \
+                 SELECT max(left_s), (SELECT min(u.n)::int4 \
+                     FROM unnest($1::int8[]) WITH ORDINALITY AS u(k, n) \
+                     JOIN live l ON l.lock_key = u.k), \
+                   (SELECT count(CASE WHEN s THEN pg_advisory_unlock_shared(k) \
+                     ELSE pg_advisory_unlock(k) END) \
+                   FROM unnest($1::int8[], $2::bool[]) AS u(k, s) \
+                   WHERE EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' \
+                     AND pid = pg_backend_pid() AND granted \
+                     AND classid::int8 = (u.k >> 32) & 4294967295 \
+                     AND objid::int8 = u.k & 4294967295 AND objsubid = 1)) \
+                 FROM live HAVING count(*) > 0"
             ),
             // The recursive CTE tries the candidate slots one by one and stops at the first it
             // gets (a plain `LIMIT` may evaluate the lock function on more rows than it
