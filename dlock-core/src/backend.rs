@@ -180,6 +180,20 @@ pub trait LockBackend: Send + Sync + std::fmt::Debug + 'static {
     /// service cannot be reached; the lease then runs out at its ttl.
     async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome>;
 
+    /// Owner-checked, idempotent release of several leases in one step, where the service
+    /// allows: one outcome per lease, in order. A lock set's release asks this first when
+    /// [`Capabilities::together`] is set, with two or more leases none of which is kept.
+    /// `Ok(None)`, having changed nothing, when this backend cannot release *these* leases
+    /// together: the core then releases them one by one.
+    ///
+    /// # Errors
+    ///
+    /// As [`release`](Self::release). `Ok(None)` by default.
+    async fn release_together(&self, leases: &[Lease]) -> Result<Option<Vec<ReleaseOutcome>>> {
+        let _ = leases;
+        Ok(None)
+    }
+
     /// Owner-checked release of an exclusive grant that leaves its key held for `keep` more,
     /// **by the server's clock**, as `kept` says: a record no process renews or releases, which
     /// outlives this client's session or process. Until it expires every acquire of the key
@@ -287,6 +301,9 @@ impl<T: LockBackend + ?Sized> LockBackend for Arc<T> {
     async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
         (**self).release(lease).await
     }
+    async fn release_together(&self, leases: &[Lease]) -> Result<Option<Vec<ReleaseOutcome>>> {
+        (**self).release_together(leases).await
+    }
     async fn release_keeping(
         &self,
         lease: &Lease,
@@ -371,8 +388,8 @@ pub struct Capabilities {
     /// [`LockBackend::release_keeping`]: a released exclusive lock can stay held on the
     /// server for a while (hold-at-least, a job's done record), by the server's clock.
     pub keeps: bool,
-    /// [`LockBackend::acquire_together`]: a set of keys can be taken in one step (all or
-    /// none), for some sets at least.
+    /// [`LockBackend::acquire_together`] and [`LockBackend::release_together`]: a set of keys
+    /// can be taken in one step (all or none) and released in one, for some sets at least.
     pub together: bool,
 }
 

@@ -297,7 +297,6 @@ impl Error {
     /// A copy of a backend's error, for each lease of a batch the error failed (the source
     /// is kept as text): a timeout stays a timeout, a refusal a refusal, anything else is
     /// unavailable.
-    #[cfg(any(feature = "zookeeper", feature = "postgres"))]
     pub(crate) fn copy_for_batch(&self, backend: &'static str) -> Self {
         match self {
             Self::Timeout {

@@ -370,16 +370,22 @@ impl LockGuard {
     /// outer.release().await?; // really releases
     /// # Ok(()) }
     /// ```
-    pub async fn release(mut self) -> Result<()> {
-        let hold = Arc::clone(&self.hold);
-        let last = hold.drop_share(self.owner);
-        self.share_given_up = true;
-        drop(self);
+    pub async fn release(self) -> Result<()> {
+        let (hold, last) = self.give_up_share();
         if last {
             hold.release_now().await
         } else {
             hold.lost_error().map_or(Ok(()), Err)
         }
+    }
+
+    /// Gives up this guard's share of its hold: the hold, and whether that was its last
+    /// share (then the caller releases it).
+    pub(crate) fn give_up_share(mut self) -> (Arc<Hold>, bool) {
+        let hold = Arc::clone(&self.hold);
+        let last = hold.drop_share(self.owner);
+        self.share_given_up = true;
+        (hold, last)
     }
 }
 

@@ -120,12 +120,82 @@ impl Hold {
 
     /// Releases the grant now (the caller gave up the last share).
     pub(crate) async fn release_now(&self) -> Result<()> {
+        let (lost, keep) = self.begin_release();
+        let outcome = self.keeper.release_lease(&self.lease, keep).await;
+        self.finish_release(lost, outcome)
+    }
+
+    /// Releases the grants of `holds` (their callers gave up the last shares) at once: the
+    /// ones the release leaves nothing to keep for in one backend call where the backend can
+    /// ([`LockBackend::release_together`](crate::backend::LockBackend::release_together)),
+    /// every other one on its own, side by side. One result per hold, in order.
+    pub(crate) async fn release_all_now(holds: &[Arc<Self>]) -> Vec<Result<()>> {
+        let begun: Vec<_> = holds.iter().map(|hold| hold.begin_release()).collect();
+        let together: Vec<usize> = (0..holds.len())
+            .filter(|&at| begun[at].1.is_none())
+            .collect();
+        let mut outcomes: Vec<Option<Result<ReleaseOutcome>>> =
+            holds.iter().map(|_| None).collect();
+        if let (Some(first), true) = (holds.first(), together.len() >= 2) {
+            let keeper = &first.keeper;
+            if keeper.backend().capabilities().together {
+                let leases: Vec<Lease> =
+                    together.iter().map(|&at| holds[at].lease.clone()).collect();
+                let answered = keeper
+                    .bounded("release", keeper.backend().release_together(&leases))
+                    .await;
+                match answered {
+                    Ok(Some(answers)) if answers.len() == together.len() => {
+                        for (&at, answer) in together.iter().zip(answers) {
+                            outcomes[at] = Some(Ok(answer));
+                        }
+                    }
+                    Ok(_) => {} // not these leases: one by one
+                    Err(error) => {
+                        // Maybe applied: not sent again (a second try would say `NotHolder`).
+                        let name = keeper.backend().capabilities().name;
+                        for &at in &together {
+                            outcomes[at] = Some(Err(error.copy_for_batch(name)));
+                        }
+                    }
+                }
+            }
+        }
+        let one_by_one = holds.iter().zip(&begun).zip(&outcomes).map(
+            |((hold, (_, keep)), outcome)| async move {
+                match outcome {
+                    Some(_) => None,
+                    None => Some(hold.keeper.release_lease(&hold.lease, *keep).await),
+                }
+            },
+        );
+        let released = futures_util::future::join_all(one_by_one).await;
+        holds
+            .iter()
+            .zip(begun)
+            .zip(outcomes.into_iter().zip(released))
+            .map(|((hold, (lost, _)), (together, alone))| {
+                let outcome = together
+                    .or(alone)
+                    .unwrap_or_else(|| unreachable!("released together or alone"));
+                hold.finish_release(lost, outcome)
+            })
+            .collect()
+    }
+
+    /// The first half of a release: the watchdog lets go, and what the release must report
+    /// (a loss) and keep is read before the watch learns of the release.
+    fn begin_release(&self) -> (Option<Error>, Option<(Duration, Kept)>) {
         self.keeper.watchdog().forget(&self.lease.owner);
         let lost = self.lost_error();
         let keep = self.left_to_keep();
         self.watch.released();
-        let outcome = self.keeper.release_lease(&self.lease, keep).await;
-        // Only now: if this future is dropped mid-release, `Drop` releases in the background.
+        (lost, keep)
+    }
+
+    /// The second half of a release: the backend answered `outcome`.
+    fn finish_release(&self, lost: Option<Error>, outcome: Result<ReleaseOutcome>) -> Result<()> {
+        // Only now: if the release is dropped before this, `Drop` releases in the background.
         self.released.store(true, Ordering::SeqCst);
         tracing::debug!(key = %self.watch.user_key(), ?outcome, "dlock: released");
         if let Some(lost) = lost {

@@ -4,6 +4,7 @@ use std::fmt;
 use std::future::Future;
 
 use crate::guard::LockGuard;
+use crate::hold::Hold;
 use crate::lease_watch::first_lost;
 use crate::protected::Protected;
 use crate::scope::release_verdict;
@@ -163,9 +164,10 @@ impl LockSetGuard {
         Protected::new(work, self.watches())
     }
 
-    /// Releases every member now, all at once, and reports the first failure: a lost lease
-    /// before anything else (see [`LockGuard::release`]). Every member is released whatever
-    /// the others answer.
+    /// Releases every member now, all at once — in one round trip where the backend can
+    /// ([`Capabilities::together`](crate::backend::Capabilities::together)) — and reports the
+    /// first failure: a lost lease before anything else (see [`LockGuard::release`]). Every
+    /// member is released whatever the others answer.
     ///
     /// # Errors
     ///
@@ -182,12 +184,21 @@ impl LockSetGuard {
     /// ```
     pub async fn release(mut self) -> Result<()> {
         let members = std::mem::take(&mut self.members);
-        let released = members.into_iter().rev().map(LockGuard::release);
-        let mut errors: Vec<Error> = futures_util::future::join_all(released)
-            .await
-            .into_iter()
-            .filter_map(Result::err)
-            .collect();
+        let mut last_shares = Vec::with_capacity(members.len());
+        let mut errors: Vec<Error> = Vec::new();
+        for (hold, last) in members.into_iter().rev().map(LockGuard::give_up_share) {
+            if last {
+                last_shares.push(hold);
+            } else if let Some(lost) = hold.lost_error() {
+                errors.push(lost); // a nested member: its outer hold stays
+            }
+        }
+        errors.extend(
+            Hold::release_all_now(&last_shares)
+                .await
+                .into_iter()
+                .filter_map(Result::err),
+        );
         let worst = errors
             .iter()
             .position(|error| matches!(error, Error::LeaseLost { .. }))

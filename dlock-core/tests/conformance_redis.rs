@@ -28,18 +28,13 @@ async fn target<S: Send + Sync + 'static>(server: S, url: String) -> Target<Redi
     } else {
         Duration::from_millis(300)
     };
-    // On a Cluster every lock is its own hash tag: a set goes key by key.
-    let one_call = !url.contains("+cluster");
     let url = BackendUrl::parse(&url).expect("harness URL");
     let connect = move || {
         let url = url.clone();
         async move { RedisBackend::connect(&url, TIMEOUT).await.expect("connect") }
     };
     Target::serving(server, connect, |expect| {
-        expect
-            .ttl(Duration::from_millis(500))
-            .slack(slack)
-            .sets_in_one_call(one_call)
+        expect.ttl(Duration::from_millis(500)).slack(slack)
     })
     .await
 }

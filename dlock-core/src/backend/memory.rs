@@ -481,6 +481,14 @@ impl LockBackend for MemoryBackend {
         Ok(ReleaseOutcome::Released)
     }
 
+    async fn release_together(&self, leases: &[Lease]) -> Result<Option<Vec<ReleaseOutcome>>> {
+        let mut outcomes = Vec::with_capacity(leases.len());
+        for lease in leases {
+            outcomes.push(self.release(lease).await?);
+        }
+        Ok(Some(outcomes))
+    }
+
     async fn release_keeping(
         &self,
         lease: &Lease,

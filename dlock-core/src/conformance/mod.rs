@@ -274,9 +274,8 @@ pub struct Expectations {
     /// are rounded up to (etcd leases: whole seconds); zero where they are exact.
     pub keep_rounding: Duration,
     /// A free lock set is taken in one backend call
-    /// ([`acquire_together`](crate::backend::LockBackend::acquire_together)); by default
-    /// where the capabilities claim it (Redis Cluster claims it, but its keys sit in
-    /// different slots).
+    /// ([`acquire_together`](crate::backend::LockBackend::acquire_together)) and released in
+    /// one; by default where the capabilities claim it.
     pub sets_in_one_call: bool,
     /// Racing acquires may all lose one attempt: a quorum backend (RedLock) whose masters
     /// each granted a different racer gives nobody a majority. At most one still wins.

@@ -33,7 +33,8 @@ async fn all_free(locker: &Locker, keys: &[String]) -> bool {
 
 /// A set with one busy key takes nothing: with one attempt and with a wait, the caller hears
 /// Busy naming that key, and every other key of the set is free at once afterwards; a set
-/// that is free is taken whole, each member with its own token where the backend issues them.
+/// that is free is taken whole, each member with its own token where the backend issues them,
+/// in one backend call where the backend takes sets together (and released in one).
 pub async fn lock_set_takes_all_or_none<B: LockBackend + ?Sized>(target: &Target<B>) {
     let (holder, taker, other) = (
         target.locker().await,
@@ -78,6 +79,29 @@ pub async fn lock_set_takes_all_or_none<B: LockBackend + ?Sized>(target: &Target
     assert!(
         all_free(&other, &keys).await,
         "a released set left a key taken"
+    );
+
+    let (counting, counted) = target.counting_locker().await;
+    let set = counted.lock_all(&keys).await.expect("a free set");
+    let expected = if target.expect.sets_in_one_call {
+        1
+    } else {
+        keys.len()
+    };
+    assert_eq!(
+        counting.acquires(),
+        expected,
+        "backend calls for a free set"
+    );
+    set.release().await.expect("release");
+    assert_eq!(
+        counting.releases(),
+        expected,
+        "backend calls for a set's release"
+    );
+    assert!(
+        all_free(&other, &keys).await,
+        "a set released at once left a key taken"
     );
 }
 

@@ -45,7 +45,7 @@ impl<B: LockBackend + ?Sized> CountingBackend<B> {
         self.renewals.load(Ordering::SeqCst)
     }
 
-    /// Calls to `release` so far.
+    /// Calls to `release` and `release_together` so far.
     pub fn releases(&self) -> usize {
         self.releases.load(Ordering::SeqCst)
     }
@@ -75,6 +75,10 @@ impl<B: LockBackend + ?Sized> LockBackend for CountingBackend<B> {
     async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
         self.releases.fetch_add(1, Ordering::SeqCst);
         self.inner.release(lease).await
+    }
+    async fn release_together(&self, leases: &[Lease]) -> Result<Option<Vec<ReleaseOutcome>>> {
+        self.releases.fetch_add(1, Ordering::SeqCst);
+        self.inner.release_together(leases).await
     }
     async fn force_release(&self, key: &str) -> Result<bool> {
         self.inner.force_release(key).await

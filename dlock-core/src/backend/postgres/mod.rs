@@ -353,6 +353,11 @@ impl LockBackend for PostgresBackend {
         self.inner.acquire(req, deadline).await
     }
 
+    /// One statement for a set's locks on one connection.
+    async fn release_together(&self, leases: &[Lease]) -> Result<Option<Vec<ReleaseOutcome>>> {
+        self.inner.release_together(leases).await
+    }
+
     /// One statement for the whole set (see [`together`]).
     async fn acquire_together(
         &self,

@@ -88,6 +88,82 @@ impl Inner {
         self.unlock(&conn, &owner, &grant.hold).await
     }
 
+    /// Unlocks a lock set's grants in one statement when they are locks (not permits) on one
+    /// live connection; `None`, having changed nothing, otherwise.
+    pub(super) async fn release_together(
+        self: &Arc<Self>,
+        leases: &[Lease],
+    ) -> Result<Option<Vec<ReleaseOutcome>>> {
+        let mut conn: Option<Arc<Conn>> = None;
+        for lease in leases {
+            let Some(grant) = lease.extension::<PgGrant>() else {
+                return Ok(None);
+            };
+            let Some(live) = grant.live_conn(self, &lease.owner) else {
+                return Ok(None);
+            };
+            let same = conn.as_ref().is_none_or(|conn| Arc::ptr_eq(conn, &live));
+            if !same || live.is_lost() || !matches!(grant.hold, PgHold::Lock { .. }) {
+                return Ok(None);
+            }
+            conn = Some(live);
+        }
+        let Some(conn) = conn else {
+            return Ok(None);
+        };
+        // Given up together: a grant given up meanwhile (by its lease's drop) is not ours.
+        let mut given: Vec<(usize, OwnerId)> = Vec::with_capacity(leases.len());
+        let (mut keys, mut shared) = (Vec::new(), Vec::new());
+        for (at, lease) in leases.iter().enumerate() {
+            let grant = lease.extension::<PgGrant>().expect("checked above");
+            if let (
+                PgHold::Lock {
+                    key,
+                    shared: reader,
+                },
+                Some((_, owner)),
+            ) = (&grant.hold, grant.give_up())
+            {
+                given.push((at, owner));
+                keys.push(*key);
+                shared.push(*reader);
+            }
+        }
+        let params: [&(dyn ToSql + Sync); 2] = [&keys, &shared];
+        let answer = timed_raw(
+            self.timeout,
+            "release",
+            pipelined(&conn, [(sql::UNLOCK_EACH, &params[..])]),
+        )
+        .await;
+        let mut outcomes = vec![ReleaseOutcome::NotHeld; leases.len()];
+        let unlocked: Result<Vec<bool>> = match answer {
+            Ok(Ok([Ok(rows)])) => Ok(rows.iter().map(|row| row.get::<_, bool>(0)).collect()),
+            Ok(Ok([Err(error)])) | Ok(Err(error)) => {
+                if conn.is_lost() {
+                    Ok(vec![false; given.len()])
+                } else {
+                    conn.abandon("a release failed");
+                    Err(from_pg(error))
+                }
+            }
+            Err(timeout) => {
+                conn.abandon("a release did not answer in time");
+                Err(timeout)
+            }
+        };
+        for ((_, owner), key) in given.iter().zip(&keys) {
+            conn.remove_grant(owner, &[*key]);
+            self.conns.ungranted(&conn);
+        }
+        for ((at, _), unlocked) in given.iter().zip(unlocked?) {
+            if unlocked {
+                outcomes[*at] = ReleaseOutcome::Released;
+            }
+        }
+        Ok(Some(outcomes))
+    }
+
     /// Releases `lease`'s exclusive lock, leaving a record that keeps the key held for `keep`
     /// more by the server's clock: written (if the session still holds the key) and committed
     /// before the unlock, both in one round trip with a sweep of expired records. Every

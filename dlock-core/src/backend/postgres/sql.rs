@@ -62,6 +62,12 @@ pub(super) struct Statements {
 pub(super) const UNLOCK_ALL: &str = "SELECT count(CASE WHEN s THEN pg_advisory_unlock_shared(k) \
      ELSE pg_advisory_unlock(k) END) FROM unnest($1::int8[], $2::bool[]) AS u(k, s)";
 
+/// Unlocks every key `$1` (`int8[]`), shared where `$2` (`bool[]`) says: one row per key, in
+/// order, `false` where this session did not hold it.
+pub(super) const UNLOCK_EACH: &str = "SELECT CASE WHEN s THEN pg_advisory_unlock_shared(k) \
+     ELSE pg_advisory_unlock(k) END FROM unnest($1::int8[], $2::bool[]) WITH ORDINALITY \
+     AS u(k, s, n) ORDER BY n";
+
 /// The recursive try of a set's keys, and the verdict (see [`Statements::try_all`]).
 const TRY_ALL: &str = "WITH RECURSIVE t(i, got) AS ( \
        SELECT 1, CASE WHEN ($2::bool[])[1] THEN pg_try_advisory_lock_shared(($1::int8[])[1]) \

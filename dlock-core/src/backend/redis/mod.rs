@@ -320,8 +320,7 @@ impl LockBackend for RedisBackend {
 
     /// One script for the whole set on a single server, when every request is exclusive and
     /// no waiter of this Locker queues for its key (they go first: the set takes the ordered
-    /// path). Not on Cluster: every lock is its own hash tag, so the keys of a set sit in
-    /// different slots, which one script cannot touch.
+    /// path). Not on Cluster (see `capabilities`).
     async fn acquire_together(
         &self,
         requests: &[AcquireRequest],
@@ -449,6 +448,38 @@ impl LockBackend for RedisBackend {
         })
     }
 
+    /// One script for a set's locks on a single server, unless one is a reader's or a
+    /// permit's, or this Locker has waiters of its own for one (their release leaves a
+    /// hand-over mark: one by one).
+    async fn release_together(&self, leases: &[Lease]) -> Result<Option<Vec<ReleaseOutcome>>> {
+        if self.node.conn.is_cluster()
+            || leases.iter().any(|lease| {
+                lease.mode != LockMode::Exclusive || self.waiters.has_waiters(&lease.key)
+            })
+        {
+            return Ok(None);
+        }
+        let heard = self.node.release_all(leases).await?;
+        Ok(Some(
+            leases
+                .iter()
+                .zip(heard)
+                .map(|(lease, heard)| {
+                    if heard > 0 {
+                        // Others' waiters heard it: let them go first, as a single release does.
+                        self.waiters
+                            .bar(&channel_of(&lease.key), Instant::now() + RELEASER_BAR);
+                    }
+                    if heard < 0 {
+                        ReleaseOutcome::NotHeld
+                    } else {
+                        ReleaseOutcome::Released
+                    }
+                })
+                .collect(),
+        ))
+    }
+
     async fn release_keeping(
         &self,
         lease: &Lease,
@@ -488,7 +519,9 @@ impl LockBackend for RedisBackend {
             .max_renew_batch(usize::MAX)
             .read_write(true)
             .semaphore(true)
-            .together(true)
+            // On a Cluster every lock is its own hash tag: a set's keys sit in different
+            // slots, which one script cannot touch.
+            .together(!self.node.conn.is_cluster())
     }
 }
 

@@ -287,6 +287,20 @@ impl Node {
         }
     }
 
+    /// Owner-checked deletes of every lease's lock in one script ([`scripts::RELEASE_ALL`]):
+    /// per lease, how many subscribers heard its release, or -1 if it was not held.
+    pub(crate) async fn release_all(&self, leases: &[Lease]) -> Result<Vec<i64>> {
+        self.run("release", &scripts::RELEASE_ALL, leases.len(), |cmd| {
+            for lease in leases {
+                cmd.arg(RedisName::lock(&lease.key));
+            }
+            for lease in leases {
+                cmd.arg(lease.owner.as_str());
+            }
+        })
+        .await
+    }
+
     /// Owner-checked delete, and the release notification if a waiter marked the lock (or,
     /// with a `handover`, always, leaving the hand-over mark for the releasing Locker's
     /// waiters, which it bars for a moment); how many subscribers heard it, or -1 if `owner`

@@ -277,6 +277,30 @@ return redis.call('publish', KEYS[1] .. ':released', ARGV[2] or ARGV[1])
     )
 });
 
+/// A lock set's release: [`RELEASE`] without a hand-over mark, for every lock at once.
+/// `KEYS`: the locks. `ARGV`: their owners. Returns, per lock, how many subscribers heard its
+/// release (0 when not published), or -1 if its owner did not hold it.
+pub(super) static RELEASE_ALL: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(
+        r"
+local heard = {}
+for i = 1, #KEYS do
+  local holder = redis.pcall('get', KEYS[i])
+  if holder == ARGV[i] then
+    redis.call('del', KEYS[i])
+    heard[i] = 0
+  elseif holder == ARGV[i] .. '|waited' then
+    redis.call('del', KEYS[i])
+    heard[i] = redis.call('publish', KEYS[i] .. ':released', ARGV[i])
+  else
+    heard[i] = -1
+  end
+end
+return heard
+",
+    )
+});
+
 /// `KEYS`: lock. `ARGV`: owner, how long to keep the lock in ms, why (`at_least`, `done`).
 ///
 /// If `owner` holds the lock (marked waited for or not), replaces its grant by a record that
