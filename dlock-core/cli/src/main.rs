@@ -6,7 +6,7 @@
 //!
 //! ```text
 //! dlock run [--url URL] [--ttl D] [--wait D | -n | --once RETENTION] [-s | --permits N]
-//!           [--hold-at-least D] [-E N] KEY -- COMMAND…
+//!           [--hold-at-least D] [-E N] [--and KEY2]… KEY -- COMMAND…
 //! dlock inspect [--url URL] [--json] KEY
 //! dlock release --force [--url URL] KEY
 //! ```
@@ -20,6 +20,7 @@ mod args;
 mod child;
 mod exec;
 mod exit;
+mod held;
 mod inspect;
 mod release;
 mod run;

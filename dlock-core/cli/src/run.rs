@@ -5,11 +5,12 @@ use std::io::{IsTerminal as _, Write as _};
 use std::time::{Duration, Instant};
 
 use dlock_core::backend::Fencing;
-use dlock_core::{DlockConfig, Error, ErrorKind, Kept, LockGuard, Locker, Skip};
+use dlock_core::{DlockConfig, Error, ErrorKind, Kept, LockMode, Locker, Skip};
 use rustix::process::Signal;
 
 use crate::args::{RunArgs, Wait};
 use crate::child::{Job, Launch};
+use crate::held::Held;
 use crate::signals::{self, Signals};
 use crate::{exit, settings};
 
@@ -99,10 +100,7 @@ async fn under_lock(
     };
     deadline.max_hold_until = deadline.max_hold.map(|cap| Instant::now() + cap);
     // DLOCK_BACKEND last: a reader of a hold's output knows it has read everything.
-    let mut env = vec![("DLOCK_KEY", args.key.clone())];
-    if let Some(token) = guard.fencing_token() {
-        env.push(("DLOCK_FENCING_TOKEN", token.to_string()));
-    }
+    let mut env = guard.env(&args.key);
     env.push(("DLOCK_BACKEND", locker.capabilities().name.to_owned()));
     if args.command.is_empty() {
         return hold(guard, &env, signals, &deadline).await;
@@ -140,7 +138,7 @@ struct Deadline {
 
 impl Deadline {
     /// The next moment to stop the command, as of the lease's current local expiry.
-    fn next(&self, guard: &LockGuard) -> Instant {
+    fn next(&self, guard: &Held) -> Instant {
         let unrenewed = guard
             .expires_at()
             .checked_sub(self.grace)
@@ -150,7 +148,7 @@ impl Deadline {
     }
 
     /// Why the command must stop now, if it must: the cap, or a lease about to run out.
-    fn reached(&self, guard: &LockGuard) -> Option<String> {
+    fn reached(&self, guard: &Held) -> Option<String> {
         let now = Instant::now();
         if self.max_hold_until.is_some_and(|cap| now >= cap) {
             return Some("it was held for its --max-hold".to_owned());
@@ -169,7 +167,10 @@ impl Deadline {
 
 /// Takes the lock, in the mode and with the wait the flags ask for; a fencing
 /// token wherever the backend issues them.
-async fn acquire(locker: &Locker, args: &RunArgs) -> dlock_core::Result<LockGuard> {
+async fn acquire(locker: &Locker, args: &RunArgs) -> dlock_core::Result<Held> {
+    if !args.and.is_empty() {
+        return acquire_set(locker, args).await.map(Held::Set);
+    }
     let request = match (args.shared, args.write, args.permits) {
         (true, _, _) => locker.read_lock(&args.key),
         (_, true, _) => locker.write_lock(&args.key),
@@ -186,6 +187,28 @@ async fn acquire(locker: &Locker, args: &RunArgs) -> dlock_core::Result<LockGuar
         request = request.reentrant(false);
     }
     let request = match (args.no_wait || args.once.is_some(), args.wait) {
+        (true, _) => request.wait(Duration::ZERO),
+        (false, Some(Wait(Some(wait)))) => request.wait(wait),
+        (false, Some(Wait(None))) => request.wait_forever(),
+        (false, None) => request,
+    };
+    request.await.map(Held::One)
+}
+
+/// Takes KEY and the `--and` keys as one set, in the mode and with the wait the flags ask
+/// for; a fencing token per key wherever the backend issues them.
+async fn acquire_set(
+    locker: &Locker,
+    args: &RunArgs,
+) -> dlock_core::Result<dlock_core::LockSetGuard> {
+    let keys = std::iter::once(&args.key).chain(&args.and);
+    let request = match (args.shared, args.write) {
+        (true, _) => locker.read_lock_all(keys),
+        (_, true) => locker.lock_all_as(keys.map(|key| (key, LockMode::Exclusive))),
+        (false, false) => locker.lock_all(keys),
+    };
+    let request = request.fencing(locker.capabilities().fencing != Fencing::None);
+    let request = match (args.no_wait, args.wait) {
         (true, _) => request.wait(Duration::ZERO),
         (false, Some(Wait(Some(wait)))) => request.wait(wait),
         (false, Some(Wait(None))) => request.wait_forever(),
@@ -222,7 +245,7 @@ fn grace(kill_after: Option<Duration>, config: &DlockConfig) -> dlock_core::Resu
 /// No command: prints what a command would get in its environment, then holds the lock until
 /// a signal (released: status 0), a lost lease or its `--max-hold` (status 75).
 async fn hold(
-    guard: LockGuard,
+    guard: Held,
     env: &[(&str, String)],
     mut signals: Signals,
     deadline: &Deadline,
@@ -267,7 +290,7 @@ fn print_env(env: &[(&str, String)]) {
 /// the command's. With `--once`, a command that exits 0 leaves the fire's done record for
 /// `once` (the retention).
 async fn supervise(
-    guard: LockGuard,
+    guard: Held,
     mut job: Job,
     mut signals: Signals,
     deadline: &Deadline,
@@ -285,8 +308,8 @@ async fn supervise(
                     eprintln!("dlock: cannot wait for the command: {e}");
                     exit::CANNOT_RUN
                 });
-                if let (0, Some(retention)) = (status, once)
-                    && let Err(e) = guard.keep_after_release(retention, Kept::Done)
+                if let (0, Some(retention), Held::One(one)) = (status, once, &guard)
+                    && let Err(e) = one.keep_after_release(retention, Kept::Done)
                 {
                     eprintln!("dlock: warning: no done record for `{}`: {}", guard.key(), exit::describe(&e));
                 }
@@ -321,8 +344,8 @@ async fn supervise(
 
 /// Releases after the command ended; a failure is reported, not fatal (the command's status
 /// stands, and the lease runs out by itself).
-async fn release(guard: LockGuard) {
-    let key = guard.key().to_owned();
+async fn release(guard: Held) {
+    let key = guard.key();
     if let Err(e) = guard.release().await {
         eprintln!(
             "dlock: warning: could not release the lock `{key}` ({}); it frees when its lease \

@@ -260,6 +260,71 @@ async fn no_wait_and_wait_give_up_with_the_conflict_status() {
     assert!(marker.exists());
 }
 
+/// `--and`: KEY and every KEY2 are held together (each busy for others while held, each
+/// with its token in `DLOCK_FENCING_TOKENS`); runs naming the same two keys in opposite
+/// orders all complete, one at a time (a read-sleep-write counter guarded by both keys).
+#[tokio::test]
+async fn and_takes_several_keys_together_in_any_order() {
+    let server = RedisServer::start().await.expect("redis-server");
+    let url = server.url();
+    let (mut holder, printed) = hold(&url, &["--and", "from"], "to").await;
+    assert_eq!(printed["DLOCK_KEY"], "to");
+    assert_eq!(
+        printed["DLOCK_KEYS"], "from to",
+        "sorted, separated by a space"
+    );
+    let tokens: Vec<&str> = printed["DLOCK_FENCING_TOKENS"].split(' ').collect();
+    assert_eq!(tokens.len(), 2, "{printed:?}");
+    assert_eq!(printed["DLOCK_FENCING_TOKEN"], tokens[1], "KEY's own token");
+    for key in ["from", "to"] {
+        let busy = run(&url, &["run", "-n", key, "true"]).await;
+        assert_eq!(status(&busy), 1, "`{key}` was free: {}", stderr(&busy));
+    }
+    signal(&holder, "TERM");
+    assert_eq!(exit_code(&mut holder).await, 0);
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let counter = dir.path().join("counter");
+    std::fs::write(&counter, "0").expect("write");
+    let script = r#"mkdir "$0.inside" || exit 99
+n=$(cat "$0"); sleep 0.1; echo $((n + 1)) > "$0"
+rmdir "$0.inside""#;
+    let runs: Vec<Child> = (0..6)
+        .map(|at| {
+            let (key, other) = if at % 2 == 0 { ("a", "b") } else { ("b", "a") };
+            dlock(&url)
+                .args([
+                    "run", "--wait", "30s", "--and", other, key, "--", "sh", "-c", script,
+                ])
+                .arg(&counter)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("dlock runs")
+        })
+        .collect();
+    for child in runs {
+        let output = tokio::time::timeout(LIMIT, child.wait_with_output())
+            .await
+            .expect("no deadlock: every run ends in time")
+            .expect("dlock runs");
+        assert_eq!(
+            status(&output),
+            0,
+            "99: two inside at once; {}",
+            stderr(&output)
+        );
+    }
+    assert_eq!(read(&counter).trim(), "6", "two runs overlapped");
+    let conflict = run(&url, &["run", "--and", "b", "--once", "1h", "a", "true"]).await;
+    assert_eq!(
+        status(&conflict),
+        64,
+        "--and with --once: {}",
+        stderr(&conflict)
+    );
+}
+
 /// `--once`: two runs of one fire, the second started while the first runs, run the command
 /// once — the second exits 0 saying `skipped: running` — and a third after the first
 /// succeeded says `skipped: done` (`-E` still sets the status). A fire whose command failed

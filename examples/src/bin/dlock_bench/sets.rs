@@ -2,7 +2,8 @@
 //! next to the same four keys locked one by one in their sorted order and released together —
 //! what `lock_all` does where the backend cannot take a set in one step. On a single Redis
 //! server the note lists the commands the server ran for one set's acquire (its command
-//! statistics; a script's own commands count too: one `EVALSHA` is one round trip).
+//! statistics; a script's own commands count too: one `EVALSHA` is one round trip), and
+//! those of its release.
 
 use std::time::{Duration, Instant};
 
@@ -24,7 +25,7 @@ fn keys(rep: usize, i: usize) -> Vec<String> {
 pub(crate) async fn lock_all(target: &Target, s: &Settings) -> crate::stats::Row {
     let locker = target.locker(TTL).await;
     let ops = s.uncontended_ops;
-    // A first set caches the script on the server; the second one's commands are counted.
+    // A first set caches the scripts on the server; the second one's commands are counted.
     let mut commands = String::new();
     for _ in 0..2 {
         let before = target.server_commands().await;
@@ -32,17 +33,15 @@ pub(crate) async fn lock_all(target: &Target, s: &Settings) -> crate::stats::Row
             .lock_all(keys(usize::MAX, 0))
             .await
             .expect("lock_all");
-        let after = target.server_commands().await;
+        let taken = target.server_commands().await;
         set.release().await.expect("release");
-        if let (Some(before), Some(after)) = (before, after) {
-            let ran: Vec<String> = after
-                .iter()
-                .filter_map(|(name, calls)| {
-                    let more = calls - before.get(name).copied().unwrap_or(0);
-                    (more > 0).then(|| format!("{name} ×{more}"))
-                })
-                .collect();
-            commands = format!("; one set's acquire ran {} on the server", ran.join(", "));
+        let released = target.server_commands().await;
+        if let (Some(before), Some(taken), Some(released)) = (before, taken, released) {
+            commands = format!(
+                "; one set's acquire ran {} on the server, its release {}",
+                ran(&before, &taken),
+                ran(&taken, &released)
+            );
         }
     }
     let runs = paired!(
@@ -72,4 +71,19 @@ pub(crate) async fn lock_all(target: &Target, s: &Settings) -> crate::stats::Row
         "lock_all of 4",
         format!("vs 4 locks taken in order, released together{commands}"),
     )
+}
+
+/// The commands run between two counts, as `name ×n`.
+fn ran(
+    before: &std::collections::BTreeMap<String, u64>,
+    after: &std::collections::BTreeMap<String, u64>,
+) -> String {
+    let ran: Vec<String> = after
+        .iter()
+        .filter_map(|(name, calls)| {
+            let more = calls - before.get(name).copied().unwrap_or(0);
+            (more > 0).then(|| format!("{name} ×{more}"))
+        })
+        .collect();
+    ran.join(", ")
 }
