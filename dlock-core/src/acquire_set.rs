@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use crate::acquire::{AcquireOptions, Checked, Unconfirmed};
+use crate::acquire::{AcquireOptions, Checked, Unconfirmed, WAIT_SLACK};
 use crate::guard::LockGuard;
 use crate::lease::{AcquireAllOutcome, AcquireRequest, OwnerId};
 use crate::lock_set::{SetMember, SetOptions};
@@ -105,14 +105,27 @@ impl LockerState {
         wait: Option<Duration>,
         started: Instant,
     ) -> Result<Option<Vec<LockGuard>>> {
-        let held = |member: &Member<'_>| {
-            !matches!(member.options.mode, LockMode::Permit { .. })
+        // The keys this task holds re-enter now, before anything is sent: a re-entry that
+        // fails (an upgrade, a lost hold) fails the set with nothing asked of the server, and
+        // what the task holds cannot change under the request.
+        let mut nested: Vec<Option<LockGuard>> = Vec::with_capacity(members.len());
+        for member in members {
+            let held = !matches!(member.options.mode, LockMode::Permit { .. })
                 && self
                     .reentrancy
                     .find(holder, &member.checked.full_key)
-                    .is_some()
-        };
-        let asked: Vec<&Member<'_>> = members.iter().filter(|member| !held(member)).collect();
+                    .is_some();
+            nested.push(if held {
+                self.reenter(&member.options, &member.checked, holder)?
+            } else {
+                None
+            });
+        }
+        let asked: Vec<&Member<'_>> = members
+            .iter()
+            .zip(&nested)
+            .filter_map(|(member, nested)| nested.is_none().then_some(member))
+            .collect();
         if asked.len() < 2 {
             return Ok(None); // one key or none to take: the ordered path is as short
         }
@@ -123,7 +136,14 @@ impl LockerState {
             .map(|request| Unconfirmed::of(&self.keeper, request))
             .collect();
         let together = self.keeper.backend().acquire_together(&requests);
-        let outcome = match tokio::time::timeout(self.keeper.operation_timeout(), together).await {
+        let bound = match wait {
+            // A wait's answer is due at its end plus the slack, the together attempt included.
+            Some(wait) if !wait.is_zero() => (started + wait + WAIT_SLACK)
+                .saturating_duration_since(Instant::now())
+                .min(self.keeper.operation_timeout()),
+            _ => self.keeper.operation_timeout(),
+        };
+        let outcome = match tokio::time::timeout(bound, together).await {
             Ok(outcome) => outcome,
             Err(_) => return Err(self.keeper.timeout("acquire")),
         };
@@ -144,17 +164,35 @@ impl LockerState {
                 })
             }
             Some(AcquireAllOutcome::Acquired(leases)) => {
-                let mut leases = leases.into_iter();
-                let mut taken = Taken::default();
-                for member in members {
-                    let guard = if held(member) {
-                        self.reenter(&member.options, &member.checked, holder)?
-                            .ok_or_else(|| held_then_gone(member))?
-                    } else {
-                        let lease = leases.next().ok_or_else(|| short_answer(self))?;
+                if leases.len() != asked.len() {
+                    for lease in leases {
+                        self.keeper.release_once_answered(lease);
+                    }
+                    return Err(short_answer(self));
+                }
+                // Every lease becomes a guard (or, come too late, is released by its drop)
+                // before any failure is looked at: none is left behind.
+                let mut fresh: Vec<Result<LockGuard>> = asked
+                    .iter()
+                    .zip(leases)
+                    .map(|(member, lease)| {
                         let meter = self.meter(&member.options);
                         meter.acquired("acquired", started.elapsed());
-                        self.keep(&member.options, lease, holder, meter, started)?
+                        self.keep(&member.options, lease, holder, meter, started)
+                    })
+                    .collect::<Vec<_>>()
+                    .into_iter()
+                    .rev()
+                    .collect();
+                let mut taken = Taken::default();
+                for nested in nested {
+                    let guard = match nested {
+                        Some(guard) => guard,
+                        None => match fresh.pop() {
+                            Some(Ok(guard)) => guard,
+                            Some(Err(error)) => return Err(error), // the rest drop: released
+                            None => unreachable!("one lease per member asked"),
+                        },
                     };
                     taken.0.push(guard);
                 }
@@ -179,6 +217,7 @@ impl LockerState {
         started: Instant,
     ) -> Result<Vec<LockGuard>> {
         let greatest_held = self.reentrancy.greatest_held_by(holder);
+        let waits = deadline != Some(started);
         let mut taken = Taken::default();
         for Member {
             mut options,
@@ -204,9 +243,13 @@ impl LockerState {
             match self.acquire(options).await {
                 Ok(guard) => taken.0.push(guard),
                 Err(error) => {
-                    taken.release_last_first().await;
+                    // Within what is left of the answer's slack; what does not finish by then
+                    // goes on in the background.
+                    let answer_by = deadline.map(|deadline| deadline + WAIT_SLACK);
+                    taken.release_all(answer_by).await;
                     return Err(match (error, behind) {
-                        (Error::Busy { key, .. }, Some(greatest)) => Error::LockOrder {
+                        // Only a set that would have waited is refused for its order.
+                        (Error::Busy { key, .. }, Some(greatest)) if waits => Error::LockOrder {
                             key,
                             held: greatest
                                 .get(self.config.key_prefix.len()..)
@@ -292,13 +335,6 @@ fn merge_modes(kept: &mut AcquireOptions<'_>, again: &AcquireOptions<'_>) -> Res
     }
 }
 
-fn held_then_gone(member: &Member<'_>) -> Error {
-    Error::LeaseLost {
-        key: member.options.key.to_owned(),
-        reason: crate::LostReason::NotOwner,
-    }
-}
-
 fn short_answer(state: &LockerState) -> Error {
     Error::refused(
         state.capabilities.name,
@@ -312,14 +348,21 @@ fn short_answer(state: &LockerState) -> Error {
 struct Taken(Vec<LockGuard>);
 
 impl Taken {
-    /// Releases every guard now, last first (errors are traced by the release: the leases
-    /// then end at their ttl).
-    async fn release_last_first(&mut self) {
-        while let Some(guard) = self.0.pop() {
-            let key = guard.key().to_owned();
-            if let Err(error) = guard.release().await {
-                tracing::debug!(key, %error, "dlock: releasing part of a lock set that was not taken");
+    /// Releases every guard now, all at once (by the backend's one-step release where it
+    /// has one); at `answer_by` the caller stops waiting and the rest goes on in the
+    /// background (errors are traced by the release: the leases then end at their ttl).
+    async fn release_all(&mut self, answer_by: Option<Instant>) {
+        let set = LockSetGuard::new(std::mem::take(&mut self.0));
+        let released = async {
+            if let Err(error) = set.release().await {
+                tracing::debug!(%error, "dlock: releasing part of a lock set that was not taken");
             }
+        };
+        match answer_by {
+            Some(answer_by) => {
+                let _ = tokio::time::timeout_at(answer_by.into(), released).await;
+            }
+            None => released.await,
         }
     }
 

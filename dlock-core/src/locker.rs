@@ -346,7 +346,9 @@ impl Locker {
     /// set that would have to *wait* for a key sorting before one this task already holds
     /// could deadlock (another task may hold the first and wait for the second), so it is
     /// refused at once with [`Error::LockOrder`] naming both keys; take the earlier key
-    /// first, or all of them in one set.
+    /// first, or all of them in one set. Permits the task holds are not counted (they are
+    /// not re-entered, and not tracked per task): a task holding a permit should not wait for
+    /// a set.
     ///
     /// # Errors
     ///

@@ -173,17 +173,6 @@ pub(crate) struct InspectArgs {
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub(crate) json: bool,
-    /// Also lock KEY2 (repeatable): KEY and every KEY2 are taken together — all or none, in
-    /// one order whatever order they are named in, under one --wait — so two runs naming the
-    /// same keys never wait for each other in a circle. The command gets `DLOCK_KEYS` and
-    /// `DLOCK_FENCING_TOKENS`: the keys and their tokens in the order taken, separated by
-    /// spaces.
-    #[arg(
-        long = "and",
-        value_name = "KEY2",
-        conflicts_with_all = ["once", "hold_at_least", "permits"]
-    )]
-    pub(crate) and: Vec<String>,
     /// The lock's name.
     #[arg(value_name = "KEY")]
     pub(crate) key: String,
@@ -197,17 +186,6 @@ pub(crate) struct ReleaseArgs {
     /// fencing tokens.
     #[arg(long, required = true)]
     pub(crate) force: bool,
-    /// Also lock KEY2 (repeatable): KEY and every KEY2 are taken together — all or none, in
-    /// one order whatever order they are named in, under one --wait — so two runs naming the
-    /// same keys never wait for each other in a circle. The command gets `DLOCK_KEYS` and
-    /// `DLOCK_FENCING_TOKENS`: the keys and their tokens in the order taken, separated by
-    /// spaces.
-    #[arg(
-        long = "and",
-        value_name = "KEY2",
-        conflicts_with_all = ["once", "hold_at_least", "permits"]
-    )]
-    pub(crate) and: Vec<String>,
     /// The lock's name.
     #[arg(value_name = "KEY")]
     pub(crate) key: String,

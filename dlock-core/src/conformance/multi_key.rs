@@ -383,6 +383,23 @@ pub async fn lock_set_behind_a_held_key_is_refused<B: LockBackend + ?Sized>(targ
     );
     held.release().await.expect("release");
 
+    // A held key that cannot re-enter (a read lock asked to write) fails the set before any
+    // other key is taken.
+    if target.expect.capabilities.read_write {
+        let reader = task.read_lock(&keys[1]).await.expect("read lock");
+        let upgrade = task.lock_all(&keys).await;
+        assert!(
+            matches!(upgrade, Err(Error::LockUpgrade { ref key }) if key == &keys[1]),
+            "a set upgrading a held read lock: {upgrade:?}"
+        );
+        let others = [keys[0].clone(), keys[2].clone()];
+        assert!(
+            all_free(&other, &others).await,
+            "a set refused for its upgrade kept a key"
+        );
+        reader.release().await.expect("release");
+    }
+
     // Holding the first key, the task may wait for the last.
     let first = task.lock(&keys[0]).ttl(LONG_TTL).await.expect("acquire");
     let blocker = other.lock(&keys[2]).ttl(LONG_TTL).await.expect("acquire");

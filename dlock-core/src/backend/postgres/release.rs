@@ -129,6 +129,15 @@ impl Inner {
                 shared.push(*reader);
             }
         }
+        // Dropped before the answer (the caller gave up), the connection's state is in doubt:
+        // it is closed, which frees its locks, and the grants are forgotten.
+        let mut settling = Settling {
+            inner: self,
+            conn: &conn,
+            given: &given,
+            keys: &keys,
+            settled: false,
+        };
         let params: [&(dyn ToSql + Sync); 2] = [&keys, &shared];
         let answer = timed_raw(
             self.timeout,
@@ -136,6 +145,7 @@ impl Inner {
             pipelined(&conn, [(sql::UNLOCK_EACH, &params[..])]),
         )
         .await;
+        settling.settled = true;
         let mut outcomes = vec![ReleaseOutcome::NotHeld; leases.len()];
         let unlocked: Result<Vec<bool>> = match answer {
             Ok(Ok([Ok(rows)])) => Ok(rows.iter().map(|row| row.get::<_, bool>(0)).collect()),
@@ -286,6 +296,30 @@ impl Inner {
                 conn.abandon("a release did not answer in time");
                 Err(timeout)
             }
+        }
+    }
+}
+
+/// The grants a set's release gave up, until the release settles them; dropped unsettled
+/// (the release was cancelled mid-statement), it closes the connection — which frees every
+/// lock on it — and forgets them, so neither a lock nor a use of the connection is left.
+struct Settling<'a> {
+    inner: &'a Inner,
+    conn: &'a Arc<Conn>,
+    given: &'a [(usize, OwnerId)],
+    keys: &'a [i64],
+    settled: bool,
+}
+
+impl Drop for Settling<'_> {
+    fn drop(&mut self) {
+        if self.settled {
+            return;
+        }
+        self.conn.abandon("a lock set's release was interrupted");
+        for ((_, owner), key) in self.given.iter().zip(self.keys) {
+            self.conn.remove_grant(owner, &[*key]);
+            self.inner.conns.ungranted(self.conn);
         }
     }
 }
