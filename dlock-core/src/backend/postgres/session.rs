@@ -376,7 +376,7 @@ impl Conns {
             let state = conn.state();
             (!state.waiting && !state.keys.contains_key(&key)).then_some(state.keys.len())
         };
-        self.checkout(ttl, rank, Some(key), false).await
+        self.checkout(ttl, rank, &[key], false).await
     }
 
     /// A connection of `ttl` where none of `keys` is held or requested, with all of them
@@ -391,24 +391,7 @@ impl Conns {
             (!state.waiting && keys.iter().all(|key| !state.keys.contains_key(key)))
                 .then_some(state.keys.len())
         };
-        let take = |conn: &Conn| {
-            let mut state = conn.state();
-            for key in keys {
-                state.keys.insert(*key, 1);
-            }
-        };
-        let (conn, _) = self
-            .sessions
-            .checkout_where(ttl, rank, take, || self.open(ttl))
-            .await?;
-        Ok(ConnUse {
-            conn,
-            keys: keys.to_vec(),
-            dedicated: false,
-            done: false,
-            undo: None,
-            sessions: Arc::clone(&self.sessions),
-        })
+        self.checkout(ttl, rank, keys, false).await
     }
 
     /// A connection of `ttl` with nothing on it, for an acquire that waits on the server,
@@ -422,7 +405,7 @@ impl Conns {
             let state = conn.state();
             (!state.waiting && state.keys.is_empty()).then_some(0)
         };
-        self.checkout(ttl, rank, Some(key), true).await
+        self.checkout(ttl, rank, &[key], true).await
     }
 
     /// A connection for statements that take no lock (an operator's read): an open one of
@@ -433,22 +416,22 @@ impl Conns {
     /// As [`for_try`](Self::for_try).
     pub(super) async fn for_read(&self, ttl: Duration) -> Result<ConnUse> {
         let rank = |conn: &Conn| (!conn.state().waiting).then_some(0);
-        self.checkout(ttl, rank, None, false).await
+        self.checkout(ttl, rank, &[], false).await
     }
 
-    /// A use of the connection `rank` ranks highest (else of a new one), with `key` reserved
+    /// A use of the connection `rank` ranks highest (else of a new one), with `keys` reserved
     /// and the connection `dedicated` to the use when asked.
     async fn checkout(
         &self,
         ttl: Duration,
         rank: impl Fn(&Conn) -> Option<usize>,
-        key: Option<i64>,
+        keys: &[i64],
         dedicated: bool,
     ) -> Result<ConnUse> {
         let take = |conn: &Conn| {
             let mut state = conn.state();
-            if let Some(key) = key {
-                state.keys.insert(key, 1);
+            for key in keys {
+                state.keys.insert(*key, 1);
             }
             state.waiting |= dedicated;
         };
@@ -458,7 +441,7 @@ impl Conns {
             .await?;
         Ok(ConnUse {
             conn,
-            keys: key.into_iter().collect(),
+            keys: keys.to_vec(),
             dedicated,
             done: false,
             undo: None,

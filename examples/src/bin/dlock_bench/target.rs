@@ -382,27 +382,11 @@ impl Target {
 
     /// Scripts Redis ran so far (`EVALSHA` + `EVAL`), to count renewal round trips.
     pub(crate) async fn server_scripts(&self) -> Option<u64> {
-        let Self::Redis { raw, .. } = self else {
-            return None;
-        };
-        let mut conn = raw.clone();
-        let info: String = redis::cmd("INFO")
-            .arg("commandstats")
-            .query_async(&mut conn)
-            .await
-            .ok()?;
-        let calls = |name: &str| {
-            info.lines()
-                .find_map(|l| l.strip_prefix(&format!("cmdstat_{name}:calls=")))
-                .and_then(|rest| rest.split(',').next())
-                .and_then(|n| n.parse::<u64>().ok())
-                .unwrap_or(0)
-        };
+        let commands = self.server_commands().await?;
+        let calls = |name: &str| commands.get(name).copied().unwrap_or(0);
         Some(calls("evalsha") + calls("eval"))
     }
-}
 
-impl Target {
     /// Commands Redis ran so far, by name (`INFO` left out), counting those a script runs
     /// inside it; `None` on other backends.
     pub(crate) async fn server_commands(&self) -> Option<std::collections::BTreeMap<String, u64>> {
