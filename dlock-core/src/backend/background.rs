@@ -70,6 +70,18 @@ impl Background {
             .is_some()
     }
 
+    /// Runs `work` in the background, as [`spawn`](Self::spawn), and hands back its handle:
+    /// for work that must finish even if whoever awaits it is dropped. `None` if no runtime
+    /// was ever seen (the work is dropped).
+    #[cfg_attr(not(feature = "redlock"), allow(dead_code))]
+    pub(crate) fn spawn_joinable<T: Send + 'static>(
+        &self,
+        work: impl Future<Output = T> + Send + 'static,
+    ) -> Option<tokio::task::JoinHandle<T>> {
+        self.runtime()
+            .map(|runtime| self.tasks.spawn_on(work, &runtime))
+    }
+
     /// Waits, at most `bound`, for every task spawned so far to end (the owner is shutting
     /// down: its tasks were told to stop); `false` if some still run.
     pub(crate) async fn settle(&self, bound: Duration) -> bool {

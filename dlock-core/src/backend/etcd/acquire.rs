@@ -22,7 +22,7 @@ const DELETE_BEFORE_BUSY: Duration = Duration::from_millis(150);
 
 /// A grant's `valid_from` is refreshed by a keepalive when the lease's last answered one is
 /// older than this fraction of the ttl.
-const FRESHNESS: u32 = 10;
+pub(super) const FRESHNESS: u32 = 10;
 
 /// How a waiting turn ended.
 enum Turn {
@@ -108,15 +108,15 @@ enum Wake {
 
 /// An etcd key this acquire owns or may own. Dropping it (the acquire failed, gave up, or was
 /// cancelled) deletes the key in the background.
-struct PendingKey {
+pub(super) struct PendingKey {
     inner: Arc<Inner>,
-    key: String,
+    pub(super) key: String,
     session: Option<Arc<Session>>,
-    delete: Delete,
+    pub(super) delete: Delete,
 }
 
 impl PendingKey {
-    fn session(&self) -> &Arc<Session> {
+    pub(super) fn session(&self) -> &Arc<Session> {
         self.session.as_ref().expect("present until handed over")
     }
 
@@ -162,7 +162,7 @@ fn get_ranges(response: &TxnResponse) -> Vec<Vec<etcd_client::KeyValue>> {
         .collect()
 }
 
-fn revision(response: &TxnResponse) -> Result<i64> {
+pub(super) fn revision(response: &TxnResponse) -> Result<i64> {
     response
         .header()
         .map(etcd_client::ResponseHeader::revision)
@@ -385,7 +385,7 @@ impl Inner {
     }
 
     /// A session for the request's ttl and a reserved key on it.
-    async fn pending_key(
+    pub(super) async fn pending_key(
         self: &Arc<Self>,
         req: &AcquireRequest,
         name: &LockName,
@@ -669,7 +669,7 @@ impl Inner {
     }
 
     /// Builds the lease of a grant, which carries its key and session from now on.
-    fn granted(
+    pub(super) fn granted(
         self: &Arc<Self>,
         req: &AcquireRequest,
         pending: PendingKey,

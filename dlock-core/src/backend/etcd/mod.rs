@@ -14,6 +14,7 @@ mod inspect;
 mod keys;
 mod release;
 mod session;
+mod together;
 mod watch;
 
 use std::collections::{HashMap, HashSet};
@@ -32,7 +33,9 @@ use crate::backend::background::Background;
 use crate::backend::grant_claim::{Claim, GrantClaim};
 use crate::backend::sessions::Sessions;
 use crate::backend::{Capabilities, Fencing, LockBackend};
-use crate::lease::{AcquireOutcome, AcquireRequest, Lease, OwnerId, ReleaseOutcome, RenewOutcome};
+use crate::lease::{
+    AcquireAllOutcome, AcquireOutcome, AcquireRequest, Lease, OwnerId, ReleaseOutcome, RenewOutcome,
+};
 use crate::{Error, LockMode, Result};
 
 /// etcd's default `--max-txn-ops`: one renewal transaction checks at most this many locks.
@@ -338,6 +341,17 @@ impl LockBackend for EtcdBackend {
         self.inner.renew(leases).await
     }
 
+    async fn acquire_together(
+        &self,
+        requests: &[AcquireRequest],
+    ) -> Result<Option<AcquireAllOutcome>> {
+        self.inner.acquire_together(requests).await
+    }
+
+    async fn release_together(&self, leases: &[Lease]) -> Result<Option<Vec<ReleaseOutcome>>> {
+        self.inner.release_together(leases).await
+    }
+
     async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
         self.inner.release(lease).await
     }
@@ -371,6 +385,7 @@ impl LockBackend for EtcdBackend {
             .fencing(Fencing::Durable)
             .self_renewing(true)
             .keeps(true)
+            .together(true)
             .max_renew_batch(RENEW_BATCH)
     }
 }

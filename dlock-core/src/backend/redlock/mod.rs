@@ -15,6 +15,7 @@ use tokio::task::JoinHandle;
 
 pub(crate) use self::config::RedLockUrl;
 use self::quorum::{Answer, Verdict, decide};
+use crate::backend::background::Background;
 use crate::backend::redis::{Attempt, Node, Waiters, certificates, channel_of, open_lazy};
 use crate::backend::{BackendUrl, Capabilities, LockBackend};
 use crate::error::within;
@@ -95,6 +96,8 @@ const RENEW_BATCH: usize = 100;
 pub struct RedLockBackend {
     nodes: Vec<Node>,
     waiters: Arc<Waiters>,
+    /// Give-backs of rounds lost or cancelled, which outlive their caller.
+    background: Background,
     quorum: usize,
     node_timeout: config::NodeTimeout,
     timeout: Duration,
@@ -134,6 +137,7 @@ impl RedLockBackend {
         let backend = Self {
             nodes,
             waiters: Waiters::start(id.as_str().to_owned(), subscribers, pushes, timeout),
+            background: Background::new(),
             quorum: settings.quorum(),
             node_timeout: settings.node_timeout,
             timeout,
@@ -262,21 +266,27 @@ impl RedLockBackend {
         // Each master's attempt is a task of its own: the round stops waiting at a majority,
         // but the slower masters still get the key (a lock held on every master survives the
         // loss of any minority, not just of the masters that were not needed).
-        let mut tasks: Vec<JoinHandle<Result<Attempt>>> = self
-            .nodes
-            .iter()
-            .map(|node| {
-                let (node, req) = (node.clone(), req.clone());
-                tokio::spawn(async move {
-                    if queued {
-                        node.attempt_scripted(&req, true).await
-                    } else {
-                        node.attempt(&req).await
-                    }
+        let mut in_flight = InFlight {
+            running: self
+                .nodes
+                .iter()
+                .map(|node| {
+                    let (node, req) = (node.clone(), req.clone());
+                    tokio::spawn(async move {
+                        if queued {
+                            node.attempt_scripted(&req, true).await
+                        } else {
+                            node.attempt(&req).await
+                        }
+                    })
                 })
-            })
-            .collect();
-        let attempts = tasks.iter_mut().map(|task| async move {
+                .collect(),
+            nodes: self.nodes.clone(),
+            req: req.clone(),
+            bound,
+            background: self.background.clone(),
+        };
+        let attempts = in_flight.running.iter_mut().map(|task| async move {
             task.await
                 .unwrap_or_else(|error| Err(Error::unavailable("redlock", error.to_string())))
         });
@@ -292,12 +302,15 @@ impl RedLockBackend {
             granted >= self.quorum || held > masters - self.quorum
         };
         let replies = Self::bounded_until(bound, attempts, decided).await;
+        // No await from here until the give-back is in the background: a round dropped now
+        // still has `in_flight` give the key back.
+        let tasks = std::mem::take(&mut in_flight.running);
         let in_time = sent.elapsed() + drift_margin(req.ttl) < req.ttl;
         let mut give_back = Vec::new();
         let mut held_on = 0u64;
         let answers = replies
             .into_iter()
-            .zip(self.nodes.iter().zip(tasks))
+            .zip(self.nodes.iter().cloned().zip(tasks))
             .enumerate()
             .map(|(master, (reply, (node, task)))| match reply {
                 Some(Ok(Attempt::Granted(_))) => {
@@ -327,24 +340,11 @@ impl RedLockBackend {
             // Every give-back is awaited (bounded per master): one left running could land
             // after this request's next round on that master and delete its new key (the
             // owner is the same). A master that does not answer costs a lost round its bound.
-            let owner = req.owner.as_str();
-            join_all(give_back.into_iter().map(|(node, attempt)| async move {
-                let given_back = tokio::time::timeout(bound, async {
-                    // After the attempt, never before it: a key set after its give-back
-                    // would stay until the ttl.
-                    if let Some(attempt) = attempt
-                        && !attempt.is_finished()
-                    {
-                        let _ = attempt.await;
-                    }
-                    node.release_owned(owner, &req.key, None).await
-                })
-                .await;
-                if !matches!(given_back, Ok(Ok(_))) {
-                    tracing::debug!(key = %req.key, ?given_back, "dlock: redlock could not give back a lost round's key (it expires at its ttl)");
-                }
-            }))
-            .await;
+            // It runs in the background, so a caller cancelled meanwhile does not cut it short.
+            let giving_back = give_back_after_attempts(req.clone(), give_back, bound);
+            if let Some(given_back) = self.background.spawn_joinable(giving_back) {
+                let _ = given_back.await;
+            }
         }
         (verdict, sent, held_on)
     }
@@ -421,6 +421,61 @@ impl RedLockBackend {
                 .min(Duration::from_millis(10))
                 .max(Duration::from_millis(1)),
         )
+    }
+}
+
+/// Gives `req`'s key back on each master, each after that master's attempt (if any) has
+/// landed — never before it: a key set after its give-back would stay until the ttl. Each
+/// master within `bound`.
+async fn give_back_after_attempts(
+    req: AcquireRequest,
+    masters: Vec<(Node, Option<JoinHandle<Result<Attempt>>>)>,
+    bound: Duration,
+) {
+    let req = &req;
+    join_all(masters.into_iter().map(|(node, attempt)| async move {
+        let given_back = tokio::time::timeout(bound, async {
+            if let Some(attempt) = attempt
+                && !attempt.is_finished()
+            {
+                let _ = attempt.await;
+            }
+            node.release_owned(req.owner.as_str(), &req.key, None).await
+        })
+        .await;
+        if !matches!(given_back, Ok(Ok(_))) {
+            tracing::debug!(key = %req.key, ?given_back, "dlock: redlock could not give back a round's key (it expires at its ttl)");
+        }
+    }))
+    .await;
+}
+
+/// A round's attempts, still running on their masters (one task each). A round dropped before
+/// its verdict — its caller was cancelled — gives the key back on every master in the
+/// background, after that master's attempt: the core's own clean-up of a cancelled acquire
+/// could reach a master before the attempt does, and leave the key there to its ttl.
+struct InFlight {
+    running: Vec<JoinHandle<Result<Attempt>>>,
+    nodes: Vec<Node>,
+    req: AcquireRequest,
+    bound: Duration,
+    background: Background,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        if self.running.is_empty() {
+            return; // settled by the round
+        }
+        let masters = self
+            .nodes
+            .drain(..)
+            .zip(self.running.drain(..).map(Some))
+            .collect();
+        let giving_back = give_back_after_attempts(self.req.clone(), masters, self.bound);
+        if !self.background.spawn(giving_back) {
+            tracing::debug!(key = %self.req.key, "dlock: no runtime to give back a cancelled round's key; it expires at its ttl");
+        }
     }
 }
 
@@ -602,10 +657,11 @@ impl LockBackend for RedLockBackend {
         })
     }
 
-    /// Awaits the work left running (unsubscribes, withdrawals of cancelled waiters), within
-    /// the operation timeout.
+    /// Awaits the work left running (unsubscribes, withdrawals of cancelled waiters,
+    /// give-backs of lost or cancelled rounds), within the operation timeout.
     async fn shutdown(&self) -> Result<()> {
         self.waiters.settle().await;
+        self.background.settle(self.timeout).await;
         Ok(())
     }
 
