@@ -375,3 +375,90 @@ async fn every_master_frozen_inside_a_wait_is_waited_out() {
     let guard = guard.expect("granted once the masters answer again");
     guard.release().await.expect("release");
 }
+
+/// A waiter cancelled while its round is still at work on the masters leaves no key behind,
+/// even when the round's attempt lands after the holder let go. The waiter reaches three
+/// fresh masters through proxies that hold every reply back 300 ms; its queued round's
+/// script is not cached there yet, so each master answers `NOSCRIPT` and the attempt sends
+/// the script itself one (delayed) reply later. Cancelled in between, with the holder's
+/// release right after, that second request finds the lock free and takes it: the waiter's
+/// clean-up must come after it, not before. (Seen failing when the clean-up was sent at the
+/// cancellation: the key stayed for its ttl.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_cancelled_mid_round_leaves_no_key() {
+    const DELAY: Duration = Duration::from_millis(300);
+    let nodes = RedisNodes::start(3).await.expect("redis-servers");
+    let mut proxies = Vec::new();
+    for server in nodes.nodes() {
+        let address = server.addr().parse().expect("address");
+        proxies.push(TcpProxy::start(address).await.expect("proxy"));
+    }
+    let through_proxies: Vec<String> = proxies.iter().map(|p| p.address().to_string()).collect();
+    let ttl = Duration::from_secs(30);
+    let holder = locker(&nodes.url(), ttl).await;
+    let newcomer = locker(&nodes.url(), ttl).await;
+    let waiter = locker(&format!("redlock://{}", through_proxies.join(",")), ttl).await;
+    // The release script is cached on the masters (only the queued acquire's is not), so a
+    // clean-up sent at the cancellation reaches them at once.
+    let warm_up = holder.lock("warm-up").await.expect("acquire");
+    warm_up.release().await.expect("release");
+    let key = "order:8";
+    let guard = holder.lock(key).await.expect("acquire");
+    let (mut noscript_before, mut evals_before) = (Vec::new(), Vec::new());
+    for server in nodes.nodes() {
+        noscript_before.push(stat(server, "errorstats", "errorstat_NOSCRIPT:count=").await);
+        evals_before.push(stat(server, "commandstats", "cmdstat_eval:calls=").await);
+    }
+    for proxy in &proxies {
+        proxy.set(ProxyMode::DelayReplies(DELAY));
+    }
+    let waiting = tokio::spawn(async move { waiter.lock(key).wait_forever().await.map(drop) });
+    // Its queued round has reached every master: each answered it NOSCRIPT (the answer is
+    // on its way back, 300 ms long).
+    let rejected = async {
+        for (server, before) in nodes.nodes().iter().zip(&noscript_before) {
+            while stat(server, "errorstats", "errorstat_NOSCRIPT:count=").await <= *before {
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), rejected)
+        .await
+        .expect("the waiter's queued round never reached the masters");
+    waiting.abort();
+    assert!(
+        waiting.await.is_err_and(|e| e.is_cancelled()),
+        "the waiter was granted"
+    );
+    guard.release().await.expect("release");
+    // The round's second request (the script sent whole, `EVAL`) reaches every master and
+    // finds the lock free.
+    let landed = async {
+        for (server, before) in nodes.nodes().iter().zip(&evals_before) {
+            while stat(server, "commandstats", "cmdstat_eval:calls=").await <= *before {
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), landed)
+        .await
+        .expect("the cancelled round's script never reached the masters");
+    // A key the cancelled round took would hold the lock for the whole 30 s ttl.
+    let taken = newcomer
+        .lock(key)
+        .wait(Duration::from_secs(3))
+        .await
+        .expect("the cancelled waiter left its key on the masters");
+    taken.release().await.expect("release");
+}
+
+/// The number after `prefix` in `server`'s `INFO section` (0 when it has no such line).
+async fn stat(server: &dlock_harness::RedisServer, section: &str, prefix: &str) -> u64 {
+    let info = server.command(&["INFO", section]).await.expect("INFO");
+    info.lines()
+        .find_map(|line| line.strip_prefix(prefix))
+        .map_or(0, |rest| {
+            let number = rest.split(',').next().unwrap_or_default();
+            number.trim().parse().expect("a count")
+        })
+}

@@ -44,9 +44,8 @@ impl Inner {
         for (req, name) in requests.iter().zip(&names) {
             pending.push(self.pending_key(req, name).await?);
         }
-        let blockers_end = |req: &AcquireRequest, name: &LockName| {
-            name.blockers_end(req.mode == LockMode::Shared)
-        };
+        let blockers_end =
+            |req: &AcquireRequest, name: &LockName| name.blockers_end(req.mode == LockMode::Shared);
         let free: Vec<Compare> = requests
             .iter()
             .zip(&names)
