@@ -48,9 +48,21 @@ impl PostgresServer {
     /// [`HarnessError::Startup`] if `initdb` failed or the server did not start (after one
     /// retry on a new port).
     pub async fn start() -> Result<Self> {
+        Self::start_with(&[]).await
+    }
+
+    /// Like [`start`](Self::start), with more server settings (`name=value`, each passed as
+    /// `-c name=value`): for example `shared_preload_libraries=pg_stat_statements`, which
+    /// counts the statements the server ran.
+    ///
+    /// # Errors
+    ///
+    /// As [`start`](Self::start); a setting the server rejects fails its startup.
+    pub async fn start_with(settings: &[&str]) -> Result<Self> {
         let bin_dir = find_bin_dir()?;
         let user = server_user()?;
-        retry_startup(|| Self::launch(&bin_dir, user, None)).await
+        let settings: Vec<String> = settings.iter().map(|s| (*s).to_owned()).collect();
+        retry_startup(|| Self::launch(&bin_dir, user, None, &settings)).await
     }
 
     /// Like [`start`](Self::start), with TLS on (`ssl=on`, `certs`' server certificate): a
@@ -64,13 +76,14 @@ impl PostgresServer {
     pub async fn start_tls(certs: &TestCerts) -> Result<Self> {
         let bin_dir = find_bin_dir()?;
         let user = server_user()?;
-        retry_startup(|| Self::launch(&bin_dir, user, Some(certs))).await
+        retry_startup(|| Self::launch(&bin_dir, user, Some(certs), &[])).await
     }
 
     async fn launch(
         bin_dir: &Path,
         user: Option<(u32, u32)>,
         tls: Option<&TestCerts>,
+        settings: &[String],
     ) -> Result<Self> {
         let dir = temp_dir("postgres")?;
         if let Some((uid, gid)) = user {
@@ -95,6 +108,11 @@ impl PostgresServer {
                 ("-c", "full_page_writes=off"),
             ])
             .args(tls_settings)
+            .args(
+                settings
+                    .iter()
+                    .flat_map(|setting| ["-c".to_owned(), setting.clone()]),
+            )
             .user(user);
         let ready = probe(move || postgres_accepts(port, SUPERUSER));
         let process = ServerProcess::start(spec, port, ready, STARTUP_TIMEOUT).await?;

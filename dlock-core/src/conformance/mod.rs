@@ -435,6 +435,7 @@ macro_rules! conformance_tests {
                 cancelled_lock_set_leaves_nothing_behind,
                 losing_one_member_cancels_the_set_work,
                 lock_set_behind_a_held_key_is_refused,
+                set_release_wakes_waiters_of_each_member,
             );
         }
     };

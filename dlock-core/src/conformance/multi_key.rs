@@ -230,6 +230,43 @@ pub async fn lock_set_wait_covers_the_whole_set<B: LockBackend + ?Sized>(target:
     assert!(all_free(&holder, &keys).await, "the set left a key taken");
 }
 
+/// Waiters for members of a held set (each on one key, from other Lockers) are woken by the
+/// set's release: each gets its key within the slack of it, not at the set's ttl.
+pub async fn set_release_wakes_waiters_of_each_member<B: LockBackend + ?Sized>(target: &Target<B>) {
+    let holder = target.locker().await;
+    let keys = keys("set-wake", 3);
+    for _ in 0..2 {
+        let set = holder.lock_all(&keys).ttl(LONG_TTL).await.expect("acquire");
+        let mut waiting = Vec::new();
+        for key in &keys {
+            let (waiter, key) = (target.locker().await, key.clone());
+            waiting.push(tokio::spawn(async move {
+                let guard = waiter.lock(&key).wait(LONG_TTL / 2).await;
+                let at = Instant::now();
+                (guard, at)
+            }));
+        }
+        // Time for every waiter to queue (one that has not yet just takes its key at once).
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let released_at = Instant::now();
+        set.release().await.expect("release");
+        for waiter in waiting {
+            let (acquired, at) = waiter.await.expect("waiter panicked");
+            acquired
+                .expect("each waiter gets its key")
+                .release()
+                .await
+                .expect("release");
+            assert_between(
+                "a member's waiter woken by the set's release",
+                at - released_at,
+                Duration::ZERO,
+                target.expect.slack,
+            );
+        }
+    }
+}
+
 /// A set whose acquire is cancelled at any point — before it sends anything, while it asks,
 /// after it took some keys and waits for the next — leaves nothing on the server: once the
 /// holder lets go, a newcomer takes the whole set within the slack.

@@ -85,6 +85,11 @@ const RENEW_BATCH: usize = 128;
 ///   A lease an acquire's put may have landed on unanswered (a timeout, a lost reply, a
 ///   cancelled call) takes no new lock and is revoked once its other locks are done: a put
 ///   that reaches a frozen member late cannot leave a key queued on a lease kept alive.
+/// * **Lock sets** ([`Locker::lock_all`](crate::Locker::lock_all)) of mutexes and read locks
+///   are tried in one transaction: every set's key put, each under its lease, only if each
+///   lock's range holds no key that would block it (nothing is queued on a busy set: the core
+///   then takes it key by key, in order); released in one transaction of owner-checked
+///   deletes. Up to 128 keys; permits key by key.
 /// * **Renewal** answers from the keepalives — `valid_from` is the send time of the lease's
 ///   last answered keepalive — after checking, in **one transaction for up to 128 locks**,
 ///   that every lock key still exists with its create revision (an admin may have deleted it).

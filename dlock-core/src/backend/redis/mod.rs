@@ -122,6 +122,10 @@ use crate::{Error, Kept, LockMode, Result};
 /// How many locks one renewal script handles.
 const RENEW_BATCH: usize = 100;
 
+/// The most locks a set takes or releases in one script (the scripts `unpack` them, which
+/// Lua limits to a few thousand values); a larger set goes key by key.
+const MAX_TOGETHER: usize = 1000;
+
 /// How long a Locker that released a lock other Lockers wait for lets them go first.
 const RELEASER_BAR: Duration = Duration::from_millis(10);
 
@@ -326,6 +330,7 @@ impl LockBackend for RedisBackend {
         requests: &[AcquireRequest],
     ) -> Result<Option<AcquireAllOutcome>> {
         if self.node.conn.is_cluster()
+            || requests.len() > MAX_TOGETHER
             || requests.iter().any(|req| {
                 req.mode != LockMode::Exclusive || !self.waiters.may_try_at_once(&req.key)
             })
@@ -453,6 +458,7 @@ impl LockBackend for RedisBackend {
     /// hand-over mark: one by one).
     async fn release_together(&self, leases: &[Lease]) -> Result<Option<Vec<ReleaseOutcome>>> {
         if self.node.conn.is_cluster()
+            || leases.len() > MAX_TOGETHER
             || leases.iter().any(|lease| {
                 lease.mode != LockMode::Exclusive || self.waiters.has_waiters(&lease.key)
             })

@@ -132,14 +132,20 @@ return {-1 - wait, 1}
 /// `{0, token...}` when every lock was free and is now taken (token 0 without fencing), or
 /// `{i, pttl}` naming the first lock (1-based) that was not free — held by a writer, readers
 /// or permits, or kept — with its remaining time (-1 without an expiry), having taken
-/// nothing. A fence that is not a counter undoes the grants and returns `fence <type>`.
+/// nothing. A fence that is not a counter undoes the grants and returns `fence <type>`. A free
+/// set costs one `EXISTS` of every lock, then a `SET` each (at most [`MAX_TOGETHER`](super::MAX_TOGETHER)
+/// locks: `unpack` has a limit).
 pub(super) static ACQUIRE_ALL: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(
         r"
 local n = #KEYS / 2
-for i = 1, n do
-  if redis.call('exists', KEYS[2 * i - 1]) == 1 then
-    return {i, redis.call('pttl', KEYS[2 * i - 1])}
+local locks = {}
+for i = 1, n do locks[i] = KEYS[2 * i - 1] end
+if redis.call('exists', unpack(locks)) > 0 then
+  for i = 1, n do
+    if redis.call('exists', locks[i]) == 1 then
+      return {i, redis.call('pttl', locks[i])}
+    end
   end
 end
 local granted = {0}
@@ -279,22 +285,27 @@ return redis.call('publish', KEYS[1] .. ':released', ARGV[2] or ARGV[1])
 
 /// A lock set's release: [`RELEASE`] without a hand-over mark, for every lock at once.
 /// `KEYS`: the locks. `ARGV`: their owners. Returns, per lock, how many subscribers heard its
-/// release (0 when not published), or -1 if its owner did not hold it.
+/// release (0 when not published), or -1 if its owner did not hold it. One `MGET` (a lock
+/// that is not a string, readers' or permits', reads as nil: not held) and one `DEL` of the
+/// locks held, then the releases waited for are published.
 pub(super) static RELEASE_ALL: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(
         r"
-local heard = {}
+local holders = redis.call('mget', unpack(KEYS))
+local heard, held, waited = {}, {}, {}
 for i = 1, #KEYS do
-  local holder = redis.pcall('get', KEYS[i])
-  if holder == ARGV[i] then
-    redis.call('del', KEYS[i])
+  heard[i] = -1
+  if holders[i] == ARGV[i] then
+    held[#held + 1] = KEYS[i]
     heard[i] = 0
-  elseif holder == ARGV[i] .. '|waited' then
-    redis.call('del', KEYS[i])
-    heard[i] = redis.call('publish', KEYS[i] .. ':released', ARGV[i])
-  else
-    heard[i] = -1
+  elseif holders[i] == ARGV[i] .. '|waited' then
+    held[#held + 1] = KEYS[i]
+    waited[#waited + 1] = i
   end
+end
+if #held > 0 then redis.call('del', unpack(held)) end
+for _, i in ipairs(waited) do
+  heard[i] = redis.call('publish', KEYS[i] .. ':released', ARGV[i])
 end
 return heard
 ",

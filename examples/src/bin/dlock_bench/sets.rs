@@ -3,7 +3,8 @@
 //! what `lock_all` does where the backend cannot take a set in one step. On a single Redis
 //! server the note lists the commands the server ran for one set's acquire (its command
 //! statistics; a script's own commands count too: one `EVALSHA` is one round trip), and
-//! those of its release.
+//! those of its release; on PostgreSQL the statements it ran (`pg_stat_statements`; dlock
+//! sends a set's try and its kept-record check pipelined, in one round trip).
 
 use std::time::{Duration, Instant};
 

@@ -57,6 +57,32 @@ pub(crate) struct PgRaw {
 }
 
 impl PgRaw {
+    /// The statements the server ran so far (its own reads of the counts left out), by
+    /// their first words; `None` without `pg_stat_statements`.
+    async fn statements(&self) -> Option<std::collections::BTreeMap<String, u64>> {
+        const SHOWN: usize = 32;
+        let rows = self
+            .client
+            .query(
+                "SELECT query, calls FROM pg_stat_statements \
+                 WHERE query NOT LIKE '%pg_stat_statements%'",
+                &[],
+            )
+            .await
+            .ok()?;
+        let mut counts = std::collections::BTreeMap::new();
+        for row in rows {
+            let words: Vec<&str> = row.get::<_, &str>(0).split_whitespace().collect();
+            let mut name: String = words.join(" ").chars().take(SHOWN).collect();
+            if name.chars().count() == SHOWN {
+                name.push('…');
+            }
+            let calls = u64::try_from(row.get::<_, i64>(1)).unwrap_or_default();
+            *counts.entry(format!("`{name}`")).or_default() += calls;
+        }
+        Some(counts)
+    }
+
     /// A new session with the floor's statements prepared (dlock's fence table must exist).
     async fn connect(url: &str) -> Result<Self, String> {
         let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
@@ -132,7 +158,10 @@ impl Target {
     }
 
     pub(crate) async fn postgres_started() -> Result<Self, String> {
-        let server = PostgresServer::start().await.map_err(|e| e.to_string())?;
+        // Counting statements, as Redis counts commands (see `server_commands`).
+        let server = PostgresServer::start_with(&["shared_preload_libraries=pg_stat_statements"])
+            .await
+            .map_err(|e| e.to_string())?;
         let url = server.url();
         Self::postgres(url, Some(Arc::new(server))).await
     }
@@ -143,6 +172,11 @@ impl Target {
             .map_err(|e| e.to_string())?;
         drop(Locker::connect(&config).await.map_err(|e| e.to_string())?);
         let raw = PgRaw::connect(&url).await?;
+        // Where the server loaded it (ours does); elsewhere the counts are left out.
+        let _ = raw
+            .client
+            .batch_execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+            .await;
         Ok(Self::Postgres {
             url,
             raw,
@@ -380,18 +414,25 @@ impl Target {
         )
     }
 
-    /// Scripts Redis ran so far (`EVALSHA` + `EVAL`), to count renewal round trips.
+    /// Scripts Redis ran so far (`EVALSHA` + `EVAL`), to count renewal round trips; `None`
+    /// on other backends.
     pub(crate) async fn server_scripts(&self) -> Option<u64> {
+        if !matches!(self, Self::Redis { .. }) {
+            return None;
+        }
         let commands = self.server_commands().await?;
         let calls = |name: &str| commands.get(name).copied().unwrap_or(0);
         Some(calls("evalsha") + calls("eval"))
     }
 
     /// Commands Redis ran so far, by name (`INFO` left out), counting those a script runs
-    /// inside it; `None` on other backends.
+    /// inside it; on PostgreSQL the statements it ran (`pg_stat_statements`, top level), by
+    /// their first words; `None` on other backends or when the server does not count.
     pub(crate) async fn server_commands(&self) -> Option<std::collections::BTreeMap<String, u64>> {
-        let Self::Redis { raw, .. } = self else {
-            return None;
+        let raw = match self {
+            Self::Redis { raw, .. } => raw,
+            Self::Postgres { raw, .. } => return raw.statements().await,
+            _ => return None,
         };
         let mut conn = raw.clone();
         let info: String = redis::cmd("INFO")
