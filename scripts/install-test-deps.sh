@@ -115,11 +115,15 @@ public class Probe {
 }
 
 # The harness runs initdb and postgres from /usr/lib/postgresql/<version>/bin, as the
-# `postgres` system user when it runs as root (the server refuses to run as root).
+# `postgres` system user when it runs as root (the server refuses to run as root). The bench's
+# server preloads pg_stat_statements (its library and its extension files).
 check_postgres_server() {
-    local bin
+    local bin version
     for bin in /usr/lib/postgresql/*/bin; do
-        if quietly "$bin/initdb" --version && quietly "$bin/postgres" --version; then
+        version=$(basename "$(dirname "$bin")")
+        if quietly "$bin/initdb" --version && quietly "$bin/postgres" --version \
+            && [[ -f "$bin/../lib/pg_stat_statements.so" ]] \
+            && [[ -f "/usr/share/postgresql/$version/extension/pg_stat_statements.control" ]]; then
             [[ $(id -u) -ne 0 ]] || quietly id postgres
             return
         fi
@@ -158,7 +162,7 @@ PIECES=(
     "check_javac|default-jdk-headless|javac (compiles the Curator interop tests' Java program)"
     "check_zookeeper_tls|libnetty-java|Netty's codec jar ($NETTY_CODEC_JAR, for ZooKeeper over TLS)"
     "check_curator|libcurator-recipes-java|Apache Curator 5 (its lock recipes, compiled against and run on the JVM)"
-    "check_postgres_server|postgresql|PostgreSQL server (initdb, postgres and the postgres user)"
+    "check_postgres_server|postgresql|PostgreSQL server (initdb, postgres, pg_stat_statements and the postgres user)"
     "check_psql|postgresql-client|psql"
     "check_setpriv|util-linux|setpriv (ties a shared test server's life to its test binary)"
     "check_faketime|faketime|libfaketime ($FAKETIME_LIB: the scheduled-jobs skew test shifts worker processes' clocks)"
