@@ -427,7 +427,10 @@ where
     }
 }
 
-/// Whether `error` proves the request was never applied, so sending it again is safe.
+/// Whether `error` proves the request was never applied, so sending it again is safe. etcd
+/// answers `too many requests` when its applied entries lag too far behind the committed ones
+/// (thousands of requests at once), before it proposes the request: it backs off and retries
+/// like the others, within the operation timeout.
 fn never_applied(error: &etcd_client::Error) -> bool {
     match error {
         etcd_client::Error::TransportError(_) => true,
@@ -436,6 +439,7 @@ fn never_applied(error: &etcd_client::Error) -> bool {
             message.contains("connect error")
                 || message.contains("connection refused")
                 || message.contains("etcdserver: no leader")
+                || message.contains("etcdserver: too many requests")
         }
         _ => false,
     }
@@ -594,5 +598,38 @@ impl Inner {
             session.mark_lost("the etcd backend was dropped");
             self.revoke(session.id);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tonic::{Code, Status};
+
+    use super::never_applied;
+
+    fn status(code: Code, message: &str) -> etcd_client::Error {
+        etcd_client::Error::GRpcStatus(Status::new(code, message))
+    }
+
+    /// Requests etcd turned away before proposing them are sent again; a timeout or any
+    /// other answer is not (it may have been applied).
+    #[test]
+    fn only_requests_never_proposed_are_sent_again() {
+        assert!(never_applied(&status(
+            Code::ResourceExhausted,
+            "etcdserver: too many requests"
+        )));
+        assert!(never_applied(&status(
+            Code::Unavailable,
+            "etcdserver: no leader"
+        )));
+        assert!(!never_applied(&status(
+            Code::Unavailable,
+            "etcdserver: request timed out"
+        )));
+        assert!(!never_applied(&status(
+            Code::FailedPrecondition,
+            "etcdserver: requested lease not found"
+        )));
     }
 }

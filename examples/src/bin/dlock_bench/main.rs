@@ -5,6 +5,7 @@
 //! `--url redis://127.0.0.1:6379` / `--url etcd://127.0.0.1:2379`. The scenarios, their
 //! floors and the measurement method are in `README.md` beside this file.
 
+mod held;
 mod jobs;
 mod modes;
 mod redis_raw;
@@ -46,6 +47,7 @@ fn parse_args() -> Result<Option<Args>, String> {
             hold: Duration::from_millis(1),
             watchdog_locks: 10_000,
             watchdog_for: Duration::from_secs(10),
+            held: vec![1_000, 10_000, 100_000],
             only_dlock: None,
         },
     };
@@ -76,6 +78,12 @@ fn parse_args() -> Result<Option<Args>, String> {
                 args.settings.watchdog_for = humantime::parse_duration(&value("--watchdog-for")?)
                     .map_err(|e| format!("--watchdog-for: {e}"))?;
             }
+            "--held" => {
+                args.settings.held = value("--held")?
+                    .split(',')
+                    .map(|n| n.trim().parse().map_err(|e| format!("--held {n}: {e}")))
+                    .collect::<Result<_, _>>()?;
+            }
             "--quick" => {
                 let s = &mut args.settings;
                 (
@@ -86,6 +94,7 @@ fn parse_args() -> Result<Option<Args>, String> {
                     s.watchdog_locks,
                     s.watchdog_for,
                 ) = (1, 200, 2_000, 20, 1_000, Duration::from_secs(2));
+                s.held = vec![1_000, 10_000];
                 s.min_measured = Duration::ZERO;
             }
             "--only" => {
@@ -107,11 +116,13 @@ fn parse_args() -> Result<Option<Args>, String> {
 
 const USAGE: &str = "\
 usage: dlock-bench [--url URL]... [--servers auto] [--scenario NAME|all] [--json] [--reps N]
-                   [--hold DURATION] [--watchdog-for DURATION] [--quick] [--only dlock|floor]
+                   [--hold DURATION] [--watchdog-for DURATION] [--held N,N,...] [--quick]
+                   [--only dlock|floor]
 
 Runs each scenario (uncontended, many-keys, contended, read-mostly, semaphore, reentrant,
 macro, watchdog, once, sets) against each backend next to its raw-client floor, in the same run, and
-prints ops/s, p50/p99/max and the ratio to the floor. Without --url or --servers: memory only. --servers auto starts a
+prints ops/s, p50/p99/max and the ratio to the floor. `--scenario held` (not part of `all`: it
+takes minutes per backend) holds 1,000, 10,000 and 100,000 locks (--held) for three ttls each. Without --url or --servers: memory only. --servers auto starts a
 redis-server, an etcd, a ZooKeeper, a PostgreSQL and five redis-servers for RedLock (scripts/install-test-deps.sh
 installs them).
 
@@ -161,6 +172,11 @@ async fn run_target(target: &Target, args: &Args) -> Vec<Row> {
     }
     if wanted("sets") {
         rows.push(sets::lock_all(target, s).await);
+    }
+    if args.scenario == "held" {
+        for &locks in &s.held {
+            rows.push(held::held(target, locks).await);
+        }
     }
     if wanted("once") && capabilities.keeps {
         rows.push(jobs::once_run(target, s).await);

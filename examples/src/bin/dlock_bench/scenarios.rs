@@ -23,6 +23,8 @@ pub(crate) struct Settings {
     pub(crate) hold: Duration,
     pub(crate) watchdog_locks: usize,
     pub(crate) watchdog_for: Duration,
+    /// The sizes of the `held` scenario.
+    pub(crate) held: Vec<usize>,
     /// Profiling aid: run only dlock's side (`Some(true)`) or only the floor (`Some(false)`).
     pub(crate) only_dlock: Option<bool>,
 }

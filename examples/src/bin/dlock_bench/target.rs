@@ -158,10 +158,15 @@ impl Target {
     }
 
     pub(crate) async fn postgres_started() -> Result<Self, String> {
-        // Counting statements, as Redis counts commands (see `server_commands`).
-        let server = PostgresServer::start_with(&["shared_preload_libraries=pg_stat_statements"])
-            .await
-            .map_err(|e| e.to_string())?;
+        // Counting statements, as Redis counts commands (see `server_commands`); room for the
+        // `held` scenario's 100,000 advisory locks in the server's shared lock table, which
+        // has max_locks_per_transaction × max_connections slots (6,400 by default).
+        let server = PostgresServer::start_with(&[
+            "shared_preload_libraries=pg_stat_statements",
+            "max_locks_per_transaction=2048",
+        ])
+        .await
+        .map_err(|e| e.to_string())?;
         let url = server.url();
         Self::postgres(url, Some(Arc::new(server))).await
     }
@@ -425,21 +430,35 @@ impl Target {
         Some(calls("evalsha") + calls("eval"))
     }
 
+    /// Redis's `INFO section`; `None` on other backends.
+    async fn redis_info(&self, section: &str) -> Option<String> {
+        let Self::Redis { raw, .. } = self else {
+            return None;
+        };
+        let mut conn = raw.clone();
+        redis::cmd("INFO")
+            .arg(section)
+            .query_async(&mut conn)
+            .await
+            .ok()
+    }
+
+    /// The memory Redis uses for its data (`used_memory`); `None` on other backends.
+    pub(crate) async fn server_memory(&self) -> Option<u64> {
+        let info = self.redis_info("memory").await?;
+        info.lines()
+            .find_map(|line| line.strip_prefix("used_memory:"))
+            .and_then(|bytes| bytes.trim().parse().ok())
+    }
+
     /// Commands Redis ran so far, by name (`INFO` left out), counting those a script runs
     /// inside it; on PostgreSQL the statements it ran (`pg_stat_statements`, top level), by
     /// their first words; `None` on other backends or when the server does not count.
     pub(crate) async fn server_commands(&self) -> Option<std::collections::BTreeMap<String, u64>> {
-        let raw = match self {
-            Self::Redis { raw, .. } => raw,
-            Self::Postgres { raw, .. } => return raw.statements().await,
-            _ => return None,
-        };
-        let mut conn = raw.clone();
-        let info: String = redis::cmd("INFO")
-            .arg("commandstats")
-            .query_async(&mut conn)
-            .await
-            .ok()?;
+        if let Self::Postgres { raw, .. } = self {
+            return raw.statements().await;
+        }
+        let info = self.redis_info("commandstats").await?;
         let calls = info
             .lines()
             .filter_map(|line| {
