@@ -415,16 +415,14 @@ async fn a_waiter_cancelled_mid_round_leaves_no_key() {
     let waiting = tokio::spawn(async move { waiter.lock(key).wait_forever().await.map(drop) });
     // Its queued round has reached every master: each answered it NOSCRIPT (the answer is
     // on its way back, 300 ms long).
-    let rejected = async {
-        for (server, before) in nodes.nodes().iter().zip(&noscript_before) {
-            while stat(server, "errorstats", "errorstat_NOSCRIPT:count=").await <= *before {
-                tokio::time::sleep(Duration::from_millis(2)).await;
-            }
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(10), rejected)
-        .await
-        .expect("the waiter's queued round never reached the masters");
+    every_master_counted_more(
+        &nodes,
+        "errorstats",
+        "errorstat_NOSCRIPT:count=",
+        &noscript_before,
+    )
+    .await
+    .expect("the waiter's queued round never reached the masters");
     waiting.abort();
     assert!(
         waiting.await.is_err_and(|e| e.is_cancelled()),
@@ -433,14 +431,7 @@ async fn a_waiter_cancelled_mid_round_leaves_no_key() {
     guard.release().await.expect("release");
     // The round's second request (the script sent whole, `EVAL`) reaches every master and
     // finds the lock free.
-    let landed = async {
-        for (server, before) in nodes.nodes().iter().zip(&evals_before) {
-            while stat(server, "commandstats", "cmdstat_eval:calls=").await <= *before {
-                tokio::time::sleep(Duration::from_millis(2)).await;
-            }
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(10), landed)
+    every_master_counted_more(&nodes, "commandstats", "cmdstat_eval:calls=", &evals_before)
         .await
         .expect("the cancelled round's script never reached the masters");
     // A key the cancelled round took would hold the lock for the whole 30 s ttl.
@@ -450,6 +441,23 @@ async fn a_waiter_cancelled_mid_round_leaves_no_key() {
         .await
         .expect("the cancelled waiter left its key on the masters");
     taken.release().await.expect("release");
+}
+
+/// Waits (at most 10 s) until every master's [`stat`] has grown past its count in `before`.
+async fn every_master_counted_more(
+    nodes: &RedisNodes,
+    section: &str,
+    prefix: &str,
+    before: &[u64],
+) -> Result<(), tokio::time::error::Elapsed> {
+    let grown = async {
+        for (server, before) in nodes.nodes().iter().zip(before) {
+            while stat(server, section, prefix).await <= *before {
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), grown).await
 }
 
 /// The number after `prefix` in `server`'s `INFO section` (0 when it has no such line).
