@@ -29,7 +29,8 @@ pub struct LockInfo {
     /// The grants in force: one for a mutex or writer, one per reader or permit.
     pub holders: Vec<HolderInfo>,
     /// The waiters the service queues, in the order they will be served; `None` where
-    /// waiters queue in each client rather than on the service (Redis, RedLock).
+    /// waiters queue in each client rather than on the service (RedLock). Redis lists the
+    /// writers in its line; its readers and permits wait in their Lockers and are not listed.
     pub waiters: Option<Vec<WaiterInfo>>,
 }
 

@@ -34,7 +34,10 @@ async fn target<S: Send + Sync + 'static>(server: S, url: String) -> Target<Redi
         async move { RedisBackend::connect(&url, TIMEOUT).await.expect("connect") }
     };
     Target::serving(server, connect, |expect| {
-        expect.ttl(Duration::from_millis(500)).slack(slack)
+        expect
+            .ttl(Duration::from_millis(500))
+            .slack(slack)
+            .lists_share_waiters(false)
     })
     .await
 }

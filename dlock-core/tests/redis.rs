@@ -1,6 +1,7 @@
 //! The Redis backend against real servers: failures (server down, restart, wrong key type,
-//! eviction policy), contention without double holders, notification-driven wake-ups, and no
-//! starvation by a releaser that re-requests at once.
+//! eviction policy), contention without double holders, notification-driven wake-ups, no
+//! starvation by a releaser that re-requests at once, and the line of writers: a hand-off
+//! wakes only the first, and a vanished first writer holds it up one claim window.
 
 mod support;
 
@@ -9,7 +10,8 @@ use std::time::{Duration, Instant};
 
 use dlock_core::backend::{BackendUrl, RedisBackend};
 use dlock_core::{DlockConfig, Error, Locker, LostReason};
-use dlock_harness::RedisServer;
+use dlock_harness::{ProxyMode, RedisServer, TcpProxy};
+use support::processes::eventually;
 
 const OPERATION_TIMEOUT: Duration = Duration::from_millis(500);
 
@@ -314,6 +316,117 @@ async fn contended_lock_has_no_double_holders_and_does_not_poll() {
     assert!(
         scripts <= acquisitions * 4,
         "{scripts} round trips for {acquisitions} acquisitions: polling?"
+    );
+}
+
+/// Ten writers in five Lockers (processes) take one key in turn, 40 times each: a release
+/// hands the lock to the first writer in line and wakes it alone. Redis's own counts: at most
+/// one `PUBLISH` per grant, and about three scripts (join the line, claim the lock, release
+/// it) — not one attempt per Locker after each release, as when every Locker's first waiter
+/// raced for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hand_off_wakes_only_the_first_writer_in_line() {
+    const LOCKERS: usize = 5;
+    const TASKS: usize = 10;
+    const ROUNDS: usize = 40;
+    let server = RedisServer::start().await.unwrap();
+    let mut lockers = Vec::new();
+    for _ in 0..LOCKERS {
+        lockers.push(locker(&server.url(), Duration::from_secs(30)).await);
+    }
+    server.command(&["CONFIG", "RESETSTAT"]).await.unwrap();
+    let mut tasks = Vec::new();
+    for worker in 0..TASKS {
+        let locker = lockers[worker % LOCKERS].clone();
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..ROUNDS {
+                let guard = locker.lock("hot").await.unwrap();
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                guard.release().await.unwrap();
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let grants = (TASKS * ROUNDS) as f64;
+    let publishes = calls(&server, &["publish"]).await as f64;
+    let scripts = calls(&server, &["evalsha", "eval"]).await as f64;
+    println!(
+        "{grants} grants over {LOCKERS} Lockers: {:.2} PUBLISH and {:.2} scripts per grant",
+        publishes / grants,
+        scripts / grants
+    );
+    assert!(
+        publishes <= grants * 1.05,
+        "{publishes} PUBLISH for {grants} grants"
+    );
+    assert!(
+        scripts <= grants * 3.3,
+        "{scripts} scripts for {grants} grants: more than the first writer in line tried"
+    );
+}
+
+/// The first writer in line vanishes (its connections cut, so it can neither claim the lock
+/// nor leave the line): the release reserves the lock for it, nobody else takes it during its
+/// one-second claim window, and right after the window the next writer gets it — not at its
+/// own re-check half a ttl (15 s) later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vanished_first_writer_holds_the_line_up_one_claim_window() {
+    let server = RedisServer::start().await.unwrap();
+    let proxy = TcpProxy::start(server.addr().parse().unwrap())
+        .await
+        .unwrap();
+    let holder = locker(&server.url(), Duration::from_secs(30)).await;
+    let vanishing = locker(
+        &format!("redis://{}", proxy.address()),
+        Duration::from_secs(30),
+    )
+    .await;
+    let next = locker(&server.url(), Duration::from_secs(30)).await;
+    let guard = holder.lock("line").await.unwrap();
+    let in_line = async |count: usize| {
+        let info = holder.inspect("line").await.unwrap();
+        info.waiters.is_some_and(|waiters| waiters.len() == count)
+    };
+    let first = tokio::spawn(async move { vanishing.lock("line").await.map(drop) });
+    eventually(
+        "the first writer in line",
+        Duration::from_secs(5),
+        async || in_line(1).await,
+    )
+    .await;
+    let second = tokio::spawn(async move {
+        let guard = next.lock("line").await.unwrap();
+        (Instant::now(), guard.release().await)
+    });
+    eventually(
+        "the second writer in line",
+        Duration::from_secs(5),
+        async || in_line(2).await,
+    )
+    .await;
+    proxy.set(ProxyMode::Cut);
+    let released = Instant::now();
+    guard.release().await.unwrap();
+    let (granted, release) = tokio::time::timeout(Duration::from_secs(5), second)
+        .await
+        .expect("the second writer still waits 5 s after the release")
+        .unwrap();
+    release.unwrap();
+    let after = granted - released;
+    println!("the next writer got the lock {after:?} after the release");
+    assert!(
+        after >= Duration::from_millis(900),
+        "the lock reserved for the first writer went to the next after {after:?}"
+    );
+    assert!(
+        after < Duration::from_millis(2500),
+        "the next writer waited {after:?}: more than one claim window"
+    );
+    assert!(
+        first.await.unwrap().is_err(),
+        "the cut-off writer got the lock"
     );
 }
 

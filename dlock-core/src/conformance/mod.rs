@@ -113,7 +113,7 @@ impl<B: LockBackend + ?Sized> Target<B> {
     /// Returns once `count` acquires wait on `full_key`, as a client's
     /// [`inspect`](LockBackend::inspect) of the service lists them, so ordering scenarios know
     /// a waiter has queued instead of sleeping and hoping it has. Where waiters queue in each
-    /// client rather than on the service (Redis, RedLock), after a pause long enough for a
+    /// client rather than on the service (RedLock), after a pause long enough for a
     /// waiter to enqueue on a healthy backend.
     pub(crate) async fn until_queued(&self, full_key: &str, count: usize) {
         let client = (self.connect)().await;
@@ -137,6 +137,18 @@ impl<B: LockBackend + ?Sized> Target<B> {
                 "waiter {count} never queued on `{full_key}` ({waiting} did)"
             );
             tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+
+    /// [`until_queued`](Self::until_queued) for a reader or permit, the `count`th waiter:
+    /// where the backend does not list those, until the waiters before it are listed, then
+    /// half the slack (as for a backend that lists no waiters).
+    pub(crate) async fn until_share_queued(&self, full_key: &str, count: usize) {
+        if self.expect.lists_share_waiters {
+            self.until_queued(full_key, count).await;
+        } else {
+            self.until_queued(full_key, count - 1).await;
+            tokio::time::sleep(self.expect.slack / 2).await;
         }
     }
 
@@ -280,6 +292,9 @@ pub struct Expectations {
     /// Racing acquires may all lose one attempt: a quorum backend (RedLock) whose masters
     /// each granted a different racer gives nobody a majority. At most one still wins.
     pub split_votes: bool,
+    /// [`inspect`](crate::backend::LockBackend::inspect) lists waiting readers and permits
+    /// (Redis lists only the writers in its line: readers and permits wait in their Lockers).
+    pub lists_share_waiters: bool,
 }
 
 impl Expectations {
@@ -298,7 +313,15 @@ impl Expectations {
             split_votes: false,
             keep_rounding: Duration::ZERO,
             sets_in_one_call: backend.capabilities().together,
+            lists_share_waiters: true,
         }
+    }
+
+    /// Sets [`Expectations::lists_share_waiters`].
+    #[must_use]
+    pub const fn lists_share_waiters(mut self, lists: bool) -> Self {
+        self.lists_share_waiters = lists;
+        self
     }
 
     /// Whether grants carry strictly increasing tokens.
@@ -407,6 +430,7 @@ macro_rules! conformance_tests {
                 try_lock_does_not_wait,
                 waiter_woken_promptly_on_release,
                 waiters_are_served_in_order,
+                waiters_of_many_lockers_are_served_in_order,
                 cancelled_wait_leaves_nothing_behind,
                 given_up_waiter_leaves_nothing_behind,
                 reentrancy_is_per_task,

@@ -170,7 +170,7 @@ pub async fn waiting_writer_is_not_starved<B: LockBackend + ?Sized>(target: &Tar
             guard.release().await.expect("late reader release");
         }
     });
-    target.until_queued(&full_key, 2).await;
+    target.until_share_queued(&full_key, 2).await;
     tokio::time::sleep(NOT_YET).await;
     assert_eq!(
         *events.lock().unwrap_or_else(PoisonError::into_inner),

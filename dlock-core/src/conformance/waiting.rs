@@ -145,6 +145,64 @@ pub async fn waiters_are_served_in_order<B: LockBackend + ?Sized>(target: &Targe
     }
 }
 
+/// With a fair backend, the order holds across processes: sixteen waiters in four Lockers
+/// (four each, arriving in turn from each Locker) get the lock in the order they queued, not
+/// Locker by Locker; otherwise all of them get it eventually. Each holder keeps the lock a
+/// moment, so a Locker whose waiter just released could take it again if it were let.
+pub async fn waiters_of_many_lockers_are_served_in_order<B: LockBackend + ?Sized>(
+    target: &Target<B>,
+) {
+    const LOCKERS: usize = 4;
+    const WAITERS: usize = 16;
+    let holder = target.locker().await;
+    let key = key("fifo-lockers");
+    let held = holder.lock(&key).ttl(LONG_TTL).await.expect("acquire");
+    let full_key = holder.backend_key(&key).unwrap();
+    let mut lockers = Vec::new();
+    for _ in 0..LOCKERS {
+        lockers.push(target.locker().await);
+    }
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    for index in 0..WAITERS {
+        let locker = lockers[index % LOCKERS].clone();
+        let (key, order) = (key.clone(), Arc::clone(&order));
+        waiters.push(tokio::spawn(async move {
+            let guard = locker
+                .lock(&key)
+                .wait(LONG_TTL * 2)
+                .await
+                .expect("waiter acquires");
+            order
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(index);
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            guard.release().await.expect("release");
+        }));
+        target.until_queued(&full_key, index + 1).await;
+    }
+    held.release().await.expect("release");
+    for waiter in waiters {
+        waiter.await.expect("waiter panicked");
+    }
+    let order = order.lock().unwrap_or_else(PoisonError::into_inner).clone();
+    let expected: Vec<usize> = (0..WAITERS).collect();
+    if target.expect.capabilities.fair {
+        assert_eq!(
+            order, expected,
+            "a fair backend served the waiters of several Lockers out of order"
+        );
+    } else {
+        let mut sorted = order.clone();
+        sorted.sort_unstable();
+        assert_eq!(
+            sorted, expected,
+            "some waiter never got the lock: {order:?}"
+        );
+    }
+}
+
 /// Acquires cancelled while waiting (a timeout dropping the future, an aborted task) leave
 /// nothing behind: after the holder releases, a newcomer gets the lock at once, and the
 /// cancelled Lockers watch no lease.

@@ -5,14 +5,13 @@
 //!
 //! | what | Redis name (full lock key `K`) |
 //! |---|---|
-//! | the lock: a string holding the owner id (plus `\|waited` once a waiter marked it), with a PX expiry | `{K}` |
+//! | the lock: a string holding the owner id (plus `\|waited` once a waiter marked it), with a PX expiry; `~<owner>` while it is handed to the first writer in line | `{K}` |
 //! | the fencing counter (`INCR`ed by each grant; kept forever) | `{K}:fence` |
-//! | the hand-over mark a releaser leaves for its barred waiters (short PX expiry) | `{K}:handover` |
 //! | readers or permits, instead of the string: a sorted set, member = owner id, score = that grant's expiry (server ms); the key expires with its last member | `{K}` |
 //! | the limit of the semaphore whose permits `{K}` holds (expires with them) | `{K}:limit` |
-//! | writers waiting for readers or permits to leave: member = owner id, score = when it first waited (server ms) | `{K}:writers` |
-//! | the same writers, scored by when their mark expires unless renewed by their next attempt | `{K}:writers:expiry` |
-//! | "someone waits for readers or permits": their releases publish while it lives | `{K}:waited` |
+//! | the writers in line (on a RedLock master: writers waiting for readers or permits to leave): member = owner id, score = its place (server µs when it joined, strictly increasing) | `{K}:writers` |
+//! | the same writers, scored by when their place expires unless renewed by their next attempt | `{K}:writers:expiry` |
+//! | "readers or permits wait": their releases publish, and a writer's release lets them race the line, while it lives | `{K}:waited` |
 //! | the release notification channel | `{K}:released` |
 //!
 //! Braces and `%` inside `K` are percent-escaped, so the tag is always the whole key.
@@ -26,8 +25,6 @@ use redis::{RedisWrite, ToRedisArgs};
 
 /// Suffix of the fencing counter's name.
 pub(super) const FENCE: &str = ":fence";
-/// Suffix of the hand-over mark's name.
-pub(super) const HANDOVER: &str = ":handover";
 /// Suffix of the semaphore limit's name.
 pub(super) const LIMIT: &str = ":limit";
 /// Suffix of the waiting writers' arrival set.
@@ -59,15 +56,6 @@ impl<'a> RedisName<'a> {
     /// The fencing counter: `{K}:fence`.
     pub(super) const fn fence(key: &'a str) -> Self {
         Self { key, suffix: FENCE }
-    }
-
-    /// The hand-over mark: `{K}:handover`, left by a releaser whose own waiters let others go
-    /// first, so the next holder's release wakes them.
-    pub(super) const fn handover(key: &'a str) -> Self {
-        Self {
-            key,
-            suffix: HANDOVER,
-        }
     }
 
     /// The limit of a semaphore: `{K}:limit`.
@@ -130,6 +118,15 @@ impl<'a> RedisName<'a> {
 
 /// Appends the keys every acquire script starts with, for the lock with full key `key`:
 /// lock, fence, semaphore limit, waiting writers, their expiries, waited-for mark.
+/// The keys of a release that hands the lock on: lock, writers in line, their expiries,
+/// waited-for mark.
+pub(super) fn line_keys(cmd: &mut redis::Cmd, key: &str) {
+    cmd.arg(RedisName::lock(key))
+        .arg(RedisName::writers(key))
+        .arg(RedisName::writers_expiry(key))
+        .arg(RedisName::waited_for(key));
+}
+
 pub(super) fn acquire_keys(cmd: &mut redis::Cmd, key: &str) {
     cmd.arg(RedisName::lock(key))
         .arg(RedisName::fence(key))
@@ -184,10 +181,6 @@ mod tests {
             RedisName::channel("dlock:order:42").to_string(),
             "{dlock:order:42}:released"
         );
-        assert_eq!(
-            RedisName::handover("dlock:order:42").to_string(),
-            "{dlock:order:42}:handover"
-        );
         assert_eq!(args(RedisName::fence("a:b")), b"{a:b}:fence");
         assert_eq!(RedisName::limit("s").to_string(), "{s}:limit");
         assert_eq!(RedisName::writers("s").to_string(), "{s}:writers");
@@ -229,7 +222,6 @@ mod tests {
         [
             RedisName::lock(key),
             RedisName::fence(key),
-            RedisName::handover(key),
             RedisName::limit(key),
             RedisName::writers(key),
             RedisName::writers_expiry(key),

@@ -13,14 +13,30 @@
 //! * **renew**: a Lua script: owner-checked `PEXPIRE` of up to 100 locks in one call (Redis Cluster: one call
 //!   per lock, sent concurrently, since every lock lives in its own slot).
 //!
-//! Waiting never polls: waiters of one Locker queue locally in FIFO order behind one
-//! subscription connection; a release wakes the head of the queue, which also re-checks when
-//! the holder's ttl runs out in case a message was lost. A head that finds the lock held
-//! (after subscribing) marks it waited for (`|waited` appended to the holder's value: the
-//! mark lives and dies with that lease), and only the release of a marked lock publishes.
-//! A Locker that releases a lock other Lockers are waiting for is barred from re-taking it
-//! for a few milliseconds, so their waiters go next: under contention Lockers take turns, and
-//! within a Locker waiters are served in arrival order.
+//! # Waiting: first come, first served across Lockers
+//!
+//! Waiting never polls, and writers are served in the order they came, whichever Locker
+//! (process) they wait in. A writer that finds the lock held (after subscribing to its release
+//! channel) joins the lock's line on the server (`{K}:writers`, by place, and
+//! `{K}:writers:expiry`) and marks the lock waited for (`|waited` appended to the holder's
+//! value: the mark lives and dies with that lease). Only the release of a marked lock does
+//! more than the raw compare-and-delete: it reserves the lock for the first writer in line
+//! (the value `~<owner>`, which every `SET NX` fails on, for a one-second claim window) and
+//! publishes `><owner>` on the release channel; only the Locker of that writer acts on it, and
+//! only that writer asks the server again. A hot key therefore costs the same few commands per
+//! hand-off with 2 waiters or 1,000, in 2 Lockers or 50, and nobody cuts in: a newcomer's
+//! `SET NX` fails on the reservation and it joins the end of the line.
+//!
+//! A writer stays in line while it renews its place, which each attempt does and which comes
+//! at half its ttl at the latest; one that gives up or is cancelled leaves the line (and
+//! passes the lock on if it had just been handed it); one that vanished (its process died) is
+//! dropped when its place expires, or when it does not claim the lock within the claim window.
+//! The uncontended path never touches the line: one `SET NX PX` to take the lock, one
+//! compare-and-delete to release it. The first writer in line also tries again when the
+//! holder's ttl runs out, in case a holder vanished without releasing; in that moment a
+//! newcomer's `SET NX` can find the lock free before the line does. Readers and permits wait
+//! in their Locker (below); where they wait for a writer together with writers in line, a
+//! release lets them race the first writer in line.
 //!
 //! # Read-write locks and semaphores
 //!
@@ -32,8 +48,8 @@
 //! details. The plain lock (a writer) keeps its one-command protocol.
 //!
 //! Key layout (hash-tagged for Cluster): see the `keys` module — the lock of full key `K` is
-//! the Redis string `{K}` (a sorted set while readers or permits hold it); its fencing counter is `{K}:fence`; the hand-over mark a releaser
-//! leaves for its own barred waiters is `{K}:handover`.
+//! the Redis string `{K}` (a sorted set while readers or permits hold it); its fencing counter
+//! is `{K}:fence`; its line of writers `{K}:writers` and `{K}:writers:expiry`.
 //!
 //! # What Redis does and does not guarantee
 //!
@@ -107,7 +123,7 @@ use redis::aio::ConnectionLike;
 pub(crate) use self::conn::{Conn, RedisUrl};
 #[cfg(feature = "redlock")]
 pub(crate) use self::conn::{certificates, open_lazy};
-pub(crate) use self::node::{AllAttempt, Attempt, HandOver, Node};
+pub(crate) use self::node::{AllAttempt, Attempt, Node};
 #[cfg(feature = "redlock")]
 pub(crate) use self::notify::MAX_SERVERS as MAX_SUBSCRIPTION_SERVERS;
 pub(crate) use self::notify::{Waiters, channel_of};
@@ -115,7 +131,7 @@ use self::shares::WriterMark;
 use crate::backend::BackendUrl;
 use crate::backend::{Capabilities, Fencing, LockBackend};
 use crate::lease::{
-    AcquireAllOutcome, AcquireOutcome, AcquireRequest, Lease, OwnerId, ReleaseOutcome, RenewOutcome,
+    AcquireAllOutcome, AcquireOutcome, AcquireRequest, Lease, ReleaseOutcome, RenewOutcome,
 };
 use crate::{Error, Kept, LockMode, Result};
 
@@ -125,15 +141,6 @@ const RENEW_BATCH: usize = 100;
 /// The most locks a set takes or releases in one script (the scripts `unpack` them, which
 /// Lua limits to a few thousand values); a larger set goes key by key.
 const MAX_TOGETHER: usize = 1000;
-
-/// How long a Locker that released a lock other Lockers wait for lets them go first.
-const RELEASER_BAR: Duration = Duration::from_millis(10);
-
-/// How long the hand-over mark a releaser leaves for its barred waiters outlives the bar:
-/// time for another Locker's waiter to be woken and take the lock (and the mark with it). A
-/// mark nobody takes costs a later release a needless `PUBLISH`; a missed one costs the
-/// barred waiters the rest of the bar.
-const HANDOVER_SLACK: Duration = Duration::from_secs(1);
 
 /// Locks in Redis (single server or Cluster).
 ///
@@ -156,8 +163,6 @@ const HANDOVER_SLACK: Duration = Duration::from_secs(1);
 pub struct RedisBackend {
     node: Node,
     waiters: Arc<Waiters>,
-    /// Published as the message of this backend's releases, so it can tell its own from others'.
-    id: OwnerId,
 }
 
 impl RedisBackend {
@@ -218,16 +223,9 @@ impl RedisBackend {
         pushes_rx: tokio::sync::mpsc::UnboundedReceiver<redis::PushInfo>,
         timeout: Duration,
     ) -> Self {
-        let id = OwnerId::random("redis-locker");
         let backend = Self {
             node: Node::new(conn, timeout),
-            waiters: Waiters::start(
-                id.as_str().to_owned(),
-                vec![subscriber],
-                vec![pushes_rx],
-                timeout,
-            ),
-            id,
+            waiters: Waiters::start(vec![subscriber], vec![pushes_rx], timeout),
         };
         backend.warn_about_eviction().await;
         backend
@@ -317,14 +315,14 @@ impl LockBackend for RedisBackend {
                 return Ok(AcquireOutcome::Busy { retry_after });
             }
         }
-        // Boxed: the queue is the slow path, and keeping its state out of this future keeps
+        // Boxed: the line is the slow path, and keeping its state out of this future keeps
         // the uncontended one small.
-        Box::pin(self.wait_in_queue(req, deadline, retry_after, 0)).await
+        Box::pin(self.wait_in_line(req, deadline)).await
     }
 
     /// One script for the whole set on a single server, when every request is exclusive and
     /// no waiter of this Locker queues for its key (they go first: the set takes the ordered
-    /// path). Not on Cluster (see `capabilities`).
+    /// path, and joins the line). Not on Cluster (see `capabilities`).
     async fn acquire_together(
         &self,
         requests: &[AcquireRequest],
@@ -419,63 +417,31 @@ impl LockBackend for RedisBackend {
                 ReleaseOutcome::Released
             });
         }
-        // Our own subscription hears the release too when we have waiters of our own; bar
-        // ourselves before sending, so that message does not wake our head first.
-        let own_waiters = self.waiters.has_waiters(&lease.key);
-        // The channel's name is built once, and only when a bar is set or lifted.
-        let channel = own_waiters.then(|| channel_of(&lease.key));
-        let bar_until = own_waiters.then(|| Instant::now() + RELEASER_BAR);
-        if let (Some(channel), Some(until)) = (&channel, bar_until) {
-            self.waiters.bar(channel, until);
-        }
-        let handover = own_waiters.then(|| HandOver {
-            locker: self.id.as_str(),
-            keep: RELEASER_BAR + HANDOVER_SLACK,
-        });
         let listeners = self
             .node
-            .release_owned(lease.owner.as_str(), &lease.key, handover)
-            .await;
-        let others_listened = matches!(listeners, Ok(n) if n > i64::from(own_waiters));
-        if others_listened || own_waiters {
-            let channel = channel.unwrap_or_else(|| channel_of(&lease.key));
-            if others_listened {
-                let until = bar_until.unwrap_or_else(|| Instant::now() + RELEASER_BAR);
-                self.waiters.bar(&channel, until);
-            } else {
-                self.waiters.lift_bar(&channel);
-            }
-        }
-        Ok(if listeners? < 0 {
+            .release_owned(lease.owner.as_str(), &lease.key)
+            .await?;
+        Ok(if listeners < 0 {
             ReleaseOutcome::NotHeld
         } else {
             ReleaseOutcome::Released
         })
     }
 
-    /// One script for a set's locks on a single server, unless one is a reader's or a
-    /// permit's, or this Locker has waiters of its own for one (their release leaves a
-    /// hand-over mark: one by one).
+    /// One script for a set's locks on a single server (each lock waited for handed to the
+    /// first writer in its line), unless one is a reader's or a permit's.
     async fn release_together(&self, leases: &[Lease]) -> Result<Option<Vec<ReleaseOutcome>>> {
         if self.node.conn.is_cluster()
             || leases.len() > MAX_TOGETHER
-            || leases.iter().any(|lease| {
-                lease.mode != LockMode::Exclusive || self.waiters.has_waiters(&lease.key)
-            })
+            || leases.iter().any(|lease| lease.mode != LockMode::Exclusive)
         {
             return Ok(None);
         }
         let heard = self.node.release_all(leases).await?;
         Ok(Some(
-            leases
-                .iter()
-                .zip(heard)
-                .map(|(lease, heard)| {
-                    if heard > 0 {
-                        // Others' waiters heard it: let them go first, as a single release does.
-                        self.waiters
-                            .bar(&channel_of(&lease.key), Instant::now() + RELEASER_BAR);
-                    }
+            heard
+                .into_iter()
+                .map(|heard| {
                     if heard < 0 {
                         ReleaseOutcome::NotHeld
                     } else {
@@ -525,6 +491,7 @@ impl LockBackend for RedisBackend {
             .max_renew_batch(usize::MAX)
             .read_write(true)
             .semaphore(true)
+            .fair(true)
             // On a Cluster every lock is its own hash tag: a set's keys sit in different
             // slots, which one script cannot touch.
             .together(!self.node.conn.is_cluster())
@@ -556,11 +523,10 @@ impl RedisBackend {
             .await
     }
 
-    /// Queues locally (subscribing to the release channel first), then tries whenever this
-    /// waiter is at the head and woken: by a release, by becoming head, or at the holder's
-    /// expiry (a writer waiting for readers or permits, or a reader or permit waiting, also at
-    /// half its ttl, renewing its mark). `first_asked`: a share's first attempt (server ms),
-    /// 0 if it made none.
+    /// A reader or permit: queues locally (subscribing to the release channel first), then
+    /// tries whenever this waiter is at the head and woken: by a release, by becoming head, or
+    /// at the holder's expiry (also at half its ttl, renewing its waited-for mark).
+    /// `first_asked`: its first attempt (server µs), 0 if it made none.
     async fn wait_in_queue(
         &self,
         req: &AcquireRequest,
@@ -568,21 +534,12 @@ impl RedisBackend {
         mut retry_after: Option<Duration>,
         mut first_asked: u64,
     ) -> Result<AcquireOutcome> {
-        let channel = channel_of(&req.key);
-        let ticket = self.waiters.enqueue(&channel).await?;
-        let mut mark = WriterMark::new(self, req);
+        let ticket = self.waiters.enqueue(&channel_of(&req.key)).await?;
         loop {
-            let barred_until = self.waiters.barred_until(&channel);
-            if ticket.is_head() && barred_until.is_none() {
-                // The scripts: they also say how long the holder keeps the lock, for the
-                // re-check below.
+            if ticket.is_head() {
+                // The script also says how long the holder keeps the lock, for the re-check.
                 let sent = Instant::now();
-                let attempt = if req.mode == LockMode::Exclusive {
-                    mark.attempt().await?
-                } else {
-                    self.attempt_share(req, true, &mut first_asked).await?
-                };
-                match attempt {
+                match self.attempt_share(req, true, &mut first_asked).await? {
                     Attempt::Granted(token) => return Ok(Self::lease(req, sent, token)),
                     Attempt::Held(wait) | Attempt::WriterWaits(wait) => retry_after = wait,
                     Attempt::Taken => {}
@@ -590,19 +547,57 @@ impl RedisBackend {
             }
             let now = Instant::now();
             if deadline.is_some_and(|d| d <= now) {
+                return Ok(AcquireOutcome::Busy { retry_after });
+            }
+            // A holder without expiry (not ours) is re-checked at our own ttl.
+            let recheck = ticket
+                .is_head()
+                .then(|| now + retry_after.unwrap_or(req.ttl) + Duration::from_millis(1));
+            ticket.wait_until_sooner(recheck, deadline).await;
+        }
+    }
+
+    /// A writer: joins the server's line (subscribed to the release channel first, and
+    /// listening for a hand-off that names it), then asks again when the lock is handed to
+    /// it, when its place needs renewing (half its ttl), or — first in this Locker's queue —
+    /// when another release is heard or the holder's ttl runs out.
+    async fn wait_in_line(
+        &self,
+        req: &AcquireRequest,
+        deadline: Option<Instant>,
+    ) -> Result<AcquireOutcome> {
+        let ticket = self.waiters.enqueue(&channel_of(&req.key)).await?;
+        let called = self.waiters.call(req.owner.as_str());
+        let mut mark = WriterMark::new(self, req);
+        loop {
+            let heard_before = self.waiters.releases_heard();
+            let sent = Instant::now();
+            let attempt = mark.attempt().await?;
+            let retry_after = match attempt {
+                Attempt::Granted(token) => return Ok(Self::lease(req, sent, token)),
+                Attempt::Held(wait) | Attempt::WriterWaits(wait) => wait,
+                Attempt::Taken => None,
+            };
+            if deadline.is_some_and(|d| d <= Instant::now()) {
                 mark.withdraw().await;
                 return Ok(AcquireOutcome::Busy { retry_after });
             }
-            let recheck = match (ticket.is_head(), barred_until) {
-                // Barred by our own release: another Locker's release, or the bar's end.
-                (true, Some(until)) => Some(until),
-                // A holder without expiry (not ours) is re-checked at our own ttl.
-                (true, None) => {
-                    Some(now + retry_after.unwrap_or(req.ttl) + Duration::from_millis(1))
+            let recheck =
+                Instant::now() + retry_after.unwrap_or(req.ttl / 2) + Duration::from_millis(1);
+            loop {
+                tokio::select! {
+                    () = called.heard() => break,
+                    () = ticket.wait_until_sooner(Some(recheck), deadline) => {}
                 }
-                (false, _) => None,
-            };
-            ticket.wait_until_sooner(recheck, deadline).await;
+                let now = Instant::now();
+                // Woken only because it became this Locker's head: nothing new to ask about.
+                if now >= recheck
+                    || deadline.is_some_and(|d| d <= now)
+                    || self.waiters.releases_heard() != heard_before
+                {
+                    break;
+                }
+            }
         }
     }
 }

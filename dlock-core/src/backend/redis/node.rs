@@ -15,7 +15,7 @@ use super::millis;
 use super::scripts::{self, Lua};
 use crate::error::within;
 use crate::lease::{AcquireRequest, Lease};
-use crate::{Error, HolderInfo, Kept, LockInfo, LockMode, Result};
+use crate::{Error, HolderInfo, Kept, LockInfo, LockMode, Result, WaiterInfo};
 
 /// What one acquire attempt found.
 pub(crate) enum Attempt {
@@ -25,8 +25,8 @@ pub(crate) enum Attempt {
     Held(Option<Duration>),
     /// Held; the fast path does not ask for how long.
     Taken,
-    /// Held by readers or permits, and this queued writer is marked waiting for them: try
-    /// again by then at the latest.
+    /// Held, and this queued writer is in the server's line (or, on a RedLock master, marked
+    /// waiting for readers or permits): try again by then at the latest.
     WriterWaits(Option<Duration>),
 }
 
@@ -40,26 +40,39 @@ pub(crate) enum AllAttempt {
     Held(usize, Option<Duration>),
 }
 
-/// A release that leaves the hand-over mark: the releasing Locker has waiters of its own,
-/// which it bars for a moment so other Lockers' waiters go first.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct HandOver<'a> {
-    /// The releasing Locker's id: the published message, so it knows its own releases.
-    pub(crate) locker: &'a str,
-    /// How long the mark lives.
-    pub(crate) keep: Duration,
-}
-
 /// A command connection and the operation timeout bounding each of its round trips.
 #[derive(Debug, Clone)]
 pub(crate) struct Node {
     pub(super) conn: Conn,
     pub(super) timeout: Duration,
+    /// Writers wait in a line on the server, served first come first served (a single server
+    /// or Cluster); `false` on a RedLock master, whose waiters queue in their Lockers.
+    fair: bool,
 }
 
+/// How long a writer handed the lock from the line has to claim it before it loses its place
+/// (a vanished waiter holds the line up this long, once).
+pub(crate) const CLAIM_WINDOW: Duration = Duration::from_secs(1);
+
 impl Node {
+    /// A single server or Cluster: writers wait in the server's line.
     pub(crate) const fn new(conn: Conn, timeout: Duration) -> Self {
-        Self { conn, timeout }
+        Self {
+            conn,
+            timeout,
+            fair: true,
+        }
+    }
+
+    /// A RedLock master: its waiters queue in their Locker (the masters' lines could
+    /// disagree on who is first).
+    #[cfg(feature = "redlock")]
+    pub(crate) const fn master(conn: Conn, timeout: Duration) -> Self {
+        Self {
+            conn,
+            timeout,
+            fair: false,
+        }
     }
 
     /// Bounds `round_trip` by the operation timeout, leaving its Redis error to the caller.
@@ -186,7 +199,7 @@ impl Node {
                 // let the script explain.
                 // Boxed, like the script: this rare branch would double the size of
                 // every acquire's future otherwise.
-                Box::pin(self.release_owned(owner, key, None)).await?;
+                Box::pin(self.release_owned(owner, key)).await?;
                 self.attempt_scripted(req, false).await
             }
         }
@@ -211,16 +224,25 @@ impl Node {
     ) -> Result<Attempt> {
         let key = &*req.key;
         let flag = |on: bool| if on { "1" } else { "0" };
-        let reply: Value = self
-            .run("acquire", &scripts::ACQUIRE, 7, |cmd| {
+        let reply: Value = if queued && self.fair {
+            self.run("acquire", &scripts::ACQUIRE_FAIR, 6, |cmd| {
                 keys::acquire_keys(cmd, key);
-                cmd.arg(RedisName::handover(key))
-                    .arg(req.owner.as_str())
+                cmd.arg(req.owner.as_str())
+                    .arg(millis(req.ttl))
+                    .arg(flag(req.fencing))
+                    .arg(millis(CLAIM_WINDOW));
+            })
+            .await?
+        } else {
+            self.run("acquire", &scripts::ACQUIRE, 6, |cmd| {
+                keys::acquire_keys(cmd, key);
+                cmd.arg(req.owner.as_str())
                     .arg(millis(req.ttl))
                     .arg(flag(queued))
                     .arg(flag(req.fencing));
             })
-            .await?;
+            .await?
+        };
         let held_for = |negative: i64| Some(Duration::from_millis((negative + 1).unsigned_abs()));
         match reply {
             Value::Int(token) if token >= 1 => Ok(Attempt::Granted(
@@ -287,47 +309,39 @@ impl Node {
         }
     }
 
-    /// Owner-checked deletes of every lease's lock in one script ([`scripts::RELEASE_ALL`]):
-    /// per lease, how many subscribers heard its release, or -1 if it was not held.
+    /// Owner-checked deletes of every lease's lock in one script ([`scripts::RELEASE_ALL`]),
+    /// each lock waited for handed to the first writer in its line: per lease, how many
+    /// subscribers heard its hand-off, or -1 if it was not held. A single server only.
     pub(crate) async fn release_all(&self, leases: &[Lease]) -> Result<Vec<i64>> {
-        self.run("release", &scripts::RELEASE_ALL, leases.len(), |cmd| {
+        self.run("release", &scripts::RELEASE_ALL, 4 * leases.len(), |cmd| {
             for lease in leases {
-                cmd.arg(RedisName::lock(&lease.key));
+                keys::line_keys(cmd, &lease.key);
             }
             for lease in leases {
                 cmd.arg(lease.owner.as_str());
             }
+            cmd.arg(millis(CLAIM_WINDOW));
         })
         .await
     }
 
-    /// Owner-checked delete, and the release notification if a waiter marked the lock (or,
-    /// with a `handover`, always, leaving the hand-over mark for the releasing Locker's
-    /// waiters, which it bars for a moment); how many subscribers heard it, or -1 if `owner`
-    /// did not hold the lock. Without a hand-over the script gets what the raw
-    /// compare-and-delete gets: the key and the owner (a published message is then the
-    /// owner, not the Locker's id).
-    pub(crate) async fn release_owned(
-        &self,
-        owner: &str,
-        key: &str,
-        handover: Option<HandOver<'_>>,
-    ) -> Result<i64> {
-        let Some(handover) = handover else {
-            return self
-                .run("release", &scripts::RELEASE, 1, |cmd| {
-                    cmd.arg(RedisName::lock(key)).arg(owner);
-                })
-                .await;
-        };
-        self.run("release", &scripts::RELEASE, 2, |cmd| {
-            cmd.arg(RedisName::lock(key))
-                .arg(RedisName::handover(key))
-                .arg(owner)
-                .arg(handover.locker)
-                .arg(millis(handover.keep));
-        })
-        .await
+    /// Owner-checked delete; a lock waited for is handed to the first writer in line (a
+    /// RedLock master: its release is published). How many subscribers heard it, or -1 if
+    /// `owner` did not hold the lock. An uncontended release gets what the raw
+    /// compare-and-delete gets.
+    pub(crate) async fn release_owned(&self, owner: &str, key: &str) -> Result<i64> {
+        if self.fair {
+            self.run("release", &scripts::RELEASE_FAIR, 4, |cmd| {
+                keys::line_keys(cmd, key);
+                cmd.arg(owner).arg(millis(CLAIM_WINDOW));
+            })
+            .await
+        } else {
+            self.run("release", &scripts::RELEASE, 1, |cmd| {
+                cmd.arg(RedisName::lock(key)).arg(owner);
+            })
+            .await
+        }
     }
 
     /// Owner-checked: replaces `owner`'s grant of `key` by a record that keeps the lock for
@@ -378,36 +392,51 @@ impl Node {
     }
 
     /// Who holds the lock of `key`, read in one script: a writer, or the readers or permits
-    /// that have not expired. Waiters queue in the clients, so none are listed.
+    /// that have not expired, and the writers in line (listed on a single server or Cluster;
+    /// a RedLock master's waiters queue in their Lockers).
     ///
     /// # Errors
     ///
     /// [`Error::Refused`] when the lock's name holds another application's value.
     pub(crate) async fn inspect(&self, key: &str) -> Result<LockInfo> {
         let reply: Vec<Value> = self
-            .run("inspect", &scripts::INSPECT, 2, |cmd| {
-                cmd.arg(RedisName::lock(key)).arg(RedisName::limit(key));
+            .run("inspect", &scripts::INSPECT, 4, |cmd| {
+                cmd.arg(RedisName::lock(key))
+                    .arg(RedisName::limit(key))
+                    .arg(RedisName::writers(key))
+                    .arg(RedisName::writers_expiry(key));
             })
             .await?;
-        let mut fields = reply.into_iter();
-        let mut next = || fields.next().unwrap_or(Value::Nil);
         let parse = |error: redis::ParsingError| {
             Error::refused("redis", format!("inspect of `{key}`: {error}"))
         };
-        let kind = String::from_redis_value(next()).map_err(parse)?;
-        let limit = u32::from_redis_value(next()).map_err(parse)?;
-        let mut grants = Vec::new();
-        loop {
-            match next() {
-                Value::Nil => break,
-                owner => grants.push((
-                    String::from_redis_value(owner).map_err(parse)?,
-                    i64::from_redis_value(next()).map_err(parse)?,
+        let (kind, limit, grants, line): (String, u32, Vec<Value>, Vec<String>) =
+            FromRedisValue::from_redis_value(Value::Array(reply)).map_err(parse)?;
+        let grants = grants
+            .chunks(2)
+            .map(|pair| match pair {
+                [owner, left] => Ok((
+                    String::from_redis_value(owner.clone()).map_err(parse)?,
+                    i64::from_redis_value(left.clone()).map_err(parse)?,
                 )),
-            }
-        }
+                _ => Err(Error::refused(
+                    "redis",
+                    format!("inspect of `{key}`: odd reply"),
+                )),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let waiters = self.fair.then(|| {
+            line.into_iter()
+                .map(|owner| WaiterInfo::new(Some(owner), LockMode::Exclusive))
+                .collect()
+        });
         let mode = match (kind.as_str(), limit) {
-            ("none", _) => return Ok(LockInfo::default()),
+            ("none", _) => {
+                return Ok(LockInfo {
+                    holders: Vec::new(),
+                    waiters,
+                });
+            }
             ("lock", _) => LockMode::Exclusive,
             ("shares", 0) => LockMode::Shared,
             ("shares", limit) => LockMode::Permit { limit },
@@ -435,10 +464,7 @@ impl Node {
                     .with_kept(kept)
             })
             .collect();
-        Ok(LockInfo {
-            holders,
-            waiters: None,
-        })
+        Ok(LockInfo { holders, waiters })
     }
 
     /// `PING`: whether the server answers.

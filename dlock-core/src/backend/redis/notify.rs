@@ -7,23 +7,29 @@
 //! (acquired, gave up, cancelled) the next one becomes head and is woken. The head also wakes
 //! when the holder's remaining ttl runs out, so a lost message costs at most one ttl.
 //!
+//! A writer waiting in a single server's (or Cluster's) line is woken on its own: a release
+//! that hands it the lock publishes `><owner>` on the lock's channel, which every subscribed
+//! Locker hears and only the one with that waiter acts on ([`Waiters::call`]).
+//!
 //! A subscription is confirmed by each server on its own: [`Waiters::confirmed`] says which
 //! servers had confirmed a channel, so a RedLock waiter knows which masters' releases it is
 //! sure to hear, and [`Waiters::wake_on_confirmation`] wakes it when one it needs confirms.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures_util::StreamExt;
 use futures_util::future::join_all;
 use futures_util::stream::FuturesUnordered;
 use redis::{PushInfo, PushKind, Value};
+use tokio::sync::Notify;
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::conn::Conn;
 use super::keys::RedisName;
+use super::node::CLAIM_WINDOW;
 use crate::backend::background::Background;
 use crate::backend::waiters::{Ticket, WaitQueues};
 use crate::error::within;
@@ -37,15 +43,13 @@ pub(crate) fn channel_of(key: &str) -> String {
 /// The local waiters of one backend, and its subscription connection.
 #[derive(Debug)]
 pub(crate) struct Waiters {
-    /// The payload of this backend's own release messages.
-    own_id: String,
     /// Local waiters, by release channel (the core's shared FIFO queues).
     queues: Arc<WaitQueues<()>>,
-    /// Channels this Locker barred itself on: it released while other Lockers listened, so
-    /// for a few milliseconds (or until another Locker's release) it lets them go first.
-    bars: Mutex<HashMap<String, Instant>>,
-    /// No bar is set: the uncontended fast path reads this instead of taking the lock.
-    no_bars: AtomicBool,
+    /// Writers waiting in the server's line, by owner: a hand-off names one.
+    called: Mutex<HashMap<String, Arc<Notify>>>,
+    /// Releases heard that named no waiter (and reconnects): a writer in line woken only
+    /// because it became its queue's head need not ask the server again.
+    releases_heard: AtomicU64,
     /// The channels subscribed to (added and removed only while holding `subscribers`), and
     /// which servers confirmed each.
     subscribed: Mutex<HashMap<String, Subscription>>,
@@ -73,7 +77,6 @@ impl Waiters {
     /// Starts dispatching the pushes of `subscribers`, server by server: `pushes[i]` receives
     /// what `subscribers[i]`'s push sender sends.
     pub(crate) fn start(
-        own_id: String,
         subscribers: Vec<Conn>,
         pushes: Vec<UnboundedReceiver<PushInfo>>,
         timeout: Duration,
@@ -95,10 +98,9 @@ impl Waiters {
                 background.spawn(async move { waiters.unsubscribe_if_idle(channel).await });
             };
             Self {
-                own_id,
                 queues: Arc::new(WaitQueues::new(Some(Box::new(on_emptied)))),
-                bars: Mutex::default(),
-                no_bars: AtomicBool::new(true),
+                called: Mutex::default(),
+                releases_heard: AtomicU64::new(0),
                 subscribed: Mutex::default(),
                 subscribers: tokio::sync::Mutex::new(subscribers),
                 timeout,
@@ -119,11 +121,8 @@ impl Waiters {
         waiters
     }
 
-    fn bars(&self) -> BarsGuard<'_> {
-        BarsGuard {
-            bars: self.bars.lock().unwrap_or_else(PoisonError::into_inner),
-            none: &self.no_bars,
-        }
+    fn called(&self) -> MutexGuard<'_, HashMap<String, Arc<Notify>>> {
+        self.called.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     fn subscribed(&self) -> MutexGuard<'_, HashMap<String, Subscription>> {
@@ -141,17 +140,27 @@ impl Waiters {
                 else {
                     return;
                 };
-                let ours =
-                    matches!(payload, Some(Value::BulkString(p)) if *p == self.own_id.as_bytes());
-                self.on_release(&String::from_utf8_lossy(channel), ours);
+                match payload {
+                    Some(Value::BulkString(payload)) if payload.first() == Some(&b'>') => {
+                        let call = String::from_utf8_lossy(&payload[1..]);
+                        let (first, next) = call.split_once('\n').unwrap_or((&call, ""));
+                        self.on_hand_off(first, next);
+                    }
+                    _ => self.on_release(&String::from_utf8_lossy(channel)),
+                }
             }
-            // After a reconnect a release may have been missed: let every head re-check. The
-            // connection resubscribes when it reconnects, and each channel is confirmed again.
+            // After a reconnect a release or hand-off may have been missed: let every head
+            // and every writer in line re-check. The connection resubscribes when it
+            // reconnects, and each channel is confirmed again.
             PushKind::Disconnection => {
                 for subscription in self.subscribed().values_mut() {
                     subscription.confirmed &= !bit;
                 }
+                self.releases_heard.fetch_add(1, Ordering::AcqRel);
                 self.queues.wake_every_head();
+                for called in self.called().values() {
+                    called.notify_one();
+                }
             }
             PushKind::Subscribe | PushKind::Unsubscribe => {
                 let Some(Value::BulkString(channel)) = push.data.first() else {
@@ -173,66 +182,54 @@ impl Waiters {
         }
     }
 
-    /// A release was published on `channel`: another Locker's release lifts our bar and
-    /// wakes our head; our own release wakes it only if we did not bar ourselves.
-    fn on_release(&self, channel: &str, ours: bool) {
-        {
-            let mut bars = self.bars();
-            if ours
-                && bars
-                    .get(channel)
-                    .is_some_and(|until| Instant::now() < *until)
-            {
-                return;
-            }
-            bars.remove(channel);
-        }
+    /// A release was published on `channel` for whoever waits: wakes the head of its queue.
+    fn on_release(&self, channel: &str) {
+        self.releases_heard.fetch_add(1, Ordering::AcqRel);
         self.queues.wake_head(channel);
     }
 
-    /// Bars this Locker from taking the lock of `channel` until `until` (or until another
-    /// Locker releases it).
-    pub(crate) fn bar(&self, channel: &str, until: Instant) {
-        let mut bars = self.bars();
-        if bars.len() > 1024 {
-            let now = Instant::now();
-            bars.retain(|_, until| now < *until);
+    /// The lock was handed to the writer `first`, with `next` after it in line: wakes
+    /// `first` if it is one of ours, and `next` (if ours) once `first`'s claim window has
+    /// passed — if `first` vanished, `next` finds the lock free and takes it then.
+    fn on_hand_off(&self, first: &str, next: &str) {
+        let called = self.called();
+        if let Some(first) = called.get(first) {
+            first.notify_one();
         }
-        bars.insert(channel.to_owned(), until);
+        if let Some(next) = called.get(next) {
+            let next = Arc::downgrade(next);
+            tokio::spawn(async move {
+                tokio::time::sleep(CLAIM_WINDOW + CLAIM_SLACK).await;
+                // Gone when that writer stopped waiting (it was granted the lock, or gave up).
+                if let Some(next) = next.upgrade() {
+                    next.notify_one();
+                }
+            });
+        }
     }
 
-    /// Lifts a bar set in anticipation of a release that turned out not to need it.
-    pub(crate) fn lift_bar(&self, channel: &str) {
-        self.on_release(channel, false);
+    /// How many releases that named no waiter this backend has heard (reconnects count too).
+    pub(crate) fn releases_heard(&self) -> u64 {
+        self.releases_heard.load(Ordering::Acquire)
     }
 
-    /// Until when this Locker should not ask Redis for the lock of `channel`.
-    pub(crate) fn barred_until(&self, channel: &str) -> Option<Instant> {
-        let mut bars = self.bars();
-        let until = *bars.get(channel)?;
-        if Instant::now() < until {
-            Some(until)
-        } else {
-            bars.remove(channel);
-            None
+    /// Listens for hand-offs to the writer `owner` until the returned guard is dropped.
+    pub(crate) fn call(self: &Arc<Self>, owner: &str) -> Called {
+        let notify = Arc::new(Notify::new());
+        self.called().insert(owner.to_owned(), Arc::clone(&notify));
+        Called {
+            waiters: Arc::clone(self),
+            owner: owner.to_owned(),
+            notify,
         }
     }
 
     /// Whether a new acquire of the lock with full key `key` may ask Redis at once: nobody
-    /// of this backend queues on its channel and this backend did not just yield it to other
-    /// Lockers. Two atomic loads, and no channel name built, while nobody waits at all and no
-    /// bar is set: this is the uncontended fast path.
+    /// of this backend queues on its channel (otherwise it goes behind them). One atomic load,
+    /// and no channel name built, while nobody waits at all: this is the uncontended fast
+    /// path.
     pub(crate) fn may_try_at_once(&self, key: &str) -> bool {
-        if self.queues.is_idle() && self.no_bars.load(Ordering::Acquire) {
-            return true;
-        }
-        let channel = channel_of(key);
-        self.queues.len(&channel) == 0 && self.barred_until(&channel).is_none()
-    }
-
-    /// Whether anyone of this backend waits on the lock with full key `key`.
-    pub(crate) fn has_waiters(&self, key: &str) -> bool {
-        !self.queues.is_idle() && self.queues.len(&channel_of(key)) > 0
+        self.queues.is_idle() || self.queues.len(&channel_of(key)) == 0
     }
 
     /// Queues a waiter on `channel`, subscribing to it first if needed. The returned ticket
@@ -379,31 +376,30 @@ impl Subscription {
     }
 }
 
+/// How long after the first writer's claim window the next one asks again.
+const CLAIM_SLACK: Duration = Duration::from_millis(50);
+
 /// How long an unsubscription waits for its answers.
 const UNSUBSCRIBE_WAIT: Duration = Duration::from_millis(100);
 
-/// The locked bars; on unlock, records whether there are none.
-struct BarsGuard<'a> {
-    bars: MutexGuard<'a, HashMap<String, Instant>>,
-    none: &'a AtomicBool,
+/// A writer in the server's line, listening for the hand-off that names it.
+#[derive(Debug)]
+pub(crate) struct Called {
+    waiters: Arc<Waiters>,
+    owner: String,
+    notify: Arc<Notify>,
 }
 
-impl std::ops::Deref for BarsGuard<'_> {
-    type Target = HashMap<String, Instant>;
-
-    fn deref(&self) -> &Self::Target {
-        &self.bars
+impl Called {
+    /// Resolves when a hand-off named this writer (also one heard before this call), or the
+    /// subscription reconnected.
+    pub(crate) async fn heard(&self) {
+        self.notify.notified().await;
     }
 }
 
-impl std::ops::DerefMut for BarsGuard<'_> {
-    fn deref_mut(&mut self) -> &mut Self::Target {
-        &mut self.bars
-    }
-}
-
-impl Drop for BarsGuard<'_> {
+impl Drop for Called {
     fn drop(&mut self) {
-        self.none.store(self.bars.is_empty(), Ordering::Release);
+        self.waiters.called().remove(&self.owner);
     }
 }

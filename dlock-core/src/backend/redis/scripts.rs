@@ -39,29 +39,83 @@ impl Lua {
     }
 }
 
-/// `KEYS`: lock, fence, semaphore limit, waiting writers, their expiries, waited-for mark
-/// (the keys of [`ACQUIRE_SHARED`], in its order), hand-over mark. `ARGV`: owner, ttl ms, `1` for a queued waiter, `1` when the grant must
-/// carry a fencing token. Returns an integer: when granted, the fencing token (≥ 1), or 1
-/// without fencing; `-1 - pttl` (≤ -1) when held with an expiry; 0 when held without one.
-/// When readers or permits hold the lock and this queued writer marked itself waiting,
-/// returns `{-1 - wait, 1}`, `wait` being when to try again at the latest (the mark expires
-/// after the writer's ttl unless renewed by its next attempt). When the lock or fence key
-/// holds another type, returns the string `lock <type>` / `fence <type>`. The hot path is
-/// one or two commands (`SET NX PX`, and `INCR` when asked for a token); types are only
-/// inspected when something is off.
+/// Lua: `arrival(time)`, the place in line of a writer joining it now — the server's time
+/// in microseconds (`time` is `TIME`'s reply), but after everyone already in line (`KEYS[4]`),
+/// so places are strictly increasing even within one microsecond or across a clock step.
+macro_rules! arrival {
+    () => {
+        r"
+local function arrival(time)
+  local at = tonumber(time[1]) * 1000000 + tonumber(time[2])
+  local last = redis.call('zrange', KEYS[4], -1, -1, 'WITHSCORES')
+  if #last > 0 and tonumber(last[2]) >= at then at = tonumber(last[2]) + 1 end
+  return at
+end
+"
+    };
+}
+
+/// Lua: `hand_off(lock, line, expiries, shares_wait, message, now, window)`, run when the lock
+/// `lock` has just become free while someone waited for it. Drops the writers in line
+/// (`line`, by place; `expiries`, by when they expire) that expired, then gives the lock to
+/// the first one left: reserves it (the value `~<owner>`, which no owner matches and every
+/// `SET NX` fails on) for `window` ms, during which that writer must claim it or lose its
+/// place, and tells it (`><owner>\n<next owner>` on the release channel; the other Lockers
+/// ignore it). The writer after it asks again once the window has passed, if it still waits
+/// then: a first writer that vanished holds the line up one window, not half a ttl. When readers or permits wait too (the waited-for mark `shares_wait`), nothing is reserved:
+/// the release is published for everyone (with `message`), and the first writer is told as
+/// well — readers and that writer race, as they always did. Returns how many subscribers
+/// heard the last message.
+macro_rules! hand_off {
+    () => {
+        r"
+local function hand_off(lock, line, expiries, shares_wait, message, now, window)
+  local gone = redis.call('zrangebyscore', expiries, '-inf', now)
+  for _, owner in ipairs(gone) do redis.call('zrem', line, owner) end
+  if #gone > 0 then redis.call('zremrangebyscore', expiries, '-inf', now) end
+  local firsts = redis.call('zrange', line, 0, 1)
+  local first = firsts[1]
+  local channel = lock .. ':released'
+  if not first then return redis.call('publish', channel, message) end
+  local call = '>' .. first .. '\n' .. (firsts[2] or '')
+  if redis.call('exists', shares_wait) == 1 then
+    redis.call('publish', channel, call)
+    return redis.call('publish', channel, message)
+  end
+  redis.call('set', lock, '~' .. first, 'PX', window)
+  redis.call('zadd', expiries, 'XX', now + window, first)
+  return redis.call('publish', channel, call)
+end
+"
+    };
+}
+
+/// `KEYS`: lock, fence, semaphore limit, writers in line, their expiries, waited-for mark
+/// (the keys of [`ACQUIRE_SHARED`], in its order). `ARGV`: owner, ttl ms, `1` for a queued
+/// waiter, `1` when the grant must carry a fencing token. Returns an integer: when granted,
+/// the fencing token (≥ 1), or 1 without fencing; `-1 - pttl` (≤ -1) when held with an
+/// expiry; 0 when held without one. When readers or permits hold the lock and this queued
+/// writer marked itself waiting, returns `{-1 - wait, 1}`, `wait` being when to try again at
+/// the latest (the mark expires after the writer's ttl unless renewed by its next attempt).
+/// When the lock or fence key holds another type, returns the string `lock <type>` /
+/// `fence <type>`. The hot path is one or two commands (`SET NX PX`, and `INCR` when asked for
+/// a token); types are only inspected when something is off.
 ///
-/// A queued waiter (subscribed to the release channel first) that finds the lock held by
-/// another writer marks it waited for: `|waited` appended to the holder's value (`APPEND`
-/// keeps the expiry, and the mark goes with the lock). One that finds readers or permits
-/// holding it drops the expired ones (taking the lock if none is left), and otherwise adds
-/// itself to the waiting writers — readers and permits that come after it wait for it — and
-/// sets the waited-for mark, so their releases publish. A queued waiter that is granted the
-/// lock leaves the waiting writers, and takes over the hand-over mark a releaser left for its
-/// own barred waiters, or the waited-for mark of readers who wait behind it, by marking its
-/// own lock. A lock held by this very owner is this request's own earlier attempt that a
-/// frozen master applied late (RedLock retries with the same owner): it is granted anew.
+/// This is the attempt of a caller that does not wait in the server's line: a first
+/// attempt, a `try_lock`, and every attempt on a RedLock master (whose waiters queue in their
+/// Lockers: five masters' lines could disagree). A queued waiter (subscribed to the release
+/// channel first) that finds the lock held by another writer marks it waited for: `|waited`
+/// appended to the holder's value (`APPEND` keeps the expiry, and the mark goes with the
+/// lock). One that finds readers or permits holding it drops the expired ones (taking the
+/// lock if none is left), and otherwise adds itself to the writers in line — readers and
+/// permits that come after it wait for it — and sets the waited-for mark, so their releases
+/// publish. A queued waiter that is granted the lock leaves the line, and marks its own lock
+/// when readers wait behind it. A lock held by this very owner is this request's own earlier
+/// attempt that a frozen master applied late (RedLock retries with the same owner): it is
+/// granted anew.
 pub(super) static ACQUIRE: LazyLock<Lua> = LazyLock::new(|| {
-    Lua::new(
+    Lua::new(concat!(
+        arrival!(),
         r"
 local function grant()
   if not redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return nil end
@@ -76,9 +130,7 @@ local function grant()
   if ARGV[3] == '1' then
     redis.call('zrem', KEYS[4], ARGV[1])
     redis.call('zrem', KEYS[5], ARGV[1])
-    if redis.call('del', KEYS[7]) == 1 or redis.call('exists', KEYS[6]) == 1 then
-      redis.call('append', KEYS[1], '|waited')
-    end
+    if redis.call('exists', KEYS[6]) == 1 then redis.call('append', KEYS[1], '|waited') end
   end
   return token
 end
@@ -114,7 +166,9 @@ if ARGV[3] ~= '1' then
   return 0
 end
 local ttl = tonumber(ARGV[2])
-redis.call('zadd', KEYS[4], 'NX', now, ARGV[1])
+if not redis.call('zscore', KEYS[4], ARGV[1]) then
+  redis.call('zadd', KEYS[4], arrival(time), ARGV[1])
+end
 redis.call('zadd', KEYS[5], now + ttl, ARGV[1])
 for i = 4, 5 do
   if redis.call('pttl', KEYS[i]) < ttl then redis.call('pexpire', KEYS[i], ttl) end
@@ -123,8 +177,90 @@ if redis.call('pttl', KEYS[6]) < ttl then redis.call('set', KEYS[6], '1', 'PX', 
 local renew_by = math.floor(ttl / 2)
 if wait < 0 or wait > renew_by then wait = renew_by end
 return {-1 - wait, 1}
-",
-    )
+"
+    ))
+});
+
+/// The attempt of a writer waiting in the server's line (single server and Cluster).
+/// `KEYS`: those of [`ACQUIRE`]. `ARGV`: owner, ttl ms, `1` when the grant must carry a
+/// fencing token, the claim window in ms (see [`hand_off!`]). Returns the token (≥ 1, or 1
+/// without fencing) when granted, `{-1 - wait, 1}` when the writer is (now) in line, `wait`
+/// being when to try again at the latest, or `lock <type>` / `fence <type>`.
+///
+/// The line is `KEYS[4]` (owner by place) and `KEYS[5]` (owner by expiry: the writer's ttl
+/// from its last attempt, renewed by the next one, which comes at half its ttl at the latest;
+/// a writer that vanished leaves the line then). A writer is granted the lock when it was
+/// handed to it (`~<owner>`), or when the lock is free and nobody is ahead of it in line; a
+/// free lock with someone ahead is handed to that one. Otherwise the writer joins the line
+/// (keeping its place if it had one) and marks the lock waited for, so that its release hands
+/// it on. A writer granted while others are in line (or readers wait) marks its own lock.
+pub(super) static ACQUIRE_FAIR: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(concat!(
+        arrival!(),
+        hand_off!(),
+        r"
+local me, ttl, window = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[4])
+local time = redis.call('time')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local function grant(marked)
+  redis.call('set', KEYS[1], me, 'PX', ttl)
+  local token = 1
+  if ARGV[3] == '1' then
+    token = redis.pcall('incr', KEYS[2])
+    if type(token) == 'table' or token < 1 then
+      redis.call('del', KEYS[1])
+      return 'fence ' .. redis.call('type', KEYS[2])['ok']
+    end
+  end
+  redis.call('zrem', KEYS[4], me)
+  redis.call('zrem', KEYS[5], me)
+  if marked or redis.call('zcard', KEYS[4]) > 0 or redis.call('exists', KEYS[6]) == 1 then
+    redis.call('append', KEYS[1], '|waited')
+  end
+  return token
+end
+local function wait_in_line(wait)
+  if not redis.call('zscore', KEYS[4], me) then
+    redis.call('zadd', KEYS[4], arrival(time), me)
+  end
+  redis.call('zadd', KEYS[5], now + ttl, me)
+  for i = 4, 5 do
+    if redis.call('pttl', KEYS[i]) < ttl then redis.call('pexpire', KEYS[i], ttl) end
+  end
+  local renew_by = math.floor(ttl / 2)
+  if wait < 0 or wait > renew_by then wait = renew_by end
+  return {-1 - wait, 1}
+end
+local holder = redis.pcall('get', KEYS[1])
+if type(holder) == 'string' then
+  local marked = string.sub(holder, -7) == '|waited'
+  if marked then holder = string.sub(holder, 1, -8) end
+  -- Handed to this writer; or its own earlier attempt, applied late: granted anew.
+  if holder == '~' .. me or holder == me then return grant(marked) end
+  if not marked then redis.call('append', KEYS[1], '|waited') end
+  return wait_in_line(redis.call('pttl', KEYS[1]))
+end
+if holder then
+  -- Not a string: readers' or permits' sorted set, or another application's key.
+  local kind = redis.call('type', KEYS[1])['ok']
+  if kind ~= 'zset' then return 'lock ' .. kind end
+  redis.call('zremrangebyscore', KEYS[1], '-inf', now)
+  if redis.call('exists', KEYS[1]) == 1 then
+    if redis.call('pttl', KEYS[6]) < ttl then redis.call('set', KEYS[6], '1', 'PX', ttl) end
+    return wait_in_line(redis.call('pttl', KEYS[1]))
+  end
+  redis.call('del', KEYS[3])
+end
+-- Free: the first writer in line that has not expired takes it.
+local gone = redis.call('zrangebyscore', KEYS[5], '-inf', now)
+for _, owner in ipairs(gone) do redis.call('zrem', KEYS[4], owner) end
+if #gone > 0 then redis.call('zremrangebyscore', KEYS[5], '-inf', now) end
+local first = redis.call('zrange', KEYS[4], 0, 0)[1]
+if not first or first == me then return grant(false) end
+hand_off(KEYS[1], KEYS[4], KEYS[5], KEYS[6], me, now, window)
+return wait_in_line(window)
+"
+    ))
 });
 
 /// A lock set taken in one step, all or none. `KEYS`: per lock, its name and its fence's.
@@ -166,15 +302,14 @@ return granted
     )
 });
 
-/// `KEYS`: lock, fence, semaphore limit, waiting writers, their expiries, waited-for mark.
+/// `KEYS`: lock, fence, semaphore limit, writers in line, their expiries, waited-for mark.
 /// `ARGV`: owner, ttl ms, `1` for a queued waiter, `1` when the grant must carry a fencing
-/// token, the semaphore's limit (`0` for a reader), when this caller first asked (server ms,
+/// token, the semaphore's limit (`0` for a reader), when this caller first asked (server µs,
 /// `0` on its first attempt).
 ///
 /// Grants a share (a reader, or one of the semaphore's permits) when the lock is free or held
 /// by shares of the same kind (and, for a permit, fewer than the limit), and no writer that
-/// asked before this caller — or in the same server millisecond: a writer marked in the
-/// caller's first millisecond was there before the caller's first script ran — waits for it. A share is a member of the sorted set at the lock's
+/// joined the line before this caller first asked waits for it. A share is a member of the sorted set at the lock's
 /// name, scored by its expiry in server milliseconds: expired ones are dropped here, so a
 /// vanished holder's share frees at its ttl; the set expires with its last member. A
 /// semaphore's limit is stored beside it and expires with it.
@@ -183,7 +318,7 @@ return granted
 /// asked}` when not, `wait` being when to try again at the latest (-1: unknown); `{2, stored
 /// limit}` when the semaphore has another limit; `lock <type>` / `fence <type>` for a key of
 /// another type. A queued waiter that finds a writer holding the lock marks it waited for
-/// (`|waited`, as writers do); one that waits for shares or writers sets the waited-for mark
+/// (`|waited`, as writers do); one that waits for anything sets the waited-for mark
 /// for its ttl (never shortening it: another waiter may need it longer), so their releases
 /// publish.
 pub(super) static ACQUIRE_SHARED: LazyLock<Lua> = LazyLock::new(|| {
@@ -195,7 +330,7 @@ local ttl = tonumber(ARGV[2])
 local queued = ARGV[3] == '1'
 local limit = tonumber(ARGV[5])
 local arrival = tonumber(ARGV[6])
-if arrival == 0 then arrival = now end
+if arrival == 0 then arrival = tonumber(time[1]) * 1000000 + tonumber(time[2]) end
 local function held(wait)
   if not queued then return {0, wait, arrival} end
   if redis.call('pttl', KEYS[6]) < ttl then redis.call('set', KEYS[6], '1', 'PX', ttl) end
@@ -208,6 +343,7 @@ if kind == 'string' then
   if queued then
     local holder = redis.call('get', KEYS[1])
     if string.sub(holder, -7) ~= '|waited' then redis.call('append', KEYS[1], '|waited') end
+    if redis.call('pttl', KEYS[6]) < ttl then redis.call('set', KEYS[6], '1', 'PX', ttl) end
   end
   return {0, redis.call('pttl', KEYS[1]), arrival}
 end
@@ -254,62 +390,91 @@ return {1, token, arrival}
     )
 });
 
-/// `KEYS`: lock, and the hand-over mark only when the releaser has waiters of its own.
-/// `ARGV`: owner, then (with the hand-over mark) the message (the releasing Locker's id) and
-/// how long to keep the mark, in ms.
-///
-/// Deletes the lock if `owner` holds it (marked waited for or not). Publishes the release on
-/// `KEYS[1]:released` only when it was marked: an uncontended release is the raw
-/// compare-and-delete with the same key and argument, and nothing more. A releaser with
-/// waiters of its own (which it bars for a moment) publishes anyway, with its id, and leaves
-/// the hand-over mark, which the waiter granted next moves into its own lock so that its
-/// release wakes them. Returns how many subscribers heard it (0 when not published; the
-/// releasing Locker bars itself when others did), or -1 if `owner` did not hold the lock.
+/// `KEYS`: lock. `ARGV`: owner. The release of a lock on a RedLock master, whose waiters
+/// queue in their Lockers: deletes the lock if `owner` holds it (marked waited for or not),
+/// and publishes the release on `KEYS[1]:released`, with the owner as the message, only when
+/// it was marked: an uncontended release is the raw compare-and-delete with the same key and
+/// argument, and nothing more. Returns how many subscribers heard it (0 when not published),
+/// or -1 if `owner` did not hold the lock.
 pub(super) static RELEASE: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(
         r"
 local holder = redis.pcall('get', KEYS[1])
 if holder == ARGV[1] then
   redis.call('del', KEYS[1])
-  if not KEYS[2] then return 0 end
-elseif holder == ARGV[1] .. '|waited' then
-  redis.call('del', KEYS[1])
-else
+  return 0
+elseif holder ~= ARGV[1] .. '|waited' then
   return -1
 end
-if KEYS[2] then redis.call('set', KEYS[2], '1', 'PX', ARGV[3]) end
-return redis.call('publish', KEYS[1] .. ':released', ARGV[2] or ARGV[1])
+redis.call('del', KEYS[1])
+return redis.call('publish', KEYS[1] .. ':released', ARGV[1])
 ",
     )
 });
 
-/// A lock set's release: [`RELEASE`] without a hand-over mark, for every lock at once.
-/// `KEYS`: the locks. `ARGV`: their owners. Returns, per lock, how many subscribers heard its
-/// release (0 when not published), or -1 if its owner did not hold it. One `MGET` (a lock
-/// that is not a string, readers' or permits', reads as nil: not held) and one `DEL` of the
-/// locks held, then the releases waited for are published.
-pub(super) static RELEASE_ALL: LazyLock<Lua> = LazyLock::new(|| {
-    Lua::new(
+/// `KEYS`: lock, writers in line, their expiries, waited-for mark. `ARGV`: owner, claim window
+/// ms. The release of a lock on a single server or Cluster: deletes the lock if `owner`
+/// holds it; when it was marked waited for, hands it to the first writer in line (see
+/// [`hand_off!`]). An uncontended release is the raw compare-and-delete. Returns how many
+/// subscribers heard the hand-off (0 when there was none), or -1 if `owner` did not hold the
+/// lock.
+pub(super) static RELEASE_FAIR: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(concat!(
+        hand_off!(),
         r"
-local holders = redis.call('mget', unpack(KEYS))
-local heard, held, waited = {}, {}, {}
-for i = 1, #KEYS do
+local holder = redis.pcall('get', KEYS[1])
+if holder == ARGV[1] then
+  redis.call('del', KEYS[1])
+  return 0
+elseif holder ~= ARGV[1] .. '|waited' then
+  return -1
+end
+redis.call('del', KEYS[1])
+local time = redis.call('time')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+return hand_off(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], now, tonumber(ARGV[2]))
+"
+    ))
+});
+
+/// A lock set's release: [`RELEASE_FAIR`] for every lock at once (single server). `KEYS`: per
+/// lock, the four keys of [`RELEASE_FAIR`]. `ARGV`: the owners, then the claim window ms.
+/// Returns, per lock, how many subscribers heard its hand-off (0 when there was none), or -1
+/// if its owner did not hold it. One `MGET` (a lock that is not a string, readers' or
+/// permits', reads as nil: not held) and one `DEL` of the locks held, then the locks waited
+/// for are handed on.
+pub(super) static RELEASE_ALL: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(concat!(
+        hand_off!(),
+        r"
+local n = #KEYS / 4
+local locks = {}
+for i = 1, n do locks[i] = KEYS[4 * i - 3] end
+local holders = redis.call('mget', unpack(locks))
+local heard, held, handed = {}, {}, {}
+for i = 1, n do
   heard[i] = -1
   if holders[i] == ARGV[i] then
-    held[#held + 1] = KEYS[i]
+    held[#held + 1] = locks[i]
     heard[i] = 0
   elseif holders[i] == ARGV[i] .. '|waited' then
-    held[#held + 1] = KEYS[i]
-    waited[#waited + 1] = i
+    held[#held + 1] = locks[i]
+    handed[#handed + 1] = i
   end
 end
 if #held > 0 then redis.call('del', unpack(held)) end
-for _, i in ipairs(waited) do
-  heard[i] = redis.call('publish', KEYS[i] .. ':released', ARGV[i])
+if #handed > 0 then
+  local time = redis.call('time')
+  local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+  local window = tonumber(ARGV[n + 1])
+  for _, i in ipairs(handed) do
+    local k = 4 * i
+    heard[i] = hand_off(KEYS[k - 3], KEYS[k - 2], KEYS[k - 1], KEYS[k], ARGV[i], now, window)
+  end
 end
 return heard
-",
-    )
+"
+    ))
 });
 
 /// `KEYS`: lock. `ARGV`: owner, how long to keep the lock in ms, why (`at_least`, `done`).
@@ -425,21 +590,33 @@ return renewed
     )
 });
 
-/// `KEYS`: lock, waiting writers, their expiries, waited-for mark. `ARGV`: owner.
-/// A writer that gave up waiting (out of time, or cancelled) leaves the waiting writers; if
-/// it was one and someone waits behind it, publishes on `KEYS[1]:released` so they try
+/// `KEYS`: lock, writers in line, their expiries, waited-for mark. `ARGV`: owner, claim
+/// window ms. A writer that gave up waiting (out of time, or cancelled) leaves the line; if
+/// the lock had just been handed to it, hands it on (see [`hand_off!`]); otherwise, if it was
+/// in line and readers or permits wait behind it, publishes on `KEYS[1]:released` so they try
 /// again. Returns how many subscribers heard it.
 pub(super) static WITHDRAW_WRITER: LazyLock<Lua> = LazyLock::new(|| {
-    Lua::new(
+    Lua::new(concat!(
+        hand_off!(),
         r"
 local removed = redis.call('zrem', KEYS[2], ARGV[1])
 redis.call('zrem', KEYS[3], ARGV[1])
+local holder = redis.pcall('get', KEYS[1])
+if type(holder) == 'string' then
+  if string.sub(holder, -7) == '|waited' then holder = string.sub(holder, 1, -8) end
+  if holder == '~' .. ARGV[1] then
+    redis.call('del', KEYS[1])
+    local time = redis.call('time')
+    local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+    return hand_off(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], now, tonumber(ARGV[2]))
+  end
+end
 if removed == 1 and redis.call('exists', KEYS[4]) == 1 then
   return redis.call('publish', KEYS[1] .. ':released', ARGV[1])
 end
 return 0
-",
-    )
+"
+    ))
 });
 
 /// `KEYS`: lock, semaphore limit. Deletes the lock (a writer's, or every share) whoever holds
@@ -456,30 +633,40 @@ return removed
     )
 });
 
-/// `KEYS`: lock, semaphore limit. What holds the lock, read in one atomic step for
-/// [`inspect`](crate::backend::LockBackend::inspect): `{'lock', 0, owner, pttl}` for a writer
-/// (the owner without its waited-for mark; pttl -1 without an expiry), `{'shares', limit,
-/// owner, ms left, …}` for the readers or permits not yet expired (limit 0 for readers),
-/// `{'none', 0}` when free, and `{<type>, 0}` when the name holds another type.
+/// `KEYS`: lock, semaphore limit, writers in line, their expiries. What holds the lock and
+/// who waits in line, read in one atomic step for
+/// [`inspect`](crate::backend::LockBackend::inspect): `{'lock', 0, {owner, pttl}, line}` for a
+/// writer (the owner without its waited-for mark; a lock handed to a writer in line shows
+/// that writer; pttl -1 without an expiry), `{'shares', limit, {owner, ms left, …}, line}` for
+/// the readers or permits not yet expired (limit 0 for readers), `{'none', 0, {}, line}` when
+/// free, and `{<type>, 0, {}, {}}` when the name holds another type. `line`: the writers in
+/// line that have not expired, first first.
 pub(super) static INSPECT: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(
         r"
+local time = redis.call('time')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local line = {}
+for _, owner in ipairs(redis.call('zrange', KEYS[3], 0, -1)) do
+  local expiry = redis.call('zscore', KEYS[4], owner)
+  if expiry and tonumber(expiry) > now then line[#line + 1] = owner end
+end
 local kind = redis.call('type', KEYS[1])['ok']
 if kind == 'string' then
   local owner = redis.call('get', KEYS[1])
   if string.sub(owner, -7) == '|waited' then owner = string.sub(owner, 1, -8) end
-  return {'lock', 0, owner, redis.call('pttl', KEYS[1])}
+  if string.sub(owner, 1, 1) == '~' then owner = string.sub(owner, 2) end
+  return {'lock', 0, {owner, redis.call('pttl', KEYS[1])}, line}
 end
-if kind ~= 'zset' then return {kind, 0} end
-local time = redis.call('time')
-local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-local reply = {'shares', tonumber(redis.call('get', KEYS[2]) or '0')}
+if kind == 'none' then return {'none', 0, {}, line} end
+if kind ~= 'zset' then return {kind, 0, {}, {}} end
+local grants = {}
 local shares = redis.call('zrangebyscore', KEYS[1], '(' .. now, '+inf', 'WITHSCORES')
 for i = 1, #shares, 2 do
-  reply[#reply + 1] = shares[i]
-  reply[#reply + 1] = tonumber(shares[i + 1]) - now
+  grants[#grants + 1] = shares[i]
+  grants[#grants + 1] = tonumber(shares[i + 1]) - now
 end
-return reply
+return {'shares', tonumber(redis.call('get', KEYS[2]) or '0'), grants, line}
 ",
     )
 });
@@ -498,8 +685,12 @@ mod tests {
         );
         for script in [
             &ACQUIRE,
+            &ACQUIRE_FAIR,
             &ACQUIRE_SHARED,
             &RELEASE,
+            &RELEASE_FAIR,
+            &RELEASE_ALL,
+            &WITHDRAW_WRITER,
             &RELEASE_KEEPING,
             &RENEW,
             &INSPECT,
@@ -518,5 +709,6 @@ mod tests {
                     .contains(&format!("KEYS[1] .. '{}'", super::super::keys::RELEASED))
             );
         }
+        assert!(hand_off!().contains(&format!("lock .. '{}'", super::super::keys::RELEASED)));
     }
 }

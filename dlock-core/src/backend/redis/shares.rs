@@ -31,8 +31,8 @@ use crate::{Error, LockMode, Result};
 
 impl RedisBackend {
     /// One attempt to take a share for `req` (a reader or a permit). `first_asked` is when
-    /// this caller first asked, in server milliseconds: 0 before its first attempt, which
-    /// sets it; writers that marked themselves waiting before it go first.
+    /// this caller first asked, in server microseconds: 0 before its first attempt, which
+    /// sets it; writers that joined the line before it go first.
     ///
     /// # Errors
     ///
@@ -137,15 +137,12 @@ impl RedisBackend {
 }
 
 fn fill_withdraw(cmd: &mut redis::Cmd, key: &str, owner: &str) {
-    cmd.arg(RedisName::lock(key))
-        .arg(RedisName::writers(key))
-        .arg(RedisName::writers_expiry(key))
-        .arg(RedisName::waited_for(key))
-        .arg(owner);
+    keys::line_keys(cmd, key);
+    cmd.arg(owner).arg(millis(super::node::CLAIM_WINDOW));
 }
 
-/// A writer's place among the writers waiting for shares, while it waits: withdrawn when the
-/// writer gives up, and in the background when its acquire is dropped (cancelled, or failed
+/// A writer's place in the server's line (or, on a RedLock master, among the writers waiting
+/// for shares), while it waits: withdrawn when the writer gives up, and in the background when its acquire is dropped (cancelled, or failed
 /// with an error — also after an attempt whose answer never came, which may have marked it). Readers and permits behind it then need not wait for its mark to expire.
 pub(super) struct WriterMark<'a> {
     backend: &'a RedisBackend,

@@ -20,7 +20,7 @@ use crate::backend::redis::{Attempt, Node, Waiters, certificates, channel_of, op
 use crate::backend::{BackendUrl, Capabilities, LockBackend};
 use crate::error::within;
 use crate::lease::{
-    AcquireOutcome, AcquireRequest, Lease, OwnerId, ReleaseOutcome, RenewOutcome, drift_margin,
+    AcquireOutcome, AcquireRequest, Lease, ReleaseOutcome, RenewOutcome, drift_margin,
 };
 use crate::{Error, Kept, LockMode, Result};
 
@@ -126,17 +126,16 @@ impl RedLockBackend {
         let certs = certificates(&settings.nodes, url.tls())?;
         for info in &settings.nodes {
             let (pushes_tx, pushes_rx) = tokio::sync::mpsc::unbounded_channel();
-            nodes.push(Node::new(
+            nodes.push(Node::master(
                 open_lazy(info, certs.clone(), timeout, None)?,
                 timeout,
             ));
             subscribers.push(open_lazy(info, certs.clone(), timeout, Some(pushes_tx))?);
             pushes.push(pushes_rx);
         }
-        let id = OwnerId::random("redlock-locker");
         let backend = Self {
             nodes,
-            waiters: Waiters::start(id.as_str().to_owned(), subscribers, pushes, timeout),
+            waiters: Waiters::start(subscribers, pushes, timeout),
             background: Background::new(),
             quorum: settings.quorum(),
             node_timeout: settings.node_timeout,
@@ -440,7 +439,7 @@ async fn give_back_after_attempts(
             {
                 let _ = attempt.await;
             }
-            node.release_owned(req.owner.as_str(), &req.key, None).await
+            node.release_owned(req.owner.as_str(), &req.key).await
         })
         .await;
         if !matches!(given_back, Ok(Ok(_))) {
@@ -571,7 +570,7 @@ impl LockBackend for RedLockBackend {
         let releases = self
             .nodes
             .iter()
-            .map(|node| node.release_owned(owner, &lease.key, None));
+            .map(|node| node.release_owned(owner, &lease.key));
         self.settle_release(releases).await
     }
 
