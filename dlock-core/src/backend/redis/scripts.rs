@@ -238,6 +238,8 @@ if type(holder) == 'string' then
   -- Handed to this writer; or its own earlier attempt, applied late: granted anew.
   if holder == '~' .. me or holder == me then return grant(marked) end
   if not marked then redis.call('append', KEYS[1], '|waited') end
+  -- Handed to another: the writer after that one asks again if it does not claim it.
+  if string.sub(holder, 1, 1) == '~' then return wait_in_line(-1) end
   return wait_in_line(redis.call('pttl', KEYS[1]))
 end
 if holder then

@@ -6,6 +6,7 @@
 //! floors and the measurement method are in `README.md` beside this file.
 
 mod held;
+mod hot_key;
 mod jobs;
 mod modes;
 mod redis_raw;
@@ -48,6 +49,7 @@ fn parse_args() -> Result<Option<Args>, String> {
             watchdog_locks: 10_000,
             watchdog_for: Duration::from_secs(10),
             held: vec![1_000, 10_000, 100_000],
+            hot: vec![(10, 2), (100, 10), (1000, 50), (1000, 2)],
             only_dlock: None,
         },
     };
@@ -84,6 +86,17 @@ fn parse_args() -> Result<Option<Args>, String> {
                     .map(|n| n.trim().parse().map_err(|e| format!("--held {n}: {e}")))
                     .collect::<Result<_, _>>()?;
             }
+            "--hot" => {
+                args.settings.hot = value("--hot")?
+                    .split(',')
+                    .map(|pair| {
+                        let parse = |n: &str| n.trim().parse::<usize>().ok().filter(|n| *n > 0);
+                        pair.split_once(':')
+                            .and_then(|(w, l)| Some((parse(w)?, parse(l)?)))
+                            .ok_or_else(|| format!("--hot {pair}: expected WAITERS:LOCKERS"))
+                    })
+                    .collect::<Result<_, _>>()?;
+            }
             "--quick" => {
                 let s = &mut args.settings;
                 (
@@ -116,13 +129,16 @@ fn parse_args() -> Result<Option<Args>, String> {
 
 const USAGE: &str = "\
 usage: dlock-bench [--url URL]... [--servers auto] [--scenario NAME|all] [--json] [--reps N]
-                   [--hold DURATION] [--watchdog-for DURATION] [--held N,N,...] [--quick]
-                   [--only dlock|floor]
+                   [--hold DURATION] [--watchdog-for DURATION] [--held N,N,...]
+                   [--hot W:L,W:L,...] [--quick] [--only dlock|floor]
 
 Runs each scenario (uncontended, many-keys, contended, read-mostly, semaphore, reentrant,
 macro, watchdog, once, sets) against each backend next to its raw-client floor, in the same run, and
 prints ops/s, p50/p99/max and the ratio to the floor. `--scenario held` (not part of `all`: it
-takes minutes per backend) holds 1,000, 10,000 and 100,000 locks (--held) for three ttls each. Without --url or --servers: memory only. --servers auto starts a
+takes minutes per backend) holds 1,000, 10,000 and 100,000 locks (--held) for three ttls each.
+`--scenario hot-key` (not part of `all` either) puts W waiters over L Lockers on one key, three
+grants each with the --hold (--hot; 10:2, 100:10, 1000:50 and 1000:2 by default): commands per
+grant, grants per Locker, the longest wait. Without --url or --servers: memory only. --servers auto starts a
 redis-server, an etcd, a ZooKeeper, a PostgreSQL and five redis-servers for RedLock (scripts/install-test-deps.sh
 installs them).
 
@@ -172,6 +188,11 @@ async fn run_target(target: &Target, args: &Args) -> Vec<Row> {
     }
     if wanted("sets") {
         rows.push(sets::lock_all(target, s).await);
+    }
+    if args.scenario == "hot-key" {
+        for &(waiters, lockers) in &s.hot {
+            rows.push(hot_key::hot_key(target, waiters, lockers, s.hold).await);
+        }
     }
     if args.scenario == "held" {
         for &locks in &s.held {

@@ -25,6 +25,8 @@ pub(crate) struct Settings {
     pub(crate) watchdog_for: Duration,
     /// The sizes of the `held` scenario.
     pub(crate) held: Vec<usize>,
+    /// The (waiters, Lockers) of the `hot-key` scenario.
+    pub(crate) hot: Vec<(usize, usize)>,
     /// Profiling aid: run only dlock's side (`Some(true)`) or only the floor (`Some(false)`).
     pub(crate) only_dlock: Option<bool>,
 }
