@@ -358,7 +358,7 @@ impl LockBackend for PostgresBackend {
         self.inner.release_together(leases).await
     }
 
-    /// One statement for the whole set (see [`together`]).
+    /// One statement for the whole set (see the `together` module).
     async fn acquire_together(
         &self,
         requests: &[AcquireRequest],

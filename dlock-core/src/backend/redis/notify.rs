@@ -2,14 +2,17 @@
 //!
 //! One subscription connection per backend (per Locker) and server — RedLock has one per
 //! master, and a release heard from any of them wakes the waiter — carries the release
-//! channels of every key it waits on. Local waiters of one key queue in arrival order, in the core's shared
-//! [`WaitQueues`]; only the head of the queue talks to Redis. A release message wakes just that head; when the head leaves
+//! channels of every key it waits on. Local waiters of one key queue in arrival order, in the
+//! core's shared [`WaitQueues`]. Readers, permits and RedLock's waiters: only the head of the
+//! queue talks to Redis; a release message wakes just that head; when the head leaves
 //! (acquired, gave up, cancelled) the next one becomes head and is woken. The head also wakes
 //! when the holder's remaining ttl runs out, so a lost message costs at most one ttl.
 //!
-//! A writer waiting in a single server's (or Cluster's) line is woken on its own: a release
-//! that hands it the lock publishes `><owner>` on the lock's channel, which every subscribed
-//! Locker hears and only the one with that waiter acts on ([`Waiters::call`]).
+//! A writer waiting in a single server's (or Cluster's) line talks to Redis itself (its place
+//! in line is its own) and is woken on its own: a release that hands it the lock publishes
+//! `><owner>\n<next owner>` on the lock's channel, which every subscribed Locker hears and
+//! only the ones with those waiters act on ([`Waiters::call`]); the local queue then only says
+//! who wakes for a release that names nobody. A reconnect wakes every writer in line.
 //!
 //! A subscription is confirmed by each server on its own: [`Waiters::confirmed`] says which
 //! servers had confirmed a channel, so a RedLock waiter knows which masters' releases it is
