@@ -430,6 +430,60 @@ async fn a_vanished_first_writer_holds_the_line_up_one_claim_window() {
     );
 }
 
+/// As above, but the next writer comes only after the lock was handed to the vanished one (so
+/// the hand-off could not name it): it finds the reservation, sees it is second in line, and
+/// asks again when the window ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_joining_behind_a_vanished_first_writer_waits_one_claim_window() {
+    let server = RedisServer::start().await.unwrap();
+    let proxy = TcpProxy::start(server.addr().parse().unwrap())
+        .await
+        .unwrap();
+    let holder = locker(&server.url(), Duration::from_secs(30)).await;
+    let vanishing = locker(
+        &format!("redis://{}", proxy.address()),
+        Duration::from_secs(30),
+    )
+    .await;
+    let next = locker(&server.url(), Duration::from_secs(30)).await;
+    let guard = holder.lock("line").await.unwrap();
+    let first = tokio::spawn(async move { vanishing.lock("line").await.map(drop) });
+    eventually(
+        "the first writer in line",
+        Duration::from_secs(5),
+        async || {
+            let info = holder.inspect("line").await.unwrap();
+            info.waiters.is_some_and(|waiters| waiters.len() == 1)
+        },
+    )
+    .await;
+    proxy.set(ProxyMode::Cut);
+    let released = Instant::now();
+    guard.release().await.unwrap();
+    let granted = tokio::time::timeout(Duration::from_secs(5), async {
+        let guard = next.lock("line").await.unwrap();
+        let granted = Instant::now();
+        guard.release().await.unwrap();
+        granted
+    })
+    .await
+    .expect("the next writer still waits 5 s after the release");
+    let after = granted - released;
+    println!("the next writer got the lock {after:?} after the release");
+    assert!(
+        after >= Duration::from_millis(900),
+        "the lock reserved for the first writer went to the next after {after:?}"
+    );
+    assert!(
+        after < Duration::from_millis(2500),
+        "the next writer waited {after:?}: more than one claim window"
+    );
+    assert!(
+        first.await.unwrap().is_err(),
+        "the cut-off writer got the lock"
+    );
+}
+
 /// The holder's lease has ~30 s left, yet the waiter (another Locker, i.e. another process)
 /// acquires a few milliseconds after the release: it was woken by the release notification.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -63,7 +63,8 @@ impl<'a> RedisName<'a> {
         Self { key, suffix: LIMIT }
     }
 
-    /// Writers waiting for readers or permits, by arrival: `{K}:writers`.
+    /// The writers in line, by place: `{K}:writers` (on a RedLock master: the writers waiting
+    /// for readers or permits).
     pub(super) const fn writers(key: &'a str) -> Self {
         Self {
             key,
@@ -71,8 +72,7 @@ impl<'a> RedisName<'a> {
         }
     }
 
-    /// Writers waiting for readers or permits, by the expiry of their mark:
-    /// `{K}:writers:expiry`.
+    /// The same writers, by when their place expires unless renewed: `{K}:writers:expiry`.
     pub(super) const fn writers_expiry(key: &'a str) -> Self {
         Self {
             key,
@@ -116,10 +116,8 @@ impl<'a> RedisName<'a> {
     }
 }
 
-/// Appends the keys every acquire script starts with, for the lock with full key `key`:
-/// lock, fence, semaphore limit, waiting writers, their expiries, waited-for mark.
-/// The keys of a release that hands the lock on: lock, writers in line, their expiries,
-/// waited-for mark.
+/// Appends the keys of a script that hands the lock on (a release, a withdrawal), for the
+/// lock with full key `key`: lock, writers in line, their expiries, waited-for mark.
 pub(super) fn line_keys(cmd: &mut redis::Cmd, key: &str) {
     cmd.arg(RedisName::lock(key))
         .arg(RedisName::writers(key))
@@ -127,6 +125,8 @@ pub(super) fn line_keys(cmd: &mut redis::Cmd, key: &str) {
         .arg(RedisName::waited_for(key));
 }
 
+/// Appends the keys every acquire script starts with, for the lock with full key `key`:
+/// lock, fence, semaphore limit, writers in line, their expiries, waited-for mark.
 pub(super) fn acquire_keys(cmd: &mut redis::Cmd, key: &str) {
     cmd.arg(RedisName::lock(key))
         .arg(RedisName::fence(key))

@@ -7,8 +7,8 @@
 //!   waiters (and a `try_lock` that found the lock taken) use a Lua script that does the
 //!   same and also returns the holder's remaining `PTTL` (or says which key is of another
 //!   type);
-//! * **release**: a Lua script (`EVALSHA`, loaded on `NOSCRIPT`): owner-checked `DEL`, plus
-//!   `PUBLISH` on the lock's release channel when some Locker marked the lock waited for
+//! * **release**: a Lua script (`EVALSHA`, loaded on `NOSCRIPT`): owner-checked `DEL`; when
+//!   a waiter marked the lock waited for, the hand-off to the first writer in line (below)
 //!   (an uncontended release costs what the raw compare-and-delete costs);
 //! * **renew**: a Lua script: owner-checked `PEXPIRE` of up to 100 locks in one call (Redis Cluster: one call
 //!   per lock, sent concurrently, since every lock lives in its own slot).
@@ -22,21 +22,25 @@
 //! value: the mark lives and dies with that lease). Only the release of a marked lock does
 //! more than the raw compare-and-delete: it reserves the lock for the first writer in line
 //! (the value `~<owner>`, which every `SET NX` fails on, for a one-second claim window) and
-//! publishes `><owner>` on the release channel; only the Locker of that writer acts on it, and
-//! only that writer asks the server again. A hot key therefore costs the same few commands per
+//! publishes `><owner>\n<next owner>` on the release channel; only the Locker of that writer
+//! acts on it, and only that writer asks the server again (the next one asks once the window
+//! has passed, if it still waits). A hot key therefore costs the same few commands per
 //! hand-off with 2 waiters or 1,000, in 2 Lockers or 50, and nobody cuts in: a newcomer's
 //! `SET NX` fails on the reservation and it joins the end of the line.
 //!
 //! A writer stays in line while it renews its place, which each attempt does and which comes
 //! at half its ttl at the latest; one that gives up or is cancelled leaves the line (and
 //! passes the lock on if it had just been handed it); one that vanished (its process died) is
-//! dropped when its place expires, or when it does not claim the lock within the claim window.
+//! dropped when its place expires, or when it does not claim the lock within the claim window
+//! (the writer after it asks then; two vanished in a row cost the third up to half its ttl).
 //! The uncontended path never touches the line: one `SET NX PX` to take the lock, one
-//! compare-and-delete to release it. The first writer in line also tries again when the
-//! holder's ttl runs out, in case a holder vanished without releasing; in that moment a
-//! newcomer's `SET NX` can find the lock free before the line does. Readers and permits wait
-//! in their Locker (below); where they wait for a writer together with writers in line, a
-//! release lets them race the first writer in line.
+//! compare-and-delete to release it. The writers in line also try again when the holder's
+//! ttl runs out, in case a holder vanished without releasing; in that moment a newcomer's
+//! `SET NX` can find the lock free before the line does, and a `try_lock` or a whole lock set
+//! taken in one script never joins the line. Readers and permits wait in their Locker
+//! (below); where they wait for a writer together with writers in line, a release lets them
+//! race the first writer in line. Every client of one Redis must run this protocol: a line
+//! kept by an older dlock (which scored places in milliseconds) is not one this one shares.
 //!
 //! # Read-write locks and semaphores
 //!

@@ -51,7 +51,7 @@ pub(crate) struct Node {
 }
 
 /// How long a writer handed the lock from the line has to claim it before it loses its place
-/// (a vanished waiter holds the line up this long, once).
+/// (a vanished waiter holds the line up this long; the writer after it asks again then).
 pub(crate) const CLAIM_WINDOW: Duration = Duration::from_secs(1);
 
 impl Node {

@@ -62,10 +62,13 @@ end
 /// `SET NX` fails on) for `window` ms, during which that writer must claim it or lose its
 /// place, and tells it (`><owner>\n<next owner>` on the release channel; the other Lockers
 /// ignore it). The writer after it asks again once the window has passed, if it still waits
-/// then: a first writer that vanished holds the line up one window, not half a ttl. When readers or permits wait too (the waited-for mark `shares_wait`), nothing is reserved:
-/// the release is published for everyone (with `message`), and the first writer is told as
-/// well — readers and that writer race, as they always did. Returns how many subscribers
-/// heard the last message.
+/// then: a first writer that vanished holds the line up one window, not half a ttl. When
+/// readers or permits wait too (the waited-for mark `shares_wait`), nothing is reserved: the
+/// first writer is told, and the release is published for everyone (with `message`, unless it
+/// is nil: a writer in line that found the lock free passes none, the readers having been
+/// told already) — readers and that writer race, as they always did; the first writer still
+/// loses its place if it does not ask within the window. Returns how many subscribers heard
+/// the last message.
 macro_rules! hand_off {
     () => {
         r"
@@ -76,14 +79,18 @@ local function hand_off(lock, line, expiries, shares_wait, message, now, window)
   local firsts = redis.call('zrange', line, 0, 1)
   local first = firsts[1]
   local channel = lock .. ':released'
-  if not first then return redis.call('publish', channel, message) end
+  if not first then
+    if message then return redis.call('publish', channel, message) end
+    return 0
+  end
   local call = '>' .. first .. '\n' .. (firsts[2] or '')
+  redis.call('zadd', expiries, 'XX', now + window, first)
   if redis.call('exists', shares_wait) == 1 then
-    redis.call('publish', channel, call)
-    return redis.call('publish', channel, message)
+    local heard = redis.call('publish', channel, call)
+    if message then heard = redis.call('publish', channel, message) end
+    return heard
   end
   redis.call('set', lock, '~' .. first, 'PX', window)
-  redis.call('zadd', expiries, 'XX', now + window, first)
   return redis.call('publish', channel, call)
 end
 "
@@ -101,8 +108,8 @@ end
 /// `fence <type>`. The hot path is one or two commands (`SET NX PX`, and `INCR` when asked for
 /// a token); types are only inspected when something is off.
 ///
-/// This is the attempt of a caller that does not wait in the server's line: a first
-/// attempt, a `try_lock`, and every attempt on a RedLock master (whose waiters queue in their
+/// This is the attempt of a caller that does not wait in the server's line: a `try_lock` or
+/// a first attempt whose plain `SET NX` failed oddly, and every attempt on a RedLock master (whose waiters queue in their
 /// Lockers: five masters' lines could disagree). A queued waiter (subscribed to the release
 /// channel first) that finds the lock held by another writer marks it waited for: `|waited`
 /// appended to the holder's value (`APPEND` keeps the expiry, and the mark goes with the
@@ -238,8 +245,16 @@ if type(holder) == 'string' then
   -- Handed to this writer; or its own earlier attempt, applied late: granted anew.
   if holder == '~' .. me or holder == me then return grant(marked) end
   if not marked then redis.call('append', KEYS[1], '|waited') end
-  -- Handed to another: the writer after that one asks again if it does not claim it.
-  if string.sub(holder, 1, 1) == '~' then return wait_in_line(-1) end
+  if string.sub(holder, 1, 1) == '~' then
+    -- Handed to another. The writer after that one asks again when the window ends, in
+    -- case it is not claimed (told so by the hand-off, or here if it joined just now).
+    local reply = wait_in_line(-1)
+    if redis.call('zrank', KEYS[4], me) == 1 then
+      local left = redis.call('pttl', KEYS[1])
+      if left >= 0 and left < math.floor(ttl / 2) then reply[1] = -1 - left end
+    end
+    return reply
+  end
   return wait_in_line(redis.call('pttl', KEYS[1]))
 end
 if holder then
@@ -259,7 +274,7 @@ for _, owner in ipairs(gone) do redis.call('zrem', KEYS[4], owner) end
 if #gone > 0 then redis.call('zremrangebyscore', KEYS[5], '-inf', now) end
 local first = redis.call('zrange', KEYS[4], 0, 0)[1]
 if not first or first == me then return grant(false) end
-hand_off(KEYS[1], KEYS[4], KEYS[5], KEYS[6], me, now, window)
+hand_off(KEYS[1], KEYS[4], KEYS[5], KEYS[6], nil, now, window)
 return wait_in_line(window)
 "
     ))
@@ -319,7 +334,8 @@ return granted
 /// Returns `{1, token, first asked}` when granted (token 0 without fencing); `{0, wait, first
 /// asked}` when not, `wait` being when to try again at the latest (-1: unknown); `{2, stored
 /// limit}` when the semaphore has another limit; `lock <type>` / `fence <type>` for a key of
-/// another type. A queued waiter that finds a writer holding the lock marks it waited for
+/// another type. A queued waiter that finds the lock free but a writer in line before it
+/// tells that writer (`><owner>`, as a hand-off does). A queued waiter that finds a writer holding the lock marks it waited for
 /// (`|waited`, as writers do); one that waits for anything sets the waited-for mark
 /// for its ttl (never shortening it: another waiter may need it longer), so their releases
 /// publish.
@@ -345,9 +361,9 @@ if kind == 'string' then
   if queued then
     local holder = redis.call('get', KEYS[1])
     if string.sub(holder, -7) ~= '|waited' then redis.call('append', KEYS[1], '|waited') end
-    if redis.call('pttl', KEYS[6]) < ttl then redis.call('set', KEYS[6], '1', 'PX', ttl) end
   end
-  return {0, redis.call('pttl', KEYS[1]), arrival}
+  -- Queued: sets the mark that it waits, and comes back to renew it before it expires.
+  return held(redis.call('pttl', KEYS[1]))
 end
 if kind ~= 'zset' and kind ~= 'none' then return 'lock ' .. kind end
 local count = 0
@@ -370,6 +386,11 @@ local stale = redis.call('zrangebyscore', KEYS[5], '-inf', now)
 for _, writer in ipairs(stale) do redis.call('zrem', KEYS[4], writer) end
 if #stale > 0 then redis.call('zremrangebyscore', KEYS[5], '-inf', now) end
 if redis.call('zcount', KEYS[4], '-inf', arrival) > 0 then
+  if count == 0 and queued then
+    -- Free, and a writer in line first: make sure it heard (it may not be its Locker's first
+    -- waiter, which a release that names nobody wakes).
+    redis.call('publish', KEYS[1] .. ':released', '>' .. redis.call('zrange', KEYS[4], 0, 0)[1] .. '\n')
+  end
   local first = redis.call('zrange', KEYS[5], 0, 0, 'WITHSCORES')
   return held(tonumber(first[2]) - now)
 end

@@ -7,11 +7,12 @@
 //! Because the set lives at the lock's name, a writer's `SET NX` fails while shares hold the
 //! lock: the exclusive lock keeps its one-command protocol.
 //!
-//! No starvation: a writer that waits for shares adds itself to the waiting writers (`{K}:writers`,
-//! scored by when it first waited), and a reader or permit that asked after it waits for it.
-//! That mark lives for the writer's ttl and is renewed by each of its attempts, so the writer
-//! tries again at half its ttl at the latest while shares hold the lock; a writer that gives up
-//! or is cancelled withdraws it (the mark of a crashed one expires).
+//! No starvation: a writer that waits — for shares or for another writer — is in the writers'
+//! line (`{K}:writers`, scored by its place, server µs when it joined; on a RedLock master
+//! only writers waiting for shares are), and a reader or permit that first asked after it
+//! waits for it. Its place lives for the writer's ttl and is renewed by each of its attempts,
+//! so the writer tries again at half its ttl at the latest; a writer that gives up or is
+//! cancelled withdraws it (the place of a crashed one expires).
 //!
 //! No polling: a waiter for shares sets the waited-for mark (`{K}:waited`), and while it lives
 //! the release of the last reader, or of any permit, publishes on the lock's release channel.
