@@ -367,54 +367,74 @@ async fn a_hand_off_wakes_only_the_first_writer_in_line() {
     );
 }
 
-/// The first writer in line vanishes (its connections cut, so it can neither claim the lock
-/// nor leave the line): the release reserves the lock for it, nobody else takes it during its
-/// one-second claim window, and right after the window the next writer gets it — not at its
-/// own re-check half a ttl (15 s) later.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_vanished_first_writer_holds_the_line_up_one_claim_window() {
-    let server = RedisServer::start().await.unwrap();
-    let proxy = TcpProxy::start(server.addr().parse().unwrap())
-        .await
-        .unwrap();
-    let holder = locker(&server.url(), Duration::from_secs(30)).await;
-    let vanishing = locker(
-        &format!("redis://{}", proxy.address()),
-        Duration::from_secs(30),
-    )
-    .await;
-    let next = locker(&server.url(), Duration::from_secs(30)).await;
-    let guard = holder.lock("line").await.unwrap();
-    let in_line = async |count: usize| {
-        let info = holder.inspect("line").await.unwrap();
-        info.waiters.is_some_and(|waiters| waiters.len() == count)
-    };
-    let first = tokio::spawn(async move { vanishing.lock("line").await.map(drop) });
-    eventually(
-        "the first writer in line",
-        Duration::from_secs(5),
-        async || in_line(1).await,
-    )
-    .await;
-    let second = tokio::spawn(async move {
-        let guard = next.lock("line").await.unwrap();
-        (Instant::now(), guard.release().await)
-    });
-    eventually(
-        "the second writer in line",
-        Duration::from_secs(5),
-        async || in_line(2).await,
-    )
-    .await;
-    proxy.set(ProxyMode::Cut);
-    let released = Instant::now();
-    guard.release().await.unwrap();
-    let (granted, release) = tokio::time::timeout(Duration::from_secs(5), second)
-        .await
-        .expect("the second writer still waits 5 s after the release")
-        .unwrap();
-    release.unwrap();
-    let after = granted - released;
+/// A lock held by `holder`, and a first writer in line whose connections go through `proxy`
+/// (cut them, and it can neither claim the lock nor leave the line); `next` is a third Locker.
+struct LineWithAVanishingWriter {
+    server: RedisServer,
+    proxy: TcpProxy,
+    holder: Locker,
+    guard: dlock_core::LockGuard,
+    next: Locker,
+    first: tokio::task::JoinHandle<Result<(), Error>>,
+}
+
+impl LineWithAVanishingWriter {
+    async fn start() -> Self {
+        let server = RedisServer::start().await.unwrap();
+        let proxy = TcpProxy::start(server.addr().parse().unwrap())
+            .await
+            .unwrap();
+        let holder = locker(&server.url(), Duration::from_secs(30)).await;
+        let vanishing = locker(
+            &format!("redis://{}", proxy.address()),
+            Duration::from_secs(30),
+        )
+        .await;
+        let next = locker(&server.url(), Duration::from_secs(30)).await;
+        let guard = holder.lock("line").await.unwrap();
+        let first = tokio::spawn(async move { vanishing.lock("line").await.map(drop) });
+        let line = Self {
+            server,
+            proxy,
+            holder,
+            guard,
+            next,
+            first,
+        };
+        line.until_in_line(1).await;
+        line
+    }
+
+    async fn until_in_line(&self, count: usize) {
+        eventually("writers in line", Duration::from_secs(5), async || {
+            let info = self.holder.inspect("line").await.unwrap();
+            info.waiters.is_some_and(|waiters| waiters.len() == count)
+        })
+        .await;
+    }
+
+    /// Cuts the first writer off and releases: when the release happened, the first writer's
+    /// task, and the server (to keep it running).
+    async fn vanish_and_release(
+        self,
+    ) -> (
+        Instant,
+        tokio::task::JoinHandle<Result<(), Error>>,
+        RedisServer,
+    ) {
+        self.proxy.set(ProxyMode::Cut);
+        let released = Instant::now();
+        self.guard.release().await.unwrap();
+        (released, self.first, self.server)
+    }
+}
+
+/// The next writer got the lock `after` the release: not within the reserved writer's claim
+/// window, and not much after it; the cut-off writer never got it.
+async fn assert_one_claim_window(
+    after: Duration,
+    first: tokio::task::JoinHandle<Result<(), Error>>,
+) {
     println!("the next writer got the lock {after:?} after the release");
     assert!(
         after >= Duration::from_millis(900),
@@ -430,36 +450,35 @@ async fn a_vanished_first_writer_holds_the_line_up_one_claim_window() {
     );
 }
 
+/// The first writer in line vanishes: the release reserves the lock for it, nobody else takes
+/// it during its one-second claim window, and right after the window the next writer gets it
+/// — not at its own re-check half a ttl (15 s) later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vanished_first_writer_holds_the_line_up_one_claim_window() {
+    let line = LineWithAVanishingWriter::start().await;
+    let next = line.next.clone();
+    let second = tokio::spawn(async move {
+        let guard = next.lock("line").await.unwrap();
+        (Instant::now(), guard.release().await)
+    });
+    line.until_in_line(2).await;
+    let (released, first, _server) = line.vanish_and_release().await;
+    let (granted, release) = tokio::time::timeout(Duration::from_secs(5), second)
+        .await
+        .expect("the next writer still waits 5 s after the release")
+        .unwrap();
+    release.unwrap();
+    assert_one_claim_window(granted - released, first).await;
+}
+
 /// As above, but the next writer comes only after the lock was handed to the vanished one (so
 /// the hand-off could not name it): it finds the reservation, sees it is second in line, and
 /// asks again when the window ends.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_writer_joining_behind_a_vanished_first_writer_waits_one_claim_window() {
-    let server = RedisServer::start().await.unwrap();
-    let proxy = TcpProxy::start(server.addr().parse().unwrap())
-        .await
-        .unwrap();
-    let holder = locker(&server.url(), Duration::from_secs(30)).await;
-    let vanishing = locker(
-        &format!("redis://{}", proxy.address()),
-        Duration::from_secs(30),
-    )
-    .await;
-    let next = locker(&server.url(), Duration::from_secs(30)).await;
-    let guard = holder.lock("line").await.unwrap();
-    let first = tokio::spawn(async move { vanishing.lock("line").await.map(drop) });
-    eventually(
-        "the first writer in line",
-        Duration::from_secs(5),
-        async || {
-            let info = holder.inspect("line").await.unwrap();
-            info.waiters.is_some_and(|waiters| waiters.len() == 1)
-        },
-    )
-    .await;
-    proxy.set(ProxyMode::Cut);
-    let released = Instant::now();
-    guard.release().await.unwrap();
+    let line = LineWithAVanishingWriter::start().await;
+    let next = line.next.clone();
+    let (released, first, _server) = line.vanish_and_release().await;
     let granted = tokio::time::timeout(Duration::from_secs(5), async {
         let guard = next.lock("line").await.unwrap();
         let granted = Instant::now();
@@ -468,20 +487,7 @@ async fn a_writer_joining_behind_a_vanished_first_writer_waits_one_claim_window(
     })
     .await
     .expect("the next writer still waits 5 s after the release");
-    let after = granted - released;
-    println!("the next writer got the lock {after:?} after the release");
-    assert!(
-        after >= Duration::from_millis(900),
-        "the lock reserved for the first writer went to the next after {after:?}"
-    );
-    assert!(
-        after < Duration::from_millis(2500),
-        "the next writer waited {after:?}: more than one claim window"
-    );
-    assert!(
-        first.await.unwrap().is_err(),
-        "the cut-off writer got the lock"
-    );
+    assert_one_claim_window(granted - released, first).await;
 }
 
 /// The holder's lease has ~30 s left, yet the waiter (another Locker, i.e. another process)
