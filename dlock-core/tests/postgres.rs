@@ -694,3 +694,44 @@ async fn an_old_fence_table_in_use_fails_the_connect_in_time_saying_what_to_run(
         .expect("lock");
     guard.release().await.expect("release");
 }
+
+/// Renewing held locks costs one round trip per connection and reads no lock table: over a
+/// ttl and a half of holding 100 locks (which needs renewals: they are all still held), the
+/// server ran no statement that reads `pg_locks` — a view that copies the server's whole lock
+/// table, which a read per renewal batch made O(N²) per cadence for N held locks — and ran
+/// dlock's `SELECT 1`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewals_read_no_lock_table() {
+    let server = PostgresServer::start_with(&["shared_preload_libraries=pg_stat_statements"])
+        .await
+        .expect("postgres");
+    let admin = admin(&server).await;
+    admin
+        .batch_execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        .await
+        .expect("pg_stat_statements");
+    let calls = async |pattern: &str| -> i64 {
+        admin
+            .query_one(
+                "SELECT coalesce(sum(calls), 0)::int8 FROM pg_stat_statements \
+                 WHERE query LIKE $1 AND query NOT LIKE '%pg_stat_statements%'",
+                &[&pattern],
+            )
+            .await
+            .expect("pg_stat_statements")
+            .get(0)
+    };
+    let locker = locker(&server).await;
+    let mut guards = Vec::new();
+    for n in 0..100 {
+        guards.push(locker.lock(&format!("row:{n}")).await.expect("acquire"));
+    }
+    let (lock_reads, pings) = (calls("%pg_locks%").await, calls("SELECT $1").await);
+    tokio::time::sleep(TTL + TTL / 2).await;
+    assert!(guards.iter().all(dlock_core::LockGuard::is_held), "renewed");
+    assert_eq!(calls("%pg_locks%").await - lock_reads, 0, "pg_locks read");
+    assert!(calls("SELECT $1").await > pings, "no renewal round trip");
+    for guard in guards {
+        guard.release().await.expect("release");
+    }
+}

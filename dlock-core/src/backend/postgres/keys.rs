@@ -44,19 +44,8 @@ pub(super) fn channel(full_key: &str) -> String {
     format!("dlock_{:016x}", advisory_key(full_key).cast_unsigned())
 }
 
-/// The two halves of a key as `pg_locks` shows a `bigint` advisory lock: `classid` the high
-/// 32 bits, `objid` the low 32 bits (with `objsubid = 1`).
-pub(super) fn from_halves(classid: i64, objid: i64) -> i64 {
-    #[expect(
-        clippy::cast_sign_loss,
-        clippy::cast_possible_truncation,
-        reason = "oids are 32-bit unsigned; the halves are bit patterns"
-    )]
-    let (high, low) = (classid as u32, objid as u32);
-    ((u64::from(high) << 32) | u64::from(low)).cast_signed()
-}
-
-/// `key` split as `pg_locks` shows it: ([`from_halves`]' inverse).
+/// `key` split as `pg_locks` shows a `bigint` advisory lock: `classid` the high 32 bits,
+/// `objid` the low 32 bits (with `objsubid = 1`).
 pub(super) fn to_halves(key: i64) -> (i64, i64) {
     let bits = key.cast_unsigned();
     (i64::from((bits >> 32) as u32), i64::from(bits as u32))
@@ -114,6 +103,17 @@ mod tests {
         assert_eq!(unique.len(), all.len());
         assert_eq!(slot_keys(key, 2), slot_keys(key, 3)[..2]);
         assert_ne!(limit_key(key, 2), limit_key(key, 3));
+    }
+
+    /// The key of `pg_locks`' halves: [`to_halves`]' inverse.
+    fn from_halves(classid: i64, objid: i64) -> i64 {
+        #[expect(
+            clippy::cast_sign_loss,
+            clippy::cast_possible_truncation,
+            reason = "oids are 32-bit unsigned; the halves are bit patterns"
+        )]
+        let (high, low) = (classid as u32, objid as u32);
+        ((u64::from(high) << 32) | u64::from(low)).cast_signed()
     }
 
     #[test]

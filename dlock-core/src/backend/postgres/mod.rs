@@ -38,7 +38,7 @@ use crate::lease::{
 };
 use crate::{Error, Kept, Result};
 
-/// Leases renewed in one call (one `pg_locks` read per connection among them).
+/// Leases renewed in one call (one round trip per connection among them).
 const RENEW_BATCH: usize = 1024;
 
 /// Locks in PostgreSQL: session-level advisory locks, fair (PostgreSQL's own FIFO lock
@@ -111,8 +111,8 @@ const RENEW_BATCH: usize = 1024;
 ///   the server frees its locks at once; a frozen process or a lost network, one ttl after
 ///   the last renewal reached the server (its `idle_session_timeout`, or its TCP keepalive
 ///   and `tcp_user_timeout`).
-/// * **Renewal** reads `pg_locks` once per connection, for every lock on it, and restarts the
-///   session's idle timer. A connection that ends — the server restarted,
+/// * **Renewal** is one round trip per connection, for every lock on it (a live session holds
+///   what it was granted), and restarts the session's idle timer. A connection that ends — the server restarted,
 ///   `pg_terminate_backend`, the network — loses every lock on it at once (pushed to the
 ///   Locker).
 ///

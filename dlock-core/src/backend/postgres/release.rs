@@ -1,8 +1,6 @@
-//! Renew (one `pg_locks` read per connection: does the session still hold the keys?) and
-//! release (an owner-checked unlock on the grant's connection, which may first leave a kept
+//! Renew (one round trip per connection: is the session still there?) and release (an owner-checked unlock on the grant's connection, which may first leave a kept
 //! record in the fence table).
 
-use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -16,9 +14,14 @@ use tokio_postgres::Row;
 use tokio_postgres::types::{ToSql, Type};
 
 impl Inner {
-    /// Checks every lease's keys with one read of `pg_locks` per connection (the connections'
-    /// reads run side by side). A lease counts from when its connection's read was sent: the
-    /// read also restarts the session's `idle_session_timeout`.
+    /// Confirms every lease's connection with one round trip per connection (the
+    /// connections' round trips run side by side). A lease counts from when its connection's
+    /// round trip was sent; the round trip also restarts the session's `idle_session_timeout`.
+    ///
+    /// A live session still holds every advisory lock it was granted: PostgreSQL ends one
+    /// only by the session's own unlock (which this backend sends only when it releases the
+    /// grant) or with the session (`pg_terminate_backend`, a restart, the network), which the
+    /// connection reports as the loss of every lock on it.
     pub(super) async fn renew(self: &Arc<Self>, leases: &[Lease]) -> Result<Vec<RenewOutcome>> {
         let mut outcomes: Vec<Option<RenewOutcome>> = leases.iter().map(|_| None).collect();
         let mut by_conn: Vec<(Arc<Conn>, Vec<usize>)> = Vec::new();
@@ -36,35 +39,24 @@ impl Inner {
                 None => by_conn.push((conn, vec![at])),
             }
         }
-        let reads = by_conn.iter().map(|(conn, _)| async {
+        let pings = by_conn.iter().map(|(conn, _)| async {
             let sent = Instant::now();
-            let held = timed_raw(self.timeout, "renew", query(conn, sql::HELD, &[])).await;
-            (sent, held)
+            let alive = timed_raw(self.timeout, "renew", query(conn, sql::ALIVE, &[])).await;
+            (sent, alive)
         });
-        let reads = futures_util::future::join_all(reads).await;
-        for ((_, ats), (sent, read)) in by_conn.iter().zip(reads) {
-            let held: Result<HashSet<i64>> = match read {
-                Ok(Ok(rows)) => Ok(rows
-                    .iter()
-                    .map(|row| keys::from_halves(row.get(0), row.get(1)))
-                    .collect()),
+        let pings = futures_util::future::join_all(pings).await;
+        for ((conn, ats), (sent, alive)) in by_conn.iter().zip(pings) {
+            let alive = match alive {
+                Ok(Ok(_)) => Ok(!conn.is_lost()),
                 Ok(Err(error)) => Err(from_pg(error)),
-                // A read changes nothing: its late answer is dropped, the connection stays.
+                // A ping changes nothing: its late answer is dropped, the connection stays.
                 Err(timeout) => Err(timeout),
             };
             for &at in ats {
-                outcomes[at] = Some(match &held {
-                    Ok(held) => {
-                        let hold = &leases[at]
-                            .extension::<PgGrant>()
-                            .expect("grouped above")
-                            .hold;
-                        if hold.keys().iter().all(|key| held.contains(key)) {
-                            RenewOutcome::Renewed { valid_from: sent }
-                        } else {
-                            RenewOutcome::NotOwner
-                        }
-                    }
+                outcomes[at] = Some(match &alive {
+                    Ok(true) => RenewOutcome::Renewed { valid_from: sent },
+                    // Ended meanwhile: the connection reports each of its locks lost.
+                    Ok(false) => RenewOutcome::NotOwner,
                     Err(error) => RenewOutcome::Failed(error.copy_for_batch("postgres")),
                 });
             }

@@ -108,9 +108,10 @@ pub(super) const SET_LOCK_TIMEOUT: &str = "SELECT set_config('lock_timeout', $1,
 pub(super) const IS_GRANTED: &str = "SELECT EXISTS (SELECT 1 FROM pg_locks \
      WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND granted \
      AND classid::int8 = $1 AND objid::int8 = $2 AND objsubid = 1)";
-/// Every advisory lock this session holds on a `bigint` key, as its halves.
-pub(super) const HELD: &str = "SELECT classid::int8, objid::int8 FROM pg_locks \
-     WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND granted AND objsubid = 1";
+/// A round trip that proves the session alive (and restarts its `idle_session_timeout`).
+/// Nothing reads `pg_locks` here: that view copies the server's whole lock table, so a read
+/// per renewal batch cost O(locks held) each and O(N²) per cadence for N held locks.
+pub(super) const ALIVE: &str = "SELECT 1";
 
 /// Every advisory lock of this database on one of the `bigint` keys `$1`, the grants first,
 /// then the waits in the order they began: key, pid, mode, granted, the session's
