@@ -45,6 +45,8 @@ mod url;
 pub(crate) mod url_text;
 #[cfg(any(feature = "memory", feature = "redis"))]
 mod waiters;
+#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+mod watched_key;
 #[cfg(feature = "zookeeper")]
 pub(crate) mod zookeeper;
 

@@ -872,3 +872,125 @@ async fn a_put_without_an_answer_retires_its_lease() {
     );
     next.release().await.expect("release");
 }
+
+/// A sample of etcd's Prometheus metrics (`/metrics` on the client URL): the sum of the
+/// series named `name` whose labels contain every one of `labels`.
+async fn etcd_metric(endpoint: &str, name: &str, labels: &[&str]) -> f64 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let address = endpoint.trim_start_matches("http://");
+    let mut stream = tokio::net::TcpStream::connect(address)
+        .await
+        .expect("etcd's client port");
+    stream
+        .write_all(b"GET /metrics HTTP/1.0\r\nHost: etcd\r\n\r\n")
+        .await
+        .expect("request");
+    let mut body = String::new();
+    stream.read_to_string(&mut body).await.expect("metrics");
+    body.lines()
+        .filter(|line| {
+            line.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
+                && labels.iter().all(|label| line.contains(label))
+        })
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// Transactions etcd has answered so far.
+async fn etcd_txns(endpoint: &str) -> f64 {
+    etcd_metric(
+        endpoint,
+        "grpc_server_handled_total",
+        &["grpc_method=\"Txn\""],
+    )
+    .await
+}
+
+/// Held locks are renewed by their lease's keepalive alone once their keys are watched: after
+/// the first renewal (one transaction reads the keys), later renewals of 300 held locks send
+/// etcd no transaction at all (the old renewal read every key at every cadence: 3 per round
+/// here), yet a key `etcdctl del` deletes is still found: that lock is lost by the next
+/// renewal, the others stay held. Releasing them all leaves no key and no watcher in etcd.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_held_locks_are_renewed_without_reading_their_keys_and_a_deletion_is_seen() {
+    let server = EtcdServer::start().await.expect("etcd");
+    let endpoint = server.endpoint();
+    let ttl = Duration::from_secs(3);
+    let url = BackendUrl::parse(&server.url()).expect("url");
+    let backend = EtcdBackend::connect(&url, OPERATION_TIMEOUT)
+        .await
+        .expect("connect");
+    let counting = Arc::new(dlock_core::conformance::CountingBackend::new(Arc::new(
+        backend,
+    )));
+    let config = DlockConfig::default()
+        .with_ttl(ttl)
+        .with_operation_timeout(OPERATION_TIMEOUT);
+    let locker = Locker::with_config(counting.clone(), &config).expect("config");
+    let mut guards = Vec::new();
+    for i in 0..300 {
+        guards.push(locker.lock(&format!("held:{i}")).await.expect("acquire"));
+    }
+    // Waits until the watchdog has made `calls` more renewal calls.
+    let renewals = |calls: usize| {
+        let counting = Arc::clone(&counting);
+        async move {
+            let target = counting.renewals() + calls;
+            let give_up = Instant::now() + ttl * 4;
+            while counting.renewals() < target {
+                assert!(Instant::now() < give_up, "the watchdog stopped renewing");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    };
+    // Each lock's first renewal reads its key and then asks for its watch: wait until etcd
+    // has all 300 watchers.
+    let watchers = || etcd_metric(&endpoint, "etcd_debugging_mvcc_watcher_total", &[]);
+    let give_up = Instant::now() + ttl * 3;
+    while watchers().await < 299.5 {
+        assert!(Instant::now() < give_up, "{} watchers", watchers().await);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let before = etcd_txns(&endpoint).await;
+    renewals(9).await; // three more rounds of 300 leases in batches of at most 128
+    let during = etcd_txns(&endpoint).await - before;
+    assert!(
+        during < 0.5,
+        "{during} transactions while renewing watched keys"
+    );
+    assert!(guards.iter().all(dlock_core::LockGuard::is_held));
+
+    let keys = etcd_keys(&endpoint, "dlock:held:7/").await;
+    assert_eq!(keys.len(), 1, "{keys:?}");
+    let deleted = etcdctl(&endpoint)
+        .args(["del", &keys[0]])
+        .output()
+        .await
+        .expect("etcdctl");
+    assert!(deleted.status.success(), "{deleted:?}");
+    let deleted_at = Instant::now();
+    tokio::time::timeout(ttl, guards[7].lost())
+        .await
+        .expect("the lock whose key was deleted is lost by the next renewal");
+    assert!(deleted_at.elapsed() <= ttl / 3 + Duration::from_millis(500));
+    let still_held = guards.iter().filter(|guard| guard.is_held()).count();
+    assert_eq!(still_held, 299, "only the deleted key's lock is lost");
+
+    for guard in guards {
+        let _ = guard.release().await;
+    }
+    assert_eq!(etcd_keys(&endpoint, "dlock:").await, Vec::<String>::new());
+    let give_up = Instant::now() + Duration::from_secs(5);
+    loop {
+        let watchers = watchers().await;
+        if watchers < 0.5 {
+            break;
+        }
+        assert!(
+            Instant::now() < give_up,
+            "{watchers} watchers left in etcd after every lock was released"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

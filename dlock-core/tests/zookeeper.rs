@@ -579,3 +579,57 @@ async fn kept_records_sit_apart_and_expired_ones_are_swept() {
         "{refused:?}"
     );
 }
+
+/// Held locks are renewed by their session once their nodes are watched: each lock's first
+/// renewal reads its node with an exists-watch (the server then counts 300 watches for 300
+/// held locks), later ones only confirm the session (a few requests a ttl, not 300 reads a
+/// cadence). A node deleted by another client is
+/// still found: that lock is lost by the next renewal, the others stay held. Releasing them
+/// all leaves no node and no watch on the server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_held_locks_are_watched_not_read_and_a_deletion_is_seen() {
+    let server = ZkServer::start().await.expect("zookeeper");
+    let ttl = Duration::from_secs(3);
+    let locker = locker(&server.url(), ttl).await;
+    let mut guards = Vec::new();
+    for i in 0..300 {
+        guards.push(locker.lock(&format!("held-{i}")).await.expect("acquire"));
+    }
+    let watches = || async { server.monitor("zk_watch_count").await.unwrap_or(-1.0) };
+    eventually("every held node is watched", || async {
+        watches().await > 299.5
+    })
+    .await;
+    // For longer than a ttl, so every lock needed three renewals to stay held: requests
+    // confirming the session and pings only, where reading the nodes would be 300 a cadence.
+    let packets = || async { server.monitor("zk_packets_received").await.expect("mntr") };
+    let before = packets().await;
+    tokio::time::sleep(ttl + Duration::from_millis(500)).await;
+    let during = packets().await - before;
+    assert!(guards.iter().all(dlock_core::LockGuard::is_held));
+    assert!(
+        during < 60.0,
+        "{during} requests while renewing 300 watched locks"
+    );
+
+    let client = raw(&server.connect_string()).await;
+    let nodes = children(&client, "/held-7").await;
+    assert_eq!(nodes.len(), 1, "{nodes:?}");
+    client
+        .delete(&format!("/held-7/{}", nodes[0]), None)
+        .await
+        .expect("delete the held node");
+    let deleted_at = Instant::now();
+    tokio::time::timeout(ttl, guards[7].lost())
+        .await
+        .expect("the lock whose node was deleted is lost by the next renewal");
+    assert!(deleted_at.elapsed() <= ttl / 3 + Duration::from_millis(500));
+    let still_held = guards.iter().filter(|guard| guard.is_held()).count();
+    assert_eq!(still_held, 299, "only the deleted node's lock is lost");
+
+    for guard in guards {
+        let _ = guard.release().await;
+    }
+    assert_eq!(children(&client, "/held-0").await, Vec::<String>::new());
+    eventually("no watch is left", || async { watches().await < 0.5 }).await;
+}

@@ -11,6 +11,7 @@ mod acquire;
 mod config;
 mod errors;
 mod inspect;
+mod key_watch;
 mod keys;
 mod release;
 mod session;
@@ -27,11 +28,13 @@ use etcd_client::{Client, Txn, TxnResponse};
 use tokio_util::sync::CancellationToken;
 
 pub(crate) use self::config::EtcdUrl;
+use self::key_watch::KeyWatches;
 use self::session::Session;
 use crate::backend::BackendUrl;
 use crate::backend::background::Background;
 use crate::backend::grant_claim::{Claim, GrantClaim};
 use crate::backend::sessions::Sessions;
+use crate::backend::watched_key::WatchedKey;
 use crate::backend::{Capabilities, Fencing, LockBackend};
 use crate::lease::{
     AcquireAllOutcome, AcquireOutcome, AcquireRequest, Lease, OwnerId, ReleaseOutcome, RenewOutcome,
@@ -177,6 +180,8 @@ pub(super) struct Inner {
     timeout: Duration,
     sessions: Sessions<Session>,
     keys: Mutex<Keys>,
+    /// Watches on long-held keys, so that renewing them reads nothing.
+    key_watches: KeyWatches,
     shutdown: CancellationToken,
     background: Background,
 }
@@ -210,6 +215,8 @@ pub(super) struct EtcdGrant {
     key: String,
     create_revision: i64,
     claim: GrantClaim<Inner, Session>,
+    /// Whether the key is watched for its deletion (then a renewal need not read it).
+    watch: Arc<WatchedKey>,
 }
 
 impl EtcdGrant {
@@ -224,6 +231,7 @@ impl EtcdGrant {
             key,
             create_revision,
             claim: GrantClaim::new(inner, session, owner),
+            watch: inner.key_watches.new_watch(),
         }
     }
 
@@ -233,9 +241,14 @@ impl EtcdGrant {
         self.claim.live(inner, owner)
     }
 
-    /// Gives the grant up (once): the caller deletes the key as it knows best.
+    /// Gives the grant up (once) and stops watching its key: the caller deletes the key as
+    /// it knows best.
     fn give_up(&self) -> Option<Arc<Session>> {
-        self.claim.give_up().map(|claim| claim.session)
+        let claim = self.claim.give_up()?;
+        if let Some(inner) = claim.backend.upgrade() {
+            inner.key_watches.forget(&self.watch);
+        }
+        Some(claim.session)
     }
 }
 
@@ -247,6 +260,7 @@ impl Drop for EtcdGrant {
         }) = self.claim.give_up()
             && let Some(inner) = backend.upgrade()
         {
+            inner.key_watches.forget(&self.watch);
             inner.finish_key(
                 std::mem::take(&mut self.key),
                 session,
@@ -313,13 +327,15 @@ impl EtcdBackend {
             }
         };
         let client = url.connect(tls, timeout).await?;
+        let shutdown = CancellationToken::new();
         let inner = Arc::new(Inner {
             sessions: Sessions::new("etcd", timeout, background.clone()),
+            key_watches: KeyWatches::start(client.clone(), timeout, shutdown.clone()),
             client,
             namespace: url.namespace,
             timeout,
             keys: Mutex::default(),
-            shutdown: CancellationToken::new(),
+            shutdown,
             background,
         });
         Ok(Self { inner })
@@ -571,6 +587,7 @@ impl Inner {
     /// operation timeout. The first revoke that failed is the error.
     async fn shut_down_now(&self) -> Result<()> {
         self.shutdown.cancel();
+        let _ = tokio::time::timeout(self.timeout, self.key_watches.stopped()).await;
         let mut revokes = tokio::task::JoinSet::new();
         for session in self.sessions.drain() {
             session.mark_lost("the Locker was shut down");
@@ -594,10 +611,24 @@ impl Inner {
     /// Stops every task and revokes every lease (in the background).
     fn shut_down(&self) {
         self.shutdown.cancel();
-        for session in self.sessions.drain() {
-            session.mark_lost("the etcd backend was dropped");
-            self.revoke(session.id);
-        }
+        let watches_stopped = self.key_watches.stopped();
+        let revokes: Vec<_> = self
+            .sessions
+            .drain()
+            .into_iter()
+            .map(|session| {
+                session.mark_lost("the etcd backend was dropped");
+                (session.id, self.revoke_now(session.id))
+            })
+            .collect();
+        let timeout = self.timeout;
+        self.background.spawn(async move {
+            let _ = tokio::time::timeout(timeout, watches_stopped).await;
+            for (id, revoking) in revokes {
+                let outcome = revoking.await;
+                tracing::debug!(lease = %format!("{id:x}"), ok = outcome.is_ok(), "dlock: etcd lease revoked");
+            }
+        });
     }
 }
 

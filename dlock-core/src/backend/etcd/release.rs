@@ -12,23 +12,36 @@ use super::keys::LockName;
 use super::session::{self, Session};
 use super::{Delete, EtcdGrant, Inner};
 use crate::backend::cleanup::{Releasing, delete_until_gone};
+use crate::backend::watched_key::Watched;
 use crate::lease::{Lease, ReleaseOutcome, RenewOutcome};
 use crate::{Error, Kept, Result};
 
 impl Inner {
-    /// Answers from the keepalives, after checking in one transaction that every lock key
-    /// still exists with its create revision. A grant whose session is lost, or whose key is
-    /// gone, is given up and answered [`RenewOutcome::NotOwner`].
+    /// Answers from the keepalives. A key not watched yet (or any more) is first checked, in
+    /// one transaction for the batch, to exist still with its create revision, and then
+    /// watched for its deletion from the revision read ([`key_watch`](super::key_watch)); a
+    /// watched key needs no request. A grant whose session is lost, or whose key is gone, is
+    /// given up and answered [`RenewOutcome::NotOwner`].
     pub(super) async fn renew(self: &Arc<Self>, leases: &[Lease]) -> Result<Vec<RenewOutcome>> {
         let mut outcomes: Vec<Option<RenewOutcome>> = Vec::with_capacity(leases.len());
         let mut checks = Vec::new();
         for (index, lease) in leases.iter().enumerate() {
             let grant = lease.extension::<EtcdGrant>();
             match grant.and_then(|grant| Some((grant, grant.live_session(self, &lease.owner)?))) {
-                Some((grant, session)) if !session.is_lost() => {
-                    checks.push((index, grant, session));
-                    outcomes.push(None);
-                }
+                Some((grant, session)) if !session.is_lost() => match grant.watch.watched() {
+                    Watched::Yes => outcomes.push(Some(RenewOutcome::Renewed {
+                        valid_from: session.last_ok().max(lease.valid_from),
+                    })),
+                    Watched::No => {
+                        checks.push((index, grant, session));
+                        outcomes.push(None);
+                    }
+                    Watched::Deleted => {
+                        tracing::debug!(key = %grant.key, "dlock: etcd lock key deleted");
+                        self.give_up(grant, Delete::Nothing);
+                        outcomes.push(Some(RenewOutcome::NotOwner));
+                    }
+                },
                 Some((grant, _lost)) => {
                     self.give_up(grant, Delete::Nothing);
                     outcomes.push(Some(RenewOutcome::NotOwner));
@@ -45,6 +58,7 @@ impl Inner {
                 })
                 .collect();
             let reply = self.txn("renew", Txn::new().and_then(gets)).await?;
+            let read_at = reply.header().map_or(0, |header| header.revision());
             let ranges: Vec<_> = reply
                 .op_responses()
                 .into_iter()
@@ -64,6 +78,9 @@ impl Inner {
                     .iter()
                     .any(|kv| kv.create_revision() == grant.create_revision);
                 outcomes[index] = Some(if exists && !session.is_lost() {
+                    if read_at > 0 {
+                        self.key_watches.watch(&grant.key, read_at, &grant.watch);
+                    }
                     RenewOutcome::Renewed {
                         valid_from: session.last_ok().max(leases[index].valid_from),
                     }

@@ -13,6 +13,7 @@ mod errors;
 mod inspect;
 mod kept;
 mod keys;
+mod node_watch;
 mod release;
 mod session;
 
@@ -21,11 +22,14 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use tokio::sync::broadcast;
+use tokio_util::sync::CancellationToken;
 
 pub(crate) use self::config::ZkUrl;
+use self::node_watch::NodeWatches;
 use self::session::{Session, ZkSessions};
 use crate::backend::background::Background;
 use crate::backend::grant_claim::{Claim, GrantClaim};
+use crate::backend::watched_key::WatchedKey;
 use crate::backend::{BackendUrl, Capabilities, Fencing, LockBackend};
 use crate::lease::{
     AcquireOutcome, AcquireRequest, Lease, LostLease, OwnerId, ReleaseOutcome, RenewOutcome,
@@ -138,6 +142,10 @@ pub(super) struct Inner {
     background: Background,
     /// When the next sweep of expired kept records may start.
     next_sweep: kept::SweepGate,
+    /// Watches on long-held nodes, so that renewing them reads nothing.
+    node_watches: NodeWatches,
+    /// Stops the watches' task (shutdown, or the backend dropped).
+    stop: CancellationToken,
 }
 
 impl std::fmt::Debug for Inner {
@@ -156,6 +164,8 @@ pub(super) struct ZkGrant {
     path: String,
     czxid: i64,
     claim: GrantClaim<Inner, Session>,
+    /// Whether the node is watched for its deletion (then a renewal need not read it).
+    watch: Arc<WatchedKey>,
 }
 
 impl ZkGrant {
@@ -170,6 +180,7 @@ impl ZkGrant {
             path,
             czxid,
             claim: GrantClaim::new(inner, session, owner),
+            watch: inner.node_watches.new_watch(),
         }
     }
 
@@ -178,9 +189,11 @@ impl ZkGrant {
         self.claim.live(inner, owner)
     }
 
-    /// Gives the grant up (once): the caller deletes the node as it knows best.
+    /// Gives the grant up (once): the caller deletes the node as it knows best (which fires
+    /// its watch, if any).
     fn give_up(&self) -> Option<Arc<Session>> {
         self.claim.give_up().map(|claim| {
+            self.watch.give_up();
             claim.session.remove_grant(&claim.owner);
             claim.session
         })
@@ -197,6 +210,7 @@ impl Drop for ZkGrant {
         }) = self.claim.give_up()
             && let Some(inner) = backend.upgrade()
         {
+            self.watch.give_up();
             session.remove_grant(&owner);
             inner.finish_nodes(
                 session,
@@ -241,6 +255,7 @@ impl ZooKeeperBackend {
     /// ```
     pub async fn connect(url: &BackendUrl, timeout: Duration) -> Result<Self> {
         let background = Background::here("zk://", "ZooKeeperBackend")?;
+        let stop = CancellationToken::new();
         let Some(settings) = url.zookeeper() else {
             return Err(Error::config(
                 "backend",
@@ -256,6 +271,8 @@ impl ZooKeeperBackend {
                 timeout,
                 background,
                 next_sweep: kept::SweepGate::default(),
+                node_watches: NodeWatches::start(stop.clone()),
+                stop,
             }),
         })
     }
@@ -263,6 +280,7 @@ impl ZooKeeperBackend {
 
 impl Drop for ZooKeeperBackend {
     fn drop(&mut self) {
+        self.inner.stop.cancel();
         let _ = self.inner.sessions.shut_down();
     }
 }
@@ -303,6 +321,7 @@ impl LockBackend for ZooKeeperBackend {
     }
 
     async fn shutdown(&self) -> Result<()> {
+        self.inner.stop.cancel();
         let closing = self.inner.sessions.close_all(self.inner.timeout);
         if !self.inner.background.settle(self.inner.timeout).await {
             tracing::debug!("dlock: ZooKeeper background work still running at shutdown");

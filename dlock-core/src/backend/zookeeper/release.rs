@@ -3,24 +3,32 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use zookeeper_client::{Error as ZkError, MultiReadResult};
+use zookeeper_client::Error as ZkError;
 
 use super::errors::{from_zk, timed, timed_raw};
 use super::keys;
 use super::session::Session;
 use super::{Inner, ZkGrant};
 use crate::backend::cleanup::{Releasing, delete_until_gone};
+use crate::backend::watched_key::Watched;
 use crate::lease::{Lease, ReleaseOutcome, RenewOutcome};
 use crate::{LockMode, Result};
 
-/// The grants of one session checked in one multi-read, with their place in the answer.
+/// The grants of one session renewed together, with their place in the answer.
 type Batch<'a> = Vec<(usize, &'a ZkGrant)>;
 
+/// How old, as a fraction of the ttl, a confirmation of the session may be for a renewal of
+/// watched nodes: at most 1/20 of a lease's time is given up to share one request among
+/// every renewal of the session meanwhile.
+const CONFIRMATION_AGE_DIVISOR: u32 = 20;
+
 impl Inner {
-    /// Checks, in one multi-read per session, that every lock node still exists with its
-    /// `czxid` and this session as its owner; the lease then counts from when the read was
-    /// sent. A grant whose session ended, or whose node is gone, is given up and answered
-    /// [`RenewOutcome::NotOwner`].
+    /// Renews every lease by its session. A node not watched yet (or any more) is read with
+    /// an exists-watch — it must still exist with its `czxid` and this session as its owner;
+    /// the lease then counts from when the read was sent, and the node is watched from then
+    /// on ([`node_watch`](super::node_watch)). A watched node needs no read: the lease counts
+    /// from the session's latest confirmation ([`Session::confirmed`]). A grant whose session
+    /// ended, or whose node is gone, is given up and answered [`RenewOutcome::NotOwner`].
     pub(super) async fn renew(self: &Arc<Self>, leases: &[Lease]) -> Result<Vec<RenewOutcome>> {
         let mut outcomes: Vec<RenewOutcome> =
             leases.iter().map(|_| RenewOutcome::NotOwner).collect();
@@ -32,7 +40,8 @@ impl Inner {
             let Some(session) = grant.live_session(self, &lease.owner) else {
                 continue; // not held through this backend (released, lost, or someone else's)
             };
-            if session.is_lost() {
+            if session.is_lost() || grant.watch.watched() == Watched::Deleted {
+                tracing::debug!(path = %grant.path, "dlock: ZooKeeper lock node or session gone at renewal");
                 self.give_up(grant, false);
                 continue;
             }
@@ -42,52 +51,52 @@ impl Inner {
             }
         }
         for (session, batch) in batches {
-            let sent = Instant::now();
-            let results = match self.read_nodes(&session, &batch).await {
-                Ok(results) => results,
-                Err(error) => {
-                    // This session's leases only: the others' sessions may be fine.
-                    for (index, _) in batch {
-                        outcomes[index] = RenewOutcome::Failed(error.copy_for_batch("zookeeper"));
-                    }
-                    continue;
+            let (watched, unwatched): (Batch<'_>, Batch<'_>) = batch
+                .into_iter()
+                .partition(|(_, grant)| grant.watch.watched() == Watched::Yes);
+            if !watched.is_empty() {
+                let max_age = session.effective_ttl() / CONFIRMATION_AGE_DIVISOR;
+                let confirmed = session.confirmed(max_age, self.timeout).await;
+                for (index, _) in watched {
+                    outcomes[index] = match &confirmed {
+                        Ok(at) => RenewOutcome::Renewed {
+                            valid_from: (*at).max(leases[index].valid_from),
+                        },
+                        Err(error) => RenewOutcome::Failed(error.copy_for_batch("zookeeper")),
+                    };
                 }
-            };
-            for ((index, grant), result) in batch.into_iter().zip(results) {
-                let ours = matches!(&result, MultiReadResult::Data { stat, .. }
-                    if stat.czxid == grant.czxid && stat.ephemeral_owner == session.id);
-                outcomes[index] = if ours && !session.is_lost() {
-                    RenewOutcome::Renewed {
-                        valid_from: sent.max(leases[index].valid_from),
+            }
+            let sent = Instant::now();
+            let reads = unwatched.iter().map(|(_, grant)| {
+                timed(
+                    self.timeout,
+                    "renew",
+                    session.client.check_and_watch_stat(&grant.path),
+                )
+            });
+            let reads = futures_util::future::join_all(reads).await;
+            for ((index, grant), read) in unwatched.into_iter().zip(reads) {
+                outcomes[index] = match read {
+                    Ok((Some(stat), watcher))
+                        if stat.czxid == grant.czxid
+                            && stat.ephemeral_owner == session.id
+                            && !session.is_lost() =>
+                    {
+                        self.node_watches.watch(&grant.watch, watcher);
+                        RenewOutcome::Renewed {
+                            valid_from: sent.max(leases[index].valid_from),
+                        }
                     }
-                } else {
-                    tracing::debug!(path = %grant.path, "dlock: ZooKeeper lock node gone at renewal");
-                    self.give_up(grant, false);
-                    RenewOutcome::NotOwner
+                    Ok(_) => {
+                        tracing::debug!(path = %grant.path, "dlock: ZooKeeper lock node gone at renewal");
+                        self.give_up(grant, false);
+                        RenewOutcome::NotOwner
+                    }
+                    Err(error) => RenewOutcome::Failed(error),
                 };
             }
         }
         Ok(outcomes)
-    }
-
-    /// One multi-read of the nodes of `batch`, all on `session`.
-    async fn read_nodes(
-        &self,
-        session: &Session,
-        batch: &Batch<'_>,
-    ) -> Result<Vec<MultiReadResult>> {
-        let mut reader = session.client.new_multi_reader();
-        for (_, grant) in batch {
-            reader.add_get_data(&grant.path).map_err(from_zk)?;
-        }
-        let results = timed(self.timeout, "renew", reader.commit()).await?;
-        if results.len() != batch.len() {
-            return Err(crate::Error::refused(
-                "zookeeper",
-                "the renewal multi-read returned the wrong number of results",
-            ));
-        }
-        Ok(results)
     }
 
     /// Gives `grant` up, if it was not already: deletes its node (when `delete`) and ends its

@@ -11,13 +11,14 @@
 //! `Closed` and `AuthFailed` end it, and every grant on it is reported lost at once.
 
 use std::sync::{Arc, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 use zookeeper_client::{Client, SessionState, StateWatcher};
 
 use super::config::ZkUrl;
+use super::errors::timed;
 use crate::Result;
 use crate::backend::background::Background;
 use crate::backend::session_end::SessionEnd;
@@ -40,6 +41,8 @@ pub(super) struct Session {
     pub(super) negotiated: Duration,
     /// Whether it ended, and the grants on it to report then.
     end: SessionEnd,
+    /// The send time of the latest request the server answered for [`Session::confirmed`].
+    confirmed: tokio::sync::Mutex<Option<Instant>>,
 }
 
 impl Session {
@@ -66,6 +69,27 @@ impl Session {
     /// Whether the session was ended by the backend's shutdown (or drop), not by the server.
     pub(super) fn ended_by_shutdown(&self) -> bool {
         self.is_lost() && self.lost_reason() == SHUT_DOWN
+    }
+
+    /// A moment at which the server still kept the session: the send time of an answered
+    /// request no older than `max_age`, shared by every renewal meanwhile — or of a new one
+    /// (`exists` on the root: the cheapest read), bounded by `timeout`. Renewing watched
+    /// nodes costs this one request per `max_age`, however many locks the session holds.
+    ///
+    /// # Errors
+    ///
+    /// As [`timed`]: no answer within `timeout`, or the session is gone.
+    pub(super) async fn confirmed(&self, max_age: Duration, timeout: Duration) -> Result<Instant> {
+        let mut confirmed = self.confirmed.lock().await;
+        let asked = Instant::now();
+        if let Some(at) = *confirmed
+            && at + max_age >= asked
+        {
+            return Ok(at);
+        }
+        timed(timeout, "renew", self.client.check_stat("/")).await?;
+        *confirmed = Some(asked);
+        Ok(asked)
     }
 
     /// Records the end of the session, without reporting its grants.
@@ -151,6 +175,7 @@ impl ZkSessions {
                     negotiated: client.session_timeout(),
                     ttl,
                     end: SessionEnd::new(),
+                    confirmed: tokio::sync::Mutex::new(None),
                     client,
                 })
             })
