@@ -3,7 +3,8 @@
 //!
 //! Modules: [`config`] (URL, connection), [`keys`] (key layout), [`session`] (shared leases
 //! and their keepalive), [`acquire`] (enqueue and watch the predecessor), [`watch`] (a watch
-//! closed without resets), [`release`] (renew, release, force release, background deletes),
+//! closed without resets), [`key_watch`] (held keys watched for their deletion), [`release`]
+//! (renew, release, force release, background deletes),
 //! [`inspect`] (holders and waiters, for operators). The user-facing documentation is on
 //! [`EtcdBackend`].
 
@@ -41,7 +42,8 @@ use crate::lease::{
 };
 use crate::{Error, LockMode, Result};
 
-/// etcd's default `--max-txn-ops`: one renewal transaction checks at most this many locks.
+/// etcd's default `--max-txn-ops`: one renewal transaction checks at most this many locks (the
+/// ones not watched yet).
 const RENEW_BATCH: usize = 128;
 
 /// Locks in etcd, with etcd's own mutex layout: fair (FIFO by create revision), fenced by the
@@ -94,8 +96,12 @@ const RENEW_BATCH: usize = 128;
 ///   then takes it key by key, in order); released in one transaction of owner-checked
 ///   deletes. Up to 128 keys; permits key by key.
 /// * **Renewal** answers from the keepalives — `valid_from` is the send time of the lease's
-///   last answered keepalive — after checking, in **one transaction for up to 128 locks**,
-///   that every lock key still exists with its create revision (an admin may have deleted it).
+///   last answered keepalive. A lock's first renewal checks, in **one transaction for up to
+///   128 locks**, that its key still exists with its create revision (an admin may have
+///   deleted it), then watches the key for its deletion from the revision read (one watch
+///   stream per backend, deletions only); later renewals send nothing, and a deletion the
+///   watch sees is lost at the next renewal. A watch that falls away (a broken stream, a
+///   compaction) sends the renewal back to reading the key.
 /// * **Loss.** etcd answering a keepalive with ttl 0 (lease expired or revoked), or no
 ///   keepalive answered for the lease's ttl, loses every lock on that lease: each answers
 ///   `NotOwner` at its next renewal (a third of its ttl at most), and the Locker's local

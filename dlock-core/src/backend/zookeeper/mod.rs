@@ -3,7 +3,8 @@
 //!
 //! Modules: [`config`] (URL, connecting a session), [`keys`] (lock paths, node names,
 //! Curator's order), [`session`] (sessions as leases, their ends reported), [`acquire`]
-//! (create a node, wait for the predecessor), [`release`] (renew, release, force release,
+//! (create a node, wait for the predecessor), [`node_watch`] (held nodes watched for their
+//! deletion), [`release`] (renew, release, force release,
 //! nodes deleted in the background), [`kept`] (a lock kept after its release: its record).
 //! The user-facing documentation is on [`ZooKeeperBackend`].
 
@@ -36,8 +37,7 @@ use crate::lease::{
 };
 use crate::{Error, Kept, Result};
 
-/// Leases renewed in one multi-read (ZooKeeper bounds a request by `jute.maxbuffer`, 1 MiB by
-/// default; 128 paths of dlock's length fit with room to spare).
+/// Leases renewed in one call (the nodes not watched yet among them are read side by side).
 const RENEW_BATCH: usize = 128;
 
 /// Locks in ZooKeeper, with Apache Curator's layouts: fair (FIFO by sequence number), fenced by
@@ -93,9 +93,13 @@ const RENEW_BATCH: usize = 128;
 ///   deleted at the version read, by the next acquirer or by a sweep after a keep. Curator
 ///   does not read them. TTL nodes would need the server's `extendedTypesEnabled`, off by
 ///   default. `_dlock_kept` is no key's first segment.
-/// * **Renewal** checks, in **one multi-read for up to 128 locks**, that every lock node still
-///   exists with its `czxid`, owned by this session; the lease counts from when that read was
-///   sent (any request touches the session).
+/// * **Renewal**: a lock's first renewal reads its node with an exists-watch — it must still
+///   exist with its `czxid`, owned by this session; the lease counts from when that read was
+///   sent — and the node is watched from then on. Later renewals read no node: the lease
+///   counts from the session's latest confirmation (one request per ttl/20, shared by every
+///   lock on the session), and a node deleted by someone else fires its watch and is lost at
+///   the next renewal. A watch that fires otherwise (the session ended) sends the renewal
+///   back to reading.
 /// * **Loss.** A session that expires, is closed or fails authentication loses every lock on
 ///   it at once (pushed to the Locker). A disconnection is uncertain: the client reconnects
 ///   within the session while the Locker's local deadline runs, which ends before the server
