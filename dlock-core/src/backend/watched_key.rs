@@ -8,7 +8,7 @@
 //! away when it can no longer tell (its stream broke, the server cancelled it): the next
 //! renewal reads the key again. Giving the grant up ends the watch's interest in it.
 
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU8, Ordering};
 
 /// Not watched (not yet, or not any more): the next renewal reads the key.
 const UNWATCHED: u8 = 0;
@@ -33,22 +33,28 @@ pub(crate) enum Watched {
 /// The watch state of one grant's key, shared by the grant and the task watching it.
 #[derive(Debug)]
 pub(crate) struct WatchedKey {
-    /// An id unique among the backend's watches (etcd's watch id).
-    id: i64,
+    /// The backend's id of the latest watch started on the key (etcd's watch id), 0 if none.
+    watch_id: AtomicI64,
     state: AtomicU8,
 }
 
 impl WatchedKey {
-    /// An unwatched key with watch id `id`.
-    pub(crate) const fn new(id: i64) -> Self {
+    /// An unwatched key.
+    pub(crate) const fn new() -> Self {
         Self {
-            id,
+            watch_id: AtomicI64::new(0),
             state: AtomicU8::new(UNWATCHED),
         }
     }
 
-    pub(crate) const fn id(&self) -> i64 {
-        self.id
+    /// The id of the latest watch started on the key (0 if none).
+    pub(crate) fn watch_id(&self) -> i64 {
+        self.watch_id.load(Ordering::Acquire)
+    }
+
+    /// Records the id of the watch just started on the key.
+    pub(crate) fn set_watch_id(&self, id: i64) {
+        self.watch_id.store(id, Ordering::Release);
     }
 
     /// What the watch knows now.

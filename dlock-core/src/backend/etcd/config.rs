@@ -104,7 +104,10 @@ impl EtcdUrl {
         let mut options = ConnectOptions::new()
             .with_connect_timeout(timeout)
             .with_keep_alive(HTTP2_PING_INTERVAL, timeout)
-            .with_keep_alive_while_idle(false);
+            .with_keep_alive_while_idle(false)
+            // A member that lost the leader ends the streams it serves (watches, keepalives)
+            // instead of keeping them open and silent: the client moves to another member.
+            .with_require_leader(true);
         let without_client_cert = self.tls && tls.cert_file.is_none();
         if let Some(tls) = self.tls_options(tls)? {
             options = options.with_tls(tls);

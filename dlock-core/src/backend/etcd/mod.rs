@@ -237,7 +237,7 @@ impl EtcdGrant {
             key,
             create_revision,
             claim: GrantClaim::new(inner, session, owner),
-            watch: inner.key_watches.new_watch(),
+            watch: KeyWatches::new_watch(),
         }
     }
 

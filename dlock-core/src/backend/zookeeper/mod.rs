@@ -148,7 +148,7 @@ pub(super) struct Inner {
     next_sweep: kept::SweepGate,
     /// Watches on long-held nodes, so that renewing them reads nothing.
     node_watches: NodeWatches,
-    /// Stops the watches' task (shutdown, or the backend dropped).
+    /// Stops the watches' task (at shutdown, once the sessions are closed).
     stop: CancellationToken,
 }
 
@@ -184,7 +184,7 @@ impl ZkGrant {
             path,
             czxid,
             claim: GrantClaim::new(inner, session, owner),
-            watch: inner.node_watches.new_watch(),
+            watch: NodeWatches::new_watch(),
         }
     }
 
@@ -283,8 +283,9 @@ impl ZooKeeperBackend {
 }
 
 impl Drop for ZooKeeperBackend {
+    /// The sessions close in the background; their end fires every standing watch, and the
+    /// watches' task ends once none is left (its sender goes with the backend).
     fn drop(&mut self) {
-        self.inner.stop.cancel();
         let _ = self.inner.sessions.shut_down();
     }
 }
@@ -325,12 +326,15 @@ impl LockBackend for ZooKeeperBackend {
     }
 
     async fn shutdown(&self) -> Result<()> {
-        self.inner.stop.cancel();
         let closing = self.inner.sessions.close_all(self.inner.timeout);
         if !self.inner.background.settle(self.inner.timeout).await {
             tracing::debug!("dlock: ZooKeeper background work still running at shutdown");
         }
-        closing.wait().await
+        let closed = closing.wait().await;
+        // Only now: a watch dropped while its session is open asks the server to remove it
+        // (one request per held node); a closed session's watches are gone with it.
+        self.inner.stop.cancel();
+        closed
     }
 
     fn lost_leases(&self) -> Option<broadcast::Receiver<LostLease>> {

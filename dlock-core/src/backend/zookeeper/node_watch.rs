@@ -15,7 +15,6 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, Ordering};
 
 use std::panic::AssertUnwindSafe;
 
@@ -33,7 +32,6 @@ type Fired = Pin<Box<dyn Future<Output = ()> + Send>>;
 #[derive(Debug)]
 pub(super) struct NodeWatches {
     watches: mpsc::UnboundedSender<Fired>,
-    next_id: AtomicI64,
 }
 
 impl NodeWatches {
@@ -41,17 +39,12 @@ impl NodeWatches {
     pub(super) fn start(stop: CancellationToken) -> Self {
         let (watches, receiver) = mpsc::unbounded_channel();
         tokio::spawn(await_watches(receiver, stop));
-        Self {
-            watches,
-            next_id: AtomicI64::new(1),
-        }
+        Self { watches }
     }
 
     /// The (unwatched) state of a new grant's node.
-    pub(super) fn new_watch(&self) -> Arc<WatchedKey> {
-        Arc::new(WatchedKey::new(
-            self.next_id.fetch_add(1, Ordering::Relaxed),
-        ))
+    pub(super) fn new_watch() -> Arc<WatchedKey> {
+        Arc::new(WatchedKey::new())
     }
 
     /// `watcher`, set by a read that found the node held, now watches it (unless it was given

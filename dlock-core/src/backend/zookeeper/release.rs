@@ -57,8 +57,14 @@ impl Inner {
             if !watched.is_empty() {
                 let max_age = session.effective_ttl() / CONFIRMATION_AGE_DIVISOR;
                 let confirmed = session.confirmed(max_age, self.timeout).await;
-                for (index, _) in watched {
+                for (index, grant) in watched {
                     outcomes[index] = match &confirmed {
+                        // A deletion before the confirmation's answer came before it (the
+                        // server answers in order): its watch has fired by now.
+                        Ok(_) if grant.watch.watched() == Watched::Deleted => {
+                            self.give_up(grant, false);
+                            RenewOutcome::NotOwner
+                        }
                         Ok(at) => RenewOutcome::Renewed {
                             valid_from: (*at).max(leases[index].valid_from),
                         },

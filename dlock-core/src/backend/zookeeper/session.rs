@@ -41,8 +41,9 @@ pub(super) struct Session {
     pub(super) negotiated: Duration,
     /// Whether it ended, and the grants on it to report then.
     end: SessionEnd,
-    /// The send time of the latest request the server answered for [`Session::confirmed`].
-    confirmed: tokio::sync::Mutex<Option<Instant>>,
+    /// The send time of the latest request for [`Session::confirmed`], and its error if it
+    /// failed.
+    confirmed: tokio::sync::Mutex<Option<(Instant, Option<crate::Error>)>>,
 }
 
 impl Session {
@@ -74,7 +75,9 @@ impl Session {
     /// A moment at which the server still kept the session: the send time of an answered
     /// request no older than `max_age`, shared by every renewal meanwhile — or of a new one
     /// (`exists` on the root: the cheapest read), bounded by `timeout`. Renewing watched
-    /// nodes costs this one request per `max_age`, however many locks the session holds.
+    /// nodes costs this one request per `max_age`, however many locks the session holds. A
+    /// request that failed is not sent again within `max_age` either: the renewals that
+    /// waited for it share its error (they do not each wait a `timeout` in turn).
     ///
     /// # Errors
     ///
@@ -82,14 +85,22 @@ impl Session {
     pub(super) async fn confirmed(&self, max_age: Duration, timeout: Duration) -> Result<Instant> {
         let mut confirmed = self.confirmed.lock().await;
         let asked = Instant::now();
-        if let Some(at) = *confirmed
-            && at + max_age >= asked
+        if let Some((at, failed)) = confirmed.as_ref()
+            && *at + max_age >= asked
         {
-            return Ok(at);
+            return match failed {
+                None => Ok(*at),
+                Some(error) => Err(error.copy_for_batch("zookeeper")),
+            };
         }
-        timed(timeout, "renew", self.client.check_stat("/")).await?;
-        *confirmed = Some(asked);
-        Ok(asked)
+        let answered = timed(timeout, "renew", self.client.check_stat("/")).await;
+        let failed = answered.err();
+        let outcome = match &failed {
+            None => Ok(asked),
+            Some(error) => Err(error.copy_for_batch("zookeeper")),
+        };
+        *confirmed = Some((asked, failed));
+        outcome
     }
 
     /// Records the end of the session, without reporting its grants.

@@ -3,7 +3,8 @@
 //! times with a 1 ms hold (`--hot W:L,W:L,...`; by default 10:2, 100:10, 1000:50 and
 //! 1000:2). Per row: grants per second and the p50/p99/max wait; the server's commands per
 //! grant (Redis: every command it ran, those inside scripts included, and of them the scripts
-//! and `PUBLISH`es; PostgreSQL: statements) or, elsewhere, the backend calls per grant; the
+//! and `PUBLISH`es; PostgreSQL: statements; etcd: gRPC messages received; ZooKeeper: packets
+//! received) and the backend calls per grant where the server counts nothing else; the
 //! fairness across Lockers — the fewest grants any Locker got in each half of the run, as a
 //! share of its fair share (1.0 = exactly fair) — and the longest wait over the FIFO ideal
 //! (the waiters ahead of it, each holding and handing on: W − 1 grant cycles).
@@ -51,7 +52,10 @@ pub(crate) async fn hot_key(
         connected.push((locker, counting));
     }
     let key = format!("bench:hot:{waiters}:{lockers}:{}", std::process::id());
-    let commands_before = target.server_commands().await;
+    let (commands_before, requests_before) = (
+        target.server_commands().await,
+        target.server_requests().await,
+    );
     // (when, which Locker) of every grant.
     let grants = Arc::new(Mutex::new(Vec::with_capacity(waiters * GRANTS_EACH)));
     let started = Instant::now();
@@ -113,7 +117,14 @@ pub(crate) async fn hot_key(
                 .iter()
                 .map(|(_, counting)| counting.acquires() + counting.releases())
                 .sum();
-            format!("{:.2} backend calls per grant", per_grant(calls as f64))
+            let calls = format!("{:.2} backend calls per grant", per_grant(calls as f64));
+            match (requests_before, target.server_requests().await) {
+                (Some(before), Some(after)) => format!(
+                    "{:.1} server requests per grant, {calls}",
+                    per_grant(after.saturating_sub(before) as f64)
+                ),
+                _ => calls,
+            }
         }
     };
     let mut grants = grants.lock().unwrap().clone();

@@ -430,6 +430,46 @@ impl Target {
         Some(calls("evalsha") + calls("eval"))
     }
 
+    /// Requests the server has received so far: on etcd its gRPC messages
+    /// (`grpc_server_msg_received_total` on `/metrics`: unary calls and every message on a
+    /// stream — keepalives, watch requests), on ZooKeeper its packets (`zk_packets_received`
+    /// of `mntr`: requests and pings). The first endpoint of the URL only (the bench's servers
+    /// are single members); `None` on other backends or when the server does not answer.
+    pub(crate) async fn server_requests(&self) -> Option<u64> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (url, request, name): (&str, &[u8], &str) = match self {
+            Self::Etcd { url, .. } => (
+                url,
+                b"GET /metrics HTTP/1.0\r\nHost: etcd\r\n\r\n",
+                "grpc_server_msg_received_total",
+            ),
+            Self::ZooKeeper { url, .. } => (url, b"mntr", "zk_packets_received"),
+            _ => return None,
+        };
+        // `scheme://[user:pw@]host:port[,host:port...][/path]` → the first `host:port`.
+        let hosts = url.split_once("://")?.1;
+        let hosts = hosts.rsplit_once('@').map_or(hosts, |(_, rest)| rest);
+        let address = hosts.split([',', '/', '?']).next()?;
+        let mut stream = tokio::net::TcpStream::connect(address).await.ok()?;
+        stream.write_all(request).await.ok()?;
+        let mut reply = String::new();
+        stream.read_to_string(&mut reply).await.ok()?;
+        let total: f64 = reply
+            .lines()
+            .filter(|line| {
+                line.strip_prefix(name)
+                    .is_some_and(|rest| rest.starts_with(['{', ' ', '\t']))
+            })
+            .filter_map(|line| line.split_whitespace().last()?.parse::<f64>().ok())
+            .sum();
+        #[expect(
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss,
+            reason = "a count, printed by the server as a float"
+        )]
+        Some(total as u64)
+    }
+
     /// Redis's `INFO section`; `None` on other backends.
     async fn redis_info(&self, section: &str) -> Option<String> {
         let Self::Redis { raw, .. } = self else {
