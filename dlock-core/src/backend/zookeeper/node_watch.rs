@@ -13,10 +13,9 @@
 //! [`Session::confirmed`]: super::session::Session::confirmed
 
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::Arc;
-
-use std::panic::AssertUnwindSafe;
 
 use futures_util::stream::FuturesUnordered;
 use futures_util::{FutureExt, StreamExt};

@@ -59,8 +59,8 @@ impl Inner {
                 let confirmed = session.confirmed(max_age, self.timeout).await;
                 for (index, grant) in watched {
                     outcomes[index] = match &confirmed {
-                        // A deletion before the confirmation's answer came before it (the
-                        // server answers in order): its watch has fired by now.
+                        // Deleted while the confirmation was on its way (the server sends
+                        // the event before the answer, and the watch saw it).
                         Ok(_) if grant.watch.watched() == Watched::Deleted => {
                             self.give_up(grant, false);
                             RenewOutcome::NotOwner
