@@ -9,3 +9,25 @@ mod faulty;
 pub mod processes;
 
 pub use faulty::Faulty;
+
+use std::time::{Duration, Instant};
+
+/// The held lock `guards[index]`, whose key someone else deleted at `deleted_at`, is lost by
+/// its next renewal (within a third of `ttl`, plus slack), and every other guard stays held.
+pub async fn only_this_lock_is_lost(
+    guards: &[dlock_core::LockGuard],
+    index: usize,
+    ttl: Duration,
+    deleted_at: Instant,
+) {
+    tokio::time::timeout(ttl, guards[index].lost())
+        .await
+        .expect("the lock whose key was deleted is lost by the next renewal");
+    assert!(deleted_at.elapsed() <= ttl / 3 + Duration::from_millis(500));
+    let still_held = guards.iter().filter(|guard| guard.is_held()).count();
+    assert_eq!(
+        still_held,
+        guards.len() - 1,
+        "only the deleted key's lock is lost"
+    );
+}
