@@ -972,3 +972,31 @@ async fn long_held_locks_are_renewed_without_reading_their_keys_and_a_deletion_i
     })
     .await;
 }
+
+/// A Locker shut down while its held keys are watched leaves nothing on etcd: no key, no
+/// lease, no watcher (the watch stream ends before the leases are revoked).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_with_watched_keys_leaves_no_watcher_lease_or_key() {
+    let server = EtcdServer::start().await.expect("etcd");
+    let endpoint = server.endpoint();
+    let ttl = Duration::from_secs(3);
+    let (locker, _) = locker(&server.url(), "", ttl).await;
+    let mut guards = Vec::new();
+    for i in 0..20 {
+        guards.push(locker.lock(&format!("watched:{i}")).await.expect("acquire"));
+    }
+    let watchers = || etcd_metric(&endpoint, "etcd_debugging_mvcc_watcher_total", &[]);
+    eventually("every held key is watched", ttl * 3, async || {
+        watchers().await > 19.5
+    })
+    .await;
+
+    locker.shutdown().await.expect("shutdown");
+    assert_eq!(etcd_keys(&endpoint, "watched:").await, Vec::<String>::new());
+    assert_eq!(etcd_leases(&endpoint).await, Vec::<String>::new());
+    eventually("no watcher is left", Duration::from_secs(5), async || {
+        watchers().await < 0.5
+    })
+    .await;
+    drop(guards);
+}

@@ -627,3 +627,27 @@ async fn long_held_locks_are_watched_not_read_and_a_deletion_is_seen() {
     assert_eq!(children(&client, "/held-0").await, Vec::<String>::new());
     eventually("no watch is left", || async { watches().await < 0.5 }).await;
 }
+
+/// A Locker shut down while its held nodes are watched leaves nothing on the server: no
+/// node, no watch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_with_watched_nodes_leaves_no_node_or_watch() {
+    let server = ZkServer::start().await.expect("zookeeper");
+    let ttl = Duration::from_secs(3);
+    let locker = locker(&server.url(), ttl).await;
+    let mut guards = Vec::new();
+    for i in 0..20 {
+        guards.push(locker.lock(&format!("watched-{i}")).await.expect("acquire"));
+    }
+    let watches = || async { server.monitor("zk_watch_count").await.unwrap_or(-1.0) };
+    eventually("every held node is watched", || async {
+        watches().await > 19.5
+    })
+    .await;
+
+    locker.shutdown().await.expect("shutdown");
+    let client = raw(&server.connect_string()).await;
+    assert_eq!(children(&client, "/watched-0").await, Vec::<String>::new());
+    eventually("no watch is left", || async { watches().await < 0.5 }).await;
+    drop(guards);
+}
