@@ -188,6 +188,7 @@ async fn run_target(target: &Target, args: &Args) -> Vec<Row> {
     }
     if wanted("sets") {
         rows.push(sets::lock_all(target, s).await);
+        rows.push(sets::lock_all_acquire(target, s).await);
     }
     if args.scenario == "hot-key" {
         for &(waiters, lockers) in &s.hot {

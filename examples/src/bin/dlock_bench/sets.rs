@@ -21,6 +21,78 @@ fn keys(rep: usize, i: usize) -> Vec<String> {
         .collect()
 }
 
+/// One task, `ops` cycles of `$acquire` (its value named `$held`) then `$release`, on one
+/// runtime worker as [`timed_tasks!`] runs them; only the acquires are timed, so the run's
+/// throughput is that of its acquires (`ops` over their summed time).
+macro_rules! timed_acquires {
+    ($ops:expr, |$i:ident| $acquire:expr, |$held:ident| $release:expr) => {{
+        let ops = $ops;
+        tokio::spawn(async move {
+            let mut latencies = Vec::with_capacity(ops);
+            for $i in 0..ops {
+                let at = Instant::now();
+                let $held = $acquire;
+                latencies.push(at.elapsed());
+                $release;
+            }
+            Samples {
+                elapsed: latencies.iter().sum(),
+                latencies,
+                ..Samples::default()
+            }
+        })
+        .await
+        .expect("task")
+    }};
+}
+
+/// The acquire alone: one task, N sets of four fresh keys, `lock_all` timed (its release not),
+/// against four `lock`s in order timed (their releases at once, not timed) — the step the
+/// backend's one-step path replaces.
+pub(crate) async fn lock_all_acquire(target: &Target, s: &Settings) -> crate::stats::Row {
+    let locker = target.locker(TTL).await;
+    let ops = s.uncontended_ops;
+    let runs = paired!(
+        s,
+        |rep| {
+            let locker = locker.clone();
+            timed_acquires!(
+                ops,
+                |i| locker.lock_all(keys(rep, i)).await.expect("lock_all"),
+                |set| set.release().await.expect("release")
+            )
+        },
+        {
+            let locker = locker.clone();
+            timed_acquires!(
+                ops,
+                |i| {
+                    let mut guards = Vec::with_capacity(KEYS);
+                    for key in keys(usize::MAX - 1 - rep, i) {
+                        guards.push(locker.lock(&key).await.expect("lock"));
+                    }
+                    guards
+                },
+                |guards| release_together(guards).await
+            )
+        },
+        { None }
+    );
+    runs.row(
+        target.name(),
+        "lock_all of 4, acquire",
+        "vs 4 locks taken in order; only the acquires timed".to_owned(),
+    )
+}
+
+/// Releases `guards` side by side, as the ordered path does.
+async fn release_together(guards: Vec<dlock_core::LockGuard>) {
+    let released = guards.into_iter().map(dlock_core::LockGuard::release);
+    for outcome in futures_util::future::join_all(released).await {
+        outcome.expect("release");
+    }
+}
+
 /// One task, N sets of four fresh keys: `lock_all` + release, against four `lock`s in order
 /// + their releases at once.
 pub(crate) async fn lock_all(target: &Target, s: &Settings) -> crate::stats::Row {
@@ -59,10 +131,7 @@ pub(crate) async fn lock_all(target: &Target, s: &Settings) -> crate::stats::Row
                 for key in keys(usize::MAX - 1 - rep, i) {
                     guards.push(locker.lock(&key).await.expect("lock"));
                 }
-                let released = guards.into_iter().map(dlock_core::LockGuard::release);
-                for outcome in futures_util::future::join_all(released).await {
-                    outcome.expect("release");
-                }
+                release_together(guards).await;
             })
         },
         { None }
