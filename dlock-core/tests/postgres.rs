@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use dlock_core::backend::PostgresBackend;
 use dlock_core::{DlockConfig, Error, LockGuard, Locker};
-use dlock_harness::{PostgresServer, PsqlSession};
+use dlock_harness::{PostgresServer, ProxyMode, PsqlSession, TcpProxy};
 use support::processes::eventually;
 use tokio_postgres::{Client, NoTls};
 
@@ -527,6 +527,47 @@ async fn shutdown_closes_every_connection() {
         taken.is_ok(),
         "the shut-down Locker's lock is free: {taken:?}"
     );
+}
+
+/// A release cancelled while its unlock is on the wire (its caller's timeout ended first)
+/// leaves neither the lock nor the connection's use behind: the connection's state is in
+/// doubt, so it is closed at once — which frees the lock — instead of staying open with the
+/// grant counted on it forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_cancelled_mid_unlock_closes_its_connection() {
+    let server = PostgresServer::start().await.expect("postgres");
+    let admin = admin(&server).await;
+    let proxy = TcpProxy::start(format!("127.0.0.1:{}", server.port()).parse().unwrap())
+        .await
+        .expect("proxy");
+    let via_proxy = server.url().replace(
+        &format!(":{}/", server.port()),
+        &format!(":{}/", proxy.address().port()),
+    );
+    // A long ttl: an idle connection would close only at half of it (15 s).
+    let proxied =
+        support::connect::locker_at(&via_proxy, Duration::from_secs(30), Duration::from_secs(5))
+            .await;
+    let guard = proxied.lock("cancelled:release").await.expect("acquire");
+    assert_eq!(dlock_connections(&admin).await, 1);
+
+    proxy.set(ProxyMode::DelayReplies(Duration::from_secs(2)));
+    let cancelled = tokio::time::timeout(Duration::from_millis(300), guard.release()).await;
+    assert!(
+        cancelled.is_err(),
+        "the release answered through a 2 s delay: {cancelled:?}"
+    );
+    proxy.set(ProxyMode::Pass);
+
+    eventually(
+        "the connection of the cancelled release is closed",
+        Duration::from_secs(5),
+        async || dlock_connections(&admin).await == 0,
+    )
+    .await;
+    let other = locker(&server).await;
+    let taken = other.try_lock("cancelled:release").await;
+    assert!(taken.is_ok(), "the lock is free: {taken:?}");
 }
 
 /// The kept record of `full_key` in `table`: `(kept, kept_by, live)`, if the row has one.

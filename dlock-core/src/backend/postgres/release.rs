@@ -123,13 +123,15 @@ impl Inner {
         }
         // Dropped before the answer (the caller gave up), the connection's state is in doubt:
         // it is closed, which frees its locks, and the grants are forgotten.
-        let mut settling = Settling {
-            inner: self,
-            conn: &conn,
-            given: &given,
-            keys: &keys,
-            settled: false,
-        };
+        let mut settling = Settling::new(
+            self,
+            &conn,
+            given
+                .iter()
+                .zip(&keys)
+                .map(|((_, owner), key)| (owner, vec![*key]))
+                .collect(),
+        );
         let params: [&(dyn ToSql + Sync); 2] = [&keys, &shared];
         let answer = timed_raw(
             self.timeout,
@@ -200,7 +202,9 @@ impl Inner {
             (sql::UNLOCK, &[&key]),
             (self.sql.sweep_kept.as_str(), &[]),
         ];
+        let mut settling = Settling::new(self, &conn, vec![(&owner, vec![key])]);
         let answers = timed_raw(self.timeout, "release", pipelined(&conn, steps)).await;
+        settling.settled = true;
         let (kept_error, unlocked) = match answers {
             Ok(Ok([kept, unlocked, swept])) => {
                 if let Err(error) = swept {
@@ -257,7 +261,9 @@ impl Inner {
                 }
             }
         };
+        let mut settling = Settling::new(self, conn, vec![(owner, keys)]);
         let answer = timed_raw(self.timeout, "release", unlock).await;
+        settling.settled = true;
         self.settle_unlock(conn, owner, hold, answer)
     }
 
@@ -292,15 +298,30 @@ impl Inner {
     }
 }
 
-/// The grants a set's release gave up, until the release settles them; dropped unsettled
-/// (the release was cancelled mid-statement), it closes the connection — which frees every
-/// lock on it — and forgets them, so neither a lock nor a use of the connection is left.
+/// The grants a release gave up, until the release settles them; dropped unsettled (the
+/// release was cancelled mid-statement), it closes the connection — which frees every lock on
+/// it — and forgets them, so neither a lock nor a use of the connection is left.
 struct Settling<'a> {
     inner: &'a Inner,
     conn: &'a Arc<Conn>,
-    given: &'a [(usize, OwnerId)],
-    keys: &'a [i64],
+    /// Each grant given up: its owner and the advisory keys it reserved on the connection.
+    grants: Vec<(&'a OwnerId, Vec<i64>)>,
     settled: bool,
+}
+
+impl<'a> Settling<'a> {
+    const fn new(
+        inner: &'a Inner,
+        conn: &'a Arc<Conn>,
+        grants: Vec<(&'a OwnerId, Vec<i64>)>,
+    ) -> Self {
+        Self {
+            inner,
+            conn,
+            grants,
+            settled: false,
+        }
+    }
 }
 
 impl Drop for Settling<'_> {
@@ -308,9 +329,9 @@ impl Drop for Settling<'_> {
         if self.settled {
             return;
         }
-        self.conn.abandon("a lock set's release was interrupted");
-        for ((_, owner), key) in self.given.iter().zip(self.keys) {
-            self.conn.remove_grant(owner, &[*key]);
+        self.conn.abandon("a release was interrupted");
+        for (owner, keys) in &self.grants {
+            self.conn.remove_grant(owner, keys);
             self.inner.conns.ungranted(self.conn);
         }
     }
