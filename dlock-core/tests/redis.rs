@@ -137,6 +137,29 @@ async fn a_fence_key_of_another_type_is_named_and_the_lock_is_not_left_taken() {
         .unwrap();
     let locker = locker(&server.url(), Duration::from_secs(5)).await;
     assert_names_foreign_key(&locker, ("cart", true), "`{dlock:cart}:fence`", "set").await;
+    // In a set taken in one step, the error names that member's fence, not the set's first.
+    match locker
+        .lock_all(["basket", "cart", "shelf"])
+        .fencing(true)
+        .wait(Duration::ZERO)
+        .await
+    {
+        Err(Error::Refused { source, .. }) => {
+            let message = source.to_string();
+            assert!(
+                message.contains("`{dlock:cart}:fence`") && message.contains("set"),
+                "{message}"
+            );
+        }
+        other => panic!("expected a backend error naming cart's fence, got {other:?}"),
+    }
+    for undone in ["{dlock:basket}", "{dlock:cart}", "{dlock:shelf}"] {
+        assert_eq!(
+            server.command(&["EXISTS", undone]).await.unwrap(),
+            "0",
+            "{undone}"
+        );
+    }
     // The SET that went through before the INCR failed was undone.
     assert_eq!(
         server.command(&["EXISTS", "{dlock:cart}"]).await.unwrap(),

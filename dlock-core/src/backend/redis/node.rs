@@ -303,6 +303,12 @@ impl Node {
                     let left = u64::try_from(*pttl).ok().map(Duration::from_millis);
                     Ok(AllAttempt::Held(index, left))
                 }
+                // The fence of the `at`th lock holds another type: named by that lock.
+                [Value::Int(at), found] if *at <= -1 => {
+                    let index = usize::try_from(-1 - *at).map_err(|_| unexpected())?;
+                    let req = requests.get(index).ok_or_else(unexpected)?;
+                    Err(errors::foreign_key(&req.key, found.clone()))
+                }
                 _ => Err(unexpected()),
             },
             other => Err(errors::foreign_key(&requests[0].key, other)),

@@ -285,7 +285,8 @@ return wait_in_line(window)
 /// `{0, token...}` when every lock was free and is now taken (token 0 without fencing), or
 /// `{i, pttl}` naming the first lock (1-based) that was not free — held by a writer, readers
 /// or permits, or kept — with its remaining time (-1 without an expiry), having taken
-/// nothing. A fence that is not a counter undoes the grants and returns `fence <type>`. A free
+/// nothing. A fence that is not a counter undoes the grants and returns `{-i, 'fence <type>'}`
+/// naming its lock. A free
 /// set costs one `EXISTS` of every lock, then a `SET` each (at most [`MAX_TOGETHER`](super::MAX_TOGETHER)
 /// locks: `unpack` has a limit).
 pub(super) static ACQUIRE_ALL: LazyLock<Lua> = LazyLock::new(|| {
@@ -309,7 +310,7 @@ for i = 1, n do
     token = redis.pcall('incr', KEYS[2 * i])
     if type(token) == 'table' or token < 1 then
       for j = 1, i do redis.call('del', KEYS[2 * j - 1]) end
-      return 'fence ' .. redis.call('type', KEYS[2 * i])['ok']
+      return {-i, 'fence ' .. redis.call('type', KEYS[2 * i])['ok']}
     end
   end
   granted[i + 1] = token
