@@ -263,11 +263,21 @@ impl<S: PooledSession> Sessions<S> {
     }
 
     /// `more` users of `session` besides the one that checked it out (several grants of one
-    /// request, each checked in by its own release).
+    /// request, each checked in by its own release) — whether it is still live or was retired
+    /// meanwhile (a retired session closes with its last user, so each must be counted).
     #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     pub(crate) fn add_users(&self, session: &Arc<S>, more: usize) {
         if let Some((_, entry)) = Pool::find(&mut self.pool.live(), session) {
             entry.users += more;
+            return;
+        }
+        if let Some((_, users)) = self
+            .pool
+            .retired()
+            .iter_mut()
+            .find(|(s, _)| Arc::ptr_eq(s, session))
+        {
+            *users += more;
         }
     }
 
@@ -504,6 +514,36 @@ mod tests {
         let (d, _) = sessions.checkout(ttl, open).await.unwrap();
         sessions.retire(&d);
         assert!(sessions.drain().iter().any(|s| Arc::ptr_eq(s, &d)));
+    }
+
+    /// Users added to a session retired after its checkout (the grants of a set on one
+    /// session) are each counted: it closes with the last of them, not the first.
+    #[tokio::test(start_paused = true)]
+    async fn users_added_to_a_retired_session_keep_it_open_until_the_last() {
+        let (sessions, closed) = pool();
+        let open = || new_fake(&closed);
+        let (a, _) = sessions
+            .checkout(Duration::from_secs(3), open)
+            .await
+            .unwrap();
+        sessions.retire(&a);
+        sessions.add_users(&a, 2);
+        for done in 1..=2 {
+            sessions.checkin(&a);
+            tokio::task::yield_now().await;
+            assert_eq!(
+                closed.load(Ordering::SeqCst),
+                0,
+                "closed after {done} of 3 users"
+            );
+        }
+        sessions.checkin(&a);
+        tokio::task::yield_now().await;
+        assert_eq!(
+            closed.load(Ordering::SeqCst),
+            1,
+            "closed with its last user"
+        );
     }
 
     /// PostgreSQL's way: several sessions of one ttl, the one a lock may use picked by rank,
