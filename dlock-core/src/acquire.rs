@@ -52,6 +52,8 @@ pub(crate) struct AcquireOptions<'a> {
     pub(crate) kind: LockKind,
     /// The template the key was built from: its metrics' `key` label.
     pub(crate) key_template: Option<&'a str>,
+    /// What the grant shows others: an election candidate's value.
+    pub(crate) value: Option<&'a str>,
 }
 
 /// What [`LockerState::check`] found valid in a request.
@@ -162,6 +164,12 @@ impl LockerState {
                 },
             });
         }
+        if options.value.is_some() && !self.capabilities.election {
+            return Err(Error::Unsupported {
+                backend: self.capabilities.name,
+                operation: "leader election",
+            });
+        }
         if options.hold_at_least.is_some() {
             self.capabilities
                 .check_keeps(options.mode, "hold_at_least")?;
@@ -245,7 +253,8 @@ impl LockerState {
         )
         .with_fencing(checked.fencing)
         .with_mode(options.mode)
-        .with_kind(options.kind);
+        .with_kind(options.kind)
+        .with_value(options.value.map(Arc::from));
         let wait = options.wait.unwrap_or(self.config.wait);
         let _waiting = (wait != Some(Duration::ZERO)).then(|| meter.waiting());
         // Debug, not warn: tasks of one service contending for a key is the common case; a

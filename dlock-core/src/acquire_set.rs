@@ -310,6 +310,7 @@ fn member_options<'a>(
         mode: member.mode,
         kind: member.kind,
         key_template: set.key_template,
+        value: None,
     }
 }
 

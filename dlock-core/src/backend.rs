@@ -253,6 +253,43 @@ pub trait LockBackend: Send + Sync + std::fmt::Debug + 'static {
         })
     }
 
+    /// Makes `lease`'s grant show `value` from now on (an election's leader proclaiming a new
+    /// value), checked on the server against the grant: `Ok(false)`, nothing changed, when
+    /// `lease.owner` no longer holds the key. Only called when [`Capabilities::election`] is
+    /// set, for leases asked with a [`value`](AcquireRequest::value).
+    ///
+    /// # Errors
+    ///
+    /// The service's errors, as for [`renew`](Self::renew);
+    /// [`Error::Unsupported`](crate::Error::Unsupported) by default.
+    async fn proclaim(&self, lease: &Lease, value: &str) -> Result<bool> {
+        let _ = (lease, value);
+        Err(crate::Error::Unsupported {
+            backend: self.capabilities().name,
+            operation: "leader election",
+        })
+    }
+
+    /// A stream that yields each time the holders of full key `key` may have changed (a
+    /// grant, a release, an expiry, a new value), from the moment this returns, so an
+    /// [`inspect`](Self::inspect) after it misses no change: the core's
+    /// [`Locker::observe`](crate::Locker::observe) reads `inspect` once, then again after
+    /// each item. It may yield when nothing changed, never stays silent over a change it can
+    /// see; an item that is an error, or the stream's end, says it can no longer tell (the
+    /// core then subscribes again). Only called when [`Capabilities::election`] is set.
+    ///
+    /// # Errors
+    ///
+    /// The service's errors when the subscription cannot be made;
+    /// [`Error::Unsupported`](crate::Error::Unsupported) by default.
+    async fn holder_changes(&self, key: &str) -> Result<HolderChanges> {
+        let _ = key;
+        Err(crate::Error::Unsupported {
+            backend: self.capabilities().name,
+            operation: "leader election",
+        })
+    }
+
     /// Losses the backend learned by itself (an etcd keepalive failed, a ZooKeeper session
     /// expired, a PostgreSQL connection dropped), for prompt notification. The core subscribes
     /// when a Locker is built. Pushing is an optimisation: a loss must also show at the next
@@ -320,6 +357,12 @@ impl<T: LockBackend + ?Sized> LockBackend for Arc<T> {
     async fn inspect(&self, key: &str) -> Result<crate::LockInfo> {
         (**self).inspect(key).await
     }
+    async fn proclaim(&self, lease: &Lease, value: &str) -> Result<bool> {
+        (**self).proclaim(lease, value).await
+    }
+    async fn holder_changes(&self, key: &str) -> Result<HolderChanges> {
+        (**self).holder_changes(key).await
+    }
     fn lost_leases(&self) -> Option<broadcast::Receiver<LostLease>> {
         (**self).lost_leases()
     }
@@ -330,6 +373,10 @@ impl<T: LockBackend + ?Sized> LockBackend for Arc<T> {
         (**self).capabilities()
     }
 }
+
+/// What [`LockBackend::holder_changes`] returns: one item each time the holders of a key may
+/// have changed.
+pub type HolderChanges = std::pin::Pin<Box<dyn futures_util::Stream<Item = Result<()>> + Send>>;
 
 /// What kind of fencing token a backend issues.
 ///
@@ -393,6 +440,11 @@ pub struct Capabilities {
     /// [`LockBackend::acquire_together`] and [`LockBackend::release_together`]: a set of keys
     /// can be taken in one step (all or none) and released in one, for some sets at least.
     pub together: bool,
+    /// Leader election ([`Locker::campaign`](crate::Locker::campaign)): exclusive grants carry
+    /// a [`value`](AcquireRequest::value) that [`LockBackend::inspect`] shows and
+    /// [`LockBackend::proclaim`] changes, and [`LockBackend::holder_changes`] tells when the
+    /// holder may have changed. Needs fencing tokens (the term).
+    pub election: bool,
 }
 
 impl Capabilities {
@@ -410,6 +462,7 @@ impl Capabilities {
             semaphore: false,
             keeps: false,
             together: false,
+            election: false,
         }
     }
 
@@ -481,6 +534,13 @@ impl Capabilities {
     #[must_use]
     pub const fn together(mut self, together: bool) -> Self {
         self.together = together;
+        self
+    }
+
+    /// Sets [`Capabilities::election`].
+    #[must_use]
+    pub const fn election(mut self, election: bool) -> Self {
+        self.election = election;
         self
     }
 

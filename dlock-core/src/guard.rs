@@ -59,6 +59,11 @@ impl LockGuard {
         }
     }
 
+    /// The backend's grant this guard holds a share of.
+    pub(crate) fn lease(&self) -> &crate::lease::Lease {
+        self.hold.lease()
+    }
+
     /// The key as the caller gave it (without the Locker's prefix).
     ///
     /// # Examples

@@ -66,6 +66,9 @@ pub struct HolderInfo {
     /// Set when this is no live grant but a record that keeps the key held after its holder
     /// let go ([`Kept`]): until [`expires_in`](Self::expires_in), by the server's clock.
     pub kept: Option<Kept>,
+    /// The value the grant shows: an election candidate's
+    /// ([`Locker::campaign`](crate::Locker::campaign)); `None` for a lock.
+    pub value: Option<String>,
 }
 
 impl HolderInfo {
@@ -86,7 +89,23 @@ impl HolderInfo {
             fencing_token: None,
             expires_in: None,
             kept: None,
+            value: None,
         }
+    }
+
+    /// With the value the grant shows (an election candidate's).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use dlock_core::{HolderInfo, LockMode};
+    /// let leader = HolderInfo::new("l:1", LockMode::Exclusive).with_value(Some("node-a".into()));
+    /// assert_eq!(leader.value.as_deref(), Some("node-a"));
+    /// ```
+    #[must_use]
+    pub fn with_value(mut self, value: Option<String>) -> Self {
+        self.value = value;
+        self
     }
 
     /// With a fencing token.

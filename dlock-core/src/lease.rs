@@ -105,6 +105,11 @@ pub struct AcquireRequest {
     /// `__READ__`/`__WRIT__` and `lease-` nodes). [`LockKind::of`] the mode unless set with
     /// [`with_kind`](Self::with_kind).
     pub kind: LockKind,
+    /// What the grant shows others as its holder's value, where it is a candidate's in an
+    /// election ([`Locker::campaign`](crate::Locker::campaign)): the etcd key's value, the
+    /// ZooKeeper node's data. `None` for a lock. The core sets it only on a backend whose
+    /// [`Capabilities::election`](crate::backend::Capabilities::election) is set.
+    pub value: Option<Arc<str>>,
 }
 
 impl AcquireRequest {
@@ -118,7 +123,25 @@ impl AcquireRequest {
             fencing: true,
             mode: LockMode::Exclusive,
             kind: LockKind::Mutex,
+            value: None,
         }
+    }
+
+    /// Sets [`value`](Self::value): what the grant shows others as its holder's value.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use dlock_core::backend::{AcquireRequest, OwnerId};
+    /// let req = AcquireRequest::new("k", OwnerId::random("doc"), Duration::from_secs(1))
+    ///     .with_value(Some("node-a".into()));
+    /// assert_eq!(req.value.as_deref(), Some("node-a"));
+    /// ```
+    #[must_use]
+    pub fn with_value(mut self, value: Option<Arc<str>>) -> Self {
+        self.value = value;
+        self
     }
 
     /// Sets [`mode`](Self::mode) (exclusive unless set), and the [`kind`](Self::kind) that

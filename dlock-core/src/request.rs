@@ -50,6 +50,7 @@ impl<'a> LockRequest<'a> {
                 mode,
                 kind: LockKind::of(mode),
                 key_template: None,
+                value: None,
             },
         }
     }
@@ -65,6 +66,12 @@ impl<'a> LockRequest<'a> {
     }
 
     /// Sets the recipe the grant belongs to (the attribute's `mode`).
+    /// Makes the grant show `value` to others (an election's candidate).
+    pub(crate) const fn value(mut self, value: &'a str) -> Self {
+        self.options.value = Some(value);
+        self
+    }
+
     pub(crate) const fn kind(mut self, kind: LockKind) -> Self {
         self.options.kind = kind;
         self

@@ -15,9 +15,10 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use tokio::sync::watch;
 
 use super::waiters::{Ticket, WaitQueues};
-use crate::backend::{Capabilities, Fencing, LockBackend};
+use crate::backend::{Capabilities, Fencing, HolderChanges, LockBackend};
 use crate::lease::{
     AcquireAllOutcome, AcquireOutcome, AcquireRequest, Lease, OwnerId, ReleaseOutcome, RenewOutcome,
 };
@@ -55,6 +56,9 @@ pub struct MemoryBackend {
 struct Table {
     keys: HashMap<Arc<str>, KeyState>,
     last_token: u64,
+    /// Bumped when a key's holders change, while someone listens
+    /// ([`LockBackend::holder_changes`]).
+    changes: watch::Sender<u64>,
 }
 
 /// One key: who holds it, and (while a semaphore is in use) its limit.
@@ -76,18 +80,21 @@ struct Holder {
     token: u64,
     /// Set once the grant ended but the key is kept held until `expires_at`.
     kept: Option<Kept>,
+    /// What the grant shows others (an election candidate's value).
+    value: Option<Arc<str>>,
 }
 
 impl Holder {
-    fn new(owner: OwnerId, mode: LockMode, ttl: Duration, now: Instant, token: u64) -> Self {
+    fn new(wanted: &Wanted, now: Instant, token: u64) -> Self {
         Self {
-            owner,
-            mode,
-            ttl,
+            owner: wanted.owner.clone(),
+            mode: wanted.mode,
+            ttl: wanted.ttl,
             granted_at: now,
-            expires_at: now + ttl,
+            expires_at: now + wanted.ttl,
             token,
             kept: None,
+            value: wanted.value.clone(),
         }
     }
 }
@@ -98,6 +105,7 @@ struct Wanted {
     owner: OwnerId,
     mode: LockMode,
     ttl: Duration,
+    value: Option<Arc<str>>,
 }
 
 impl Wanted {
@@ -106,6 +114,7 @@ impl Wanted {
             owner: req.owner.clone(),
             mode: req.mode,
             ttl: req.ttl,
+            value: req.value.clone(),
         }
     }
 }
@@ -168,41 +177,47 @@ impl Table {
     fn grant(&mut self, key: &str, req: &AcquireRequest, now: Instant) {
         self.last_token += 1;
         let token = self.last_token;
-        self.state_of(key).holders.push(Holder::new(
-            req.owner.clone(),
-            req.mode,
-            req.ttl,
-            now,
-            token,
-        ));
+        self.state_of(key)
+            .holders
+            .push(Holder::new(&Wanted::of(req), now, token));
+        self.changed();
+    }
+
+    /// Tells the listeners of [`LockBackend::holder_changes`], if any, that holders changed.
+    fn changed(&self) {
+        if self.changes.receiver_count() > 0 {
+            self.changes
+                .send_modify(|count| *count = count.wrapping_add(1));
+        }
     }
 
     /// Drops expired holders and hands the key to the waiters at the head of its queue, in
     /// order, as long as each is admitted next to the holders (several readers, several
     /// permits, or one writer). Forgets a key nobody holds or waits for.
     fn settle(&mut self, key: &str, now: Instant, queues: &WaitQueues<Wanted>) {
-        let Self { keys, last_token } = self;
+        let Self {
+            keys, last_token, ..
+        } = self;
         let Some(state) = keys.get_mut(key) else {
             return;
         };
+        let before = state.holders.len();
         state.holders.retain(|h| h.expires_at > now);
+        let mut changed = state.holders.len() < before;
         queues.hand_off_while(key, |wanted| {
             if !state.admits(wanted.mode) {
                 return false;
             }
             *last_token += 1;
-            let holder = Holder::new(
-                wanted.owner.clone(),
-                wanted.mode,
-                wanted.ttl,
-                now,
-                *last_token,
-            );
-            state.holders.push(holder);
+            state.holders.push(Holder::new(wanted, now, *last_token));
+            changed = true;
             true
         });
         if state.holders.is_empty() && queues.len(key) == 0 {
             keys.remove(key);
+        }
+        if changed {
+            self.changed();
         }
     }
 
@@ -477,6 +492,7 @@ impl LockBackend for MemoryBackend {
         if !released {
             return Ok(ReleaseOutcome::NotHeld);
         }
+        table.changed();
         table.settle(&lease.key, now, &self.queues);
         Ok(ReleaseOutcome::Released)
     }
@@ -508,6 +524,7 @@ impl LockBackend for MemoryBackend {
         };
         holder.kept = Some(kept);
         holder.expires_at = now + keep;
+        table.changed();
         Ok(ReleaseOutcome::Released)
     }
 
@@ -519,6 +536,9 @@ impl LockBackend for MemoryBackend {
             .keys
             .get_mut(key)
             .is_some_and(|state| !std::mem::take(&mut state.holders).is_empty());
+        if removed {
+            table.changed();
+        }
         table.settle(key, now, &self.queues);
         Ok(removed)
     }
@@ -536,6 +556,7 @@ impl LockBackend for MemoryBackend {
                         .with_fencing_token(Some(holder.token))
                         .with_expires_in(Some(holder.expires_at.saturating_duration_since(now)))
                         .with_kept(holder.kept)
+                        .with_value(holder.value.as_deref().map(str::to_owned))
                 })
                 .collect()
         });
@@ -552,6 +573,35 @@ impl LockBackend for MemoryBackend {
         })
     }
 
+    async fn proclaim(&self, lease: &Lease, value: &str) -> Result<bool> {
+        let now = Instant::now();
+        let mut table = self.table();
+        table.settle(&lease.key, now, &self.queues);
+        let Some(holder) = table
+            .keys
+            .get_mut(&*lease.key)
+            .and_then(|state| state.live_grant(&lease.owner))
+        else {
+            return Ok(false);
+        };
+        holder.value = Some(Arc::from(value));
+        table.changed();
+        Ok(true)
+    }
+
+    async fn holder_changes(&self, _key: &str) -> Result<HolderChanges> {
+        // Every change of the table wakes every listener: each re-reads its own key.
+        let mut changes = self.table().changes.subscribe();
+        changes.mark_unchanged();
+        Ok(Box::pin(futures_util::stream::unfold(
+            changes,
+            |mut changes| async move {
+                changes.changed().await.ok()?;
+                Some((Ok(()), changes))
+            },
+        )))
+    }
+
     fn capabilities(&self) -> Capabilities {
         Capabilities::new("memory")
             .fair(true)
@@ -560,6 +610,7 @@ impl LockBackend for MemoryBackend {
             .fencing(Fencing::Volatile)
             .keeps(true)
             .together(true)
+            .election(true)
             .max_renew_batch(usize::MAX)
     }
 }

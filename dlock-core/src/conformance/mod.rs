@@ -20,6 +20,7 @@
 
 mod admin;
 mod contract;
+mod election;
 mod exclusion;
 mod jobs;
 mod leases;
@@ -39,6 +40,7 @@ use std::time::Duration;
 // in the list of `conformance_tests!` below.
 pub use admin::*;
 pub use contract::*;
+pub use election::*;
 pub use exclusion::*;
 pub use jobs::*;
 pub use leases::*;
@@ -460,6 +462,11 @@ macro_rules! conformance_tests {
                 losing_one_member_cancels_the_set_work,
                 lock_set_behind_a_held_key_is_refused,
                 set_release_wakes_waiters_of_each_member,
+                election_has_one_leader_at_a_time,
+                observers_see_each_leader_in_order,
+                proclaim_is_only_for_the_leader,
+                resign_hands_over_promptly,
+                paused_leader_wakes_deposed,
             );
         }
     };

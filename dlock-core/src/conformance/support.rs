@@ -80,8 +80,26 @@ impl<B: LockBackend + ?Sized> LockBackend for CountingBackend<B> {
         self.releases.fetch_add(1, Ordering::SeqCst);
         self.inner.release_together(leases).await
     }
+    async fn release_keeping(
+        &self,
+        lease: &Lease,
+        keep: std::time::Duration,
+        kept: crate::Kept,
+    ) -> Result<ReleaseOutcome> {
+        self.releases.fetch_add(1, Ordering::SeqCst);
+        self.inner.release_keeping(lease, keep, kept).await
+    }
     async fn force_release(&self, key: &str) -> Result<bool> {
         self.inner.force_release(key).await
+    }
+    async fn inspect(&self, key: &str) -> Result<crate::LockInfo> {
+        self.inner.inspect(key).await
+    }
+    async fn proclaim(&self, lease: &Lease, value: &str) -> Result<bool> {
+        self.inner.proclaim(lease, value).await
+    }
+    async fn holder_changes(&self, key: &str) -> Result<crate::backend::HolderChanges> {
+        self.inner.holder_changes(key).await
     }
     fn lost_leases(&self) -> Option<broadcast::Receiver<LostLease>> {
         self.inner.lost_leases()
