@@ -350,7 +350,7 @@ impl Inner {
             )
             .and_then([etcd_client::TxnOp::put(
                 pending.key.as_str(),
-                req.owner.as_str(),
+                super::shown(req),
                 Some(PutOptions::new().with_lease(session.id)),
             )]);
         let (reply, valid_from) = tokio::join!(
@@ -396,7 +396,7 @@ impl Inner {
             inner: Arc::clone(self),
             key,
             session: Some(session),
-            delete: Delete::Unknown(req.owner.clone()),
+            delete: Delete::Unknown(super::shown(req).to_owned()),
         })
     }
 
@@ -415,7 +415,7 @@ impl Inner {
         // and the one just before).
         let mut ops = vec![TxnOp::put(
             key.as_str(),
-            req.owner.as_str(),
+            super::shown(req),
             Some(PutOptions::new().with_lease(session.id)),
         )];
         ops.extend(blocker_reads(name, req.mode, None));
@@ -686,7 +686,7 @@ impl Inner {
                 key,
                 create_revision,
                 session,
-                req.owner.clone(),
+                req,
             )));
         lease.ttl = ttl;
         lease

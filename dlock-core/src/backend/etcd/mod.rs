@@ -10,6 +10,7 @@
 
 mod acquire;
 mod config;
+mod election;
 mod errors;
 mod inspect;
 mod key_watch;
@@ -223,6 +224,9 @@ pub(super) struct EtcdGrant {
     claim: GrantClaim<Inner, Session>,
     /// Whether the key is watched for its deletion (then a renewal need not read it).
     watch: Arc<WatchedKey>,
+    /// The key's value is the grant's owner id (a lock), not a candidate's value (an
+    /// election).
+    value_is_owner: bool,
 }
 
 impl EtcdGrant {
@@ -231,13 +235,14 @@ impl EtcdGrant {
         key: String,
         create_revision: i64,
         session: Arc<Session>,
-        owner: OwnerId,
+        req: &AcquireRequest,
     ) -> Self {
         Self {
             key,
             create_revision,
-            claim: GrantClaim::new(inner, session, owner),
+            claim: GrantClaim::new(inner, session, req.owner.clone()),
             watch: KeyWatches::new_watch(),
+            value_is_owner: req.value.is_none(),
         }
     }
 
@@ -285,6 +290,11 @@ impl std::fmt::Debug for EtcdGrant {
     }
 }
 
+/// The value a grant's key shows: the candidate's in an election, else the owner id.
+pub(super) fn shown(req: &AcquireRequest) -> &str {
+    req.value.as_deref().unwrap_or(req.owner.as_str())
+}
+
 /// How the key of a lock that is given up must be deleted.
 #[derive(Debug)]
 pub(super) enum Delete {
@@ -292,9 +302,10 @@ pub(super) enum Delete {
     Nothing,
     /// It exists with this create revision.
     Exact(i64),
-    /// A put with this owner as value may or may not have been applied (its reply was lost
-    /// or its request cancelled): delete it if it is there, and once more after a while.
-    Unknown(OwnerId),
+    /// A put of this value (the owner id, or an election candidate's value) may or may not
+    /// have been applied (its reply was lost or its request cancelled): delete it if it is
+    /// there, and once more after a while.
+    Unknown(String),
 }
 
 impl EtcdBackend {
@@ -400,6 +411,14 @@ impl LockBackend for EtcdBackend {
         self.inner.inspect(key).await
     }
 
+    async fn proclaim(&self, lease: &Lease, value: &str) -> Result<bool> {
+        self.inner.proclaim(lease, value).await
+    }
+
+    async fn holder_changes(&self, key: &str) -> Result<crate::backend::HolderChanges> {
+        self.inner.holder_changes(key).await
+    }
+
     async fn shutdown(&self) -> Result<()> {
         self.inner.shut_down_now().await
     }
@@ -413,6 +432,7 @@ impl LockBackend for EtcdBackend {
             .self_renewing(true)
             .keeps(true)
             .together(true)
+            .election(true)
             .max_renew_batch(RENEW_BATCH)
     }
 }

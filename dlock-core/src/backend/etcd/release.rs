@@ -267,12 +267,12 @@ impl Inner {
                     Delete::Exact(create_revision) => {
                         inner.delete_exact(key, *create_revision).await?
                     }
-                    Delete::Unknown(owner) => {
+                    Delete::Unknown(value) => {
                         let txn = Txn::new()
                             .when([Compare::value(
                                 key.as_str(),
                                 CompareOp::Equal,
-                                owner.as_str(),
+                                value.as_str(),
                             )])
                             .and_then([TxnOp::delete(key.as_str(), None)]);
                         inner.txn("release", txn).await?.succeeded()
@@ -295,11 +295,18 @@ impl Inner {
 
 impl EtcdGrant {
     /// The transaction guard that the grant's key is still the one it put (create revision)
-    /// and still carries `owner` as its value.
-    fn still_owned_by(&self, owner: &str) -> [Compare; 2] {
-        [
-            Compare::create_revision(self.key.as_str(), CompareOp::Equal, self.create_revision),
-            Compare::value(self.key.as_str(), CompareOp::Equal, owner),
-        ]
+    /// and, for a lock, still carries `owner` as its value (a kept record does not). An
+    /// election's key shows its candidate's value, which a proclaim changes: its create
+    /// revision alone names the grant.
+    fn still_owned_by(&self, owner: &str) -> Vec<Compare> {
+        let mut guard = vec![Compare::create_revision(
+            self.key.as_str(),
+            CompareOp::Equal,
+            self.create_revision,
+        )];
+        if self.value_is_owner {
+            guard.push(Compare::value(self.key.as_str(), CompareOp::Equal, owner));
+        }
+        guard
     }
 }

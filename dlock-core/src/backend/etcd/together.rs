@@ -60,7 +60,7 @@ impl Inner {
             .map(|(req, key)| {
                 TxnOp::put(
                     key.key.as_str(),
-                    req.owner.as_str(),
+                    super::shown(req),
                     Some(PutOptions::new().with_lease(key.session().id)),
                 )
             })
