@@ -51,15 +51,13 @@ impl Inner {
             }
             _ => {
                 let kind = NodeKind::of(req);
-                let node = self
-                    .create(
-                        &session,
-                        &path,
-                        kind,
-                        req.owner.as_str().as_bytes(),
-                        &mut nodes,
-                    )
-                    .await?;
+                // A candidate's node shows its value (Curator's participant id).
+                let data = req
+                    .value
+                    .as_deref()
+                    .unwrap_or(req.owner.as_str())
+                    .as_bytes();
+                let node = self.create(&session, &path, kind, data, &mut nodes).await?;
                 let reader = kind == NodeKind::Read;
                 let record = kept::record_path(&path);
                 let node_path = format!("{path}/{}", node.0);
@@ -69,12 +67,11 @@ impl Inner {
                 match turn {
                     None => None,
                     Some((sent, kept)) => {
-                        let owner = req.owner.as_str().as_bytes();
                         let waited = self
                             .wait_out_kept(
                                 &session,
                                 (&record, kept),
-                                (&node_path, owner, node.1.ctime),
+                                (&node_path, data, node.1.ctime),
                                 sent,
                                 deadline,
                             )
@@ -108,7 +105,7 @@ impl Inner {
                 granted.path,
                 granted.czxid,
                 Arc::clone(&session),
-                req.owner.clone(),
+                req,
             )));
         lease.ttl = session.effective_ttl();
         if session.is_lost() {

@@ -10,6 +10,7 @@
 
 mod acquire;
 mod config;
+mod election;
 mod errors;
 mod inspect;
 mod kept;
@@ -170,6 +171,9 @@ pub(super) struct ZkGrant {
     claim: GrantClaim<Inner, Session>,
     /// Whether the node is watched for its deletion (then a renewal need not read it).
     watch: Arc<WatchedKey>,
+    /// The node's data is the grant's owner id (a lock), not a candidate's value (an
+    /// election, whose proclaim changes it).
+    data_is_owner: bool,
 }
 
 impl ZkGrant {
@@ -178,13 +182,14 @@ impl ZkGrant {
         path: String,
         czxid: i64,
         session: Arc<Session>,
-        owner: OwnerId,
+        req: &AcquireRequest,
     ) -> Self {
         Self {
             path,
             czxid,
-            claim: GrantClaim::new(inner, session, owner),
+            claim: GrantClaim::new(inner, session, req.owner.clone()),
             watch: NodeWatches::new_watch(),
+            data_is_owner: req.value.is_none(),
         }
     }
 
@@ -325,6 +330,14 @@ impl LockBackend for ZooKeeperBackend {
         self.inner.inspect(key).await
     }
 
+    async fn proclaim(&self, lease: &Lease, value: &str) -> Result<bool> {
+        self.inner.proclaim(lease, value).await
+    }
+
+    async fn holder_changes(&self, key: &str) -> Result<crate::backend::HolderChanges> {
+        self.inner.holder_changes(key).await
+    }
+
     async fn shutdown(&self) -> Result<()> {
         let closing = self.inner.sessions.close_all(self.inner.timeout);
         if !self.inner.background.settle(self.inner.timeout).await {
@@ -349,6 +362,7 @@ impl LockBackend for ZooKeeperBackend {
             .fencing(Fencing::Durable)
             .self_renewing(true)
             .keeps(true)
+            .election(true)
             .max_renew_batch(RENEW_BATCH)
     }
 }

@@ -171,8 +171,10 @@ impl Inner {
                 Err(ZkError::NoNode) => return Ok(ReleaseOutcome::NotHeld),
                 Err(error) => return Err(from_zk(error)),
             };
-            // A permit's node holds the semaphore's limit, a lock node its owner id.
+            // A permit's node holds the semaphore's limit, a lock node its owner id, a
+            // candidate's its value: the czxid alone names the grant then.
             let owner_matches = matches!(lease.mode, LockMode::Permit { .. })
+                || !grant.data_is_owner
                 || data == lease.owner.as_str().as_bytes();
             if stat.czxid != grant.czxid || !owner_matches {
                 return Ok(ReleaseOutcome::NotHeld);
