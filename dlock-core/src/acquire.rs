@@ -271,23 +271,32 @@ impl LockerState {
             );
         }
         let operation_timeout = self.keeper.operation_timeout();
-        let outcome = match wait {
-            Some(wait) => {
-                // One attempt is one operation; a wait gets a short slack past its end.
-                let slack = if wait.is_zero() {
-                    operation_timeout
-                } else {
-                    WAIT_SLACK.min(operation_timeout)
-                };
-                let deadline = started + wait;
-                self.acquire_by(request, deadline, deadline + slack).await
+        let attempt = async {
+            match wait {
+                Some(wait) => {
+                    // One attempt is one operation; a wait gets a short slack past its end.
+                    let slack = if wait.is_zero() {
+                        operation_timeout
+                    } else {
+                        WAIT_SLACK.min(operation_timeout)
+                    };
+                    let deadline = started + wait;
+                    self.acquire_by(request, deadline, deadline + slack).await
+                }
+                None => {
+                    let mut in_flight = Unconfirmed::of(&self.keeper, &request);
+                    let outcome = self.keeper.backend().acquire(&request, None).await;
+                    in_flight.answered_with(&outcome);
+                    outcome
+                }
             }
-            None => {
-                let mut in_flight = Unconfirmed::of(&self.keeper, &request);
-                let outcome = self.keeper.backend().acquire(&request, None).await;
-                in_flight.answered_with(&outcome);
-                outcome
-            }
+        };
+        // A shutdown ends a wait at once: the attempt is dropped, which the backend's
+        // acquire is safe against, and a grant it made meanwhile is given back.
+        let outcome = tokio::select! {
+            biased;
+            () = self.stopping.cancelled() => Err(Error::ShutDown),
+            outcome = attempt => outcome,
         };
         match outcome.map_err(|error| for_the_caller(error, options.key))? {
             AcquireOutcome::Acquired(lease) => Ok(lease),

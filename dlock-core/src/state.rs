@@ -22,6 +22,10 @@ pub(crate) struct LockerState {
     pub(crate) grants: AtomicU64,
     /// Set by [`LockerState::shutdown`]: no more grants.
     pub(crate) shut_down: AtomicBool,
+    /// Cancelled by [`LockerState::shutdown`]: acquires still waiting end with
+    /// [`Error::ShutDown`](crate::Error::ShutDown) (dropping the backend's acquire, which
+    /// leaves nothing behind).
+    pub(crate) stopping: tokio_util::sync::CancellationToken,
     pub(crate) capabilities: Capabilities,
     pub(crate) config: DlockConfig,
     pub(crate) keeper: Arc<LeaseKeeper>,
@@ -49,6 +53,7 @@ impl LockerState {
             id,
             grants: AtomicU64::new(0),
             shut_down: AtomicBool::new(false),
+            stopping: tokio_util::sync::CancellationToken::new(),
             capabilities,
             keeper: Arc::new(LeaseKeeper::new(backend, config.operation_timeout)),
             config,
@@ -63,6 +68,7 @@ impl LockerState {
     /// failure is returned after everything was tried.
     pub(crate) async fn shutdown(&self) -> Result<()> {
         self.shut_down.store(true, Ordering::SeqCst);
+        self.stopping.cancel();
         let leases = self
             .keeper
             .watchdog()

@@ -154,6 +154,27 @@ async fn rwlock_passes_on_redis() {
 }
 
 #[tokio::test]
+async fn leader_passes_on_memory() {
+    let out = run(env!("CARGO_BIN_EXE_leader"), None, &[]).await;
+    assert!(out.starts_with("leader election on `memory://`"), "{out}");
+    assert!(out.contains("all checks passed"), "{out}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_passes_on_etcd() {
+    let server = EtcdServer::start().await.unwrap();
+    let out = run(env!("CARGO_BIN_EXE_leader"), Some(&server.url()), &[]).await;
+    assert!(out.contains("all checks passed"), "{out}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_passes_on_zookeeper() {
+    let server = ZkServer::start().await.unwrap();
+    let out = run(env!("CARGO_BIN_EXE_leader"), Some(&server.url()), &[]).await;
+    assert!(out.contains("all checks passed"), "{out}");
+}
+
+#[tokio::test]
 async fn config_from_toml_loads_the_example_file() {
     let out = run(env!("CARGO_BIN_EXE_config_from_toml"), None, &[]).await;
     assert!(

@@ -119,6 +119,53 @@ pub async fn shutdown_releases_every_lock<B: LockBackend + ?Sized>(target: &Targ
     drop(guards);
 }
 
+/// A Locker shut down while one of its acquires waits ends that acquire with
+/// [`Error::ShutDown`] within the slack, and leaves no waiter behind: once the holder
+/// releases, a third client takes the lock at once (nobody was handed it).
+pub async fn shutdown_ends_waiting_acquires<B: LockBackend + ?Sized>(target: &Target<B>) {
+    let (holder, leaving, third) = (
+        target.locker().await,
+        target.locker().await,
+        target.locker().await,
+    );
+    let key = key("shutdown-waiter");
+    let held = holder
+        .lock(&key)
+        .ttl(Duration::from_secs(30))
+        .await
+        .expect("lock");
+    let waiting = tokio::spawn({
+        let (leaving, key) = (leaving.clone(), key.clone());
+        async move {
+            let waited = leaving.lock(&key).wait(Duration::from_secs(30)).await;
+            (waited.map(drop), Instant::now())
+        }
+    });
+    target
+        .until_queued(&format!("{}{key}", target.expect.prefix), 1)
+        .await;
+    let shut = Instant::now();
+    leaving.shutdown().await.expect("shutdown");
+    let (waited, answered) = waiting.await.expect("the waiter panicked");
+    assert!(
+        matches!(waited, Err(Error::ShutDown)),
+        "a waiting acquire of a shut-down Locker: {waited:?}"
+    );
+    assert_between(
+        "a waiting acquire ended by shutdown",
+        answered.saturating_duration_since(shut),
+        Duration::ZERO,
+        target.expect.slack + target.expect.operation_timeout,
+    );
+    held.release().await.expect("release");
+    let taken = third
+        .lock(&key)
+        .wait(target.expect.slack)
+        .await
+        .expect("the lock is free: the shut-down Locker's waiter is gone");
+    drop(taken);
+}
+
 /// [`Locker::inspect`](crate::Locker::inspect) from a third client shows a free lock as
 /// free; then the holder (exclusive, its fencing token, time left within its ttl); where the
 /// service queues waiters, a waiting client; then the next holder; where the backend has

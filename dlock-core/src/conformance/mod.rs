@@ -448,6 +448,7 @@ macro_rules! conformance_tests {
                 tokens_increase_across_modes,
                 max_hold_ends_a_hold,
                 shutdown_releases_every_lock,
+                shutdown_ends_waiting_acquires,
                 inspect_shows_holders_and_waiters,
                 hold_at_least_keeps_a_released_lock,
                 hold_at_least_outlives_the_holder,
