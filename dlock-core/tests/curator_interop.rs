@@ -251,3 +251,77 @@ async fn a_semaphore_shared_by_curator_and_dlock_never_exceeds_its_limit() {
     );
     assert_eq!(occupancy.most(), 2, "permits never overlapped");
 }
+
+/// Curator's `LeaderSelector` and dlock campaign on one path, both ways: each sees the other
+/// lead (dlock's `leader`; Curator's `getLeader()` / `getParticipants()`, which read dlock's
+/// value as a participant id), waits behind it, and leads once it gives up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dlock_and_curators_leader_selector_take_turns_and_see_each_other() {
+    let (_server, locker, mut curator) = setup().await;
+    let name = "interop/scheduler";
+
+    // Curator leads; dlock sees it and waits.
+    send(
+        &mut curator,
+        "acquire l1 leader /interop/scheduler curator-node",
+    )
+    .await;
+    said(&mut curator, "acquired l1").await;
+    let leader = locker
+        .leader(name)
+        .await
+        .expect("leader")
+        .expect("a leader");
+    assert_eq!(
+        leader.value, "curator-node",
+        "dlock's view of Curator's leader"
+    );
+    let campaign = {
+        let locker = locker.clone();
+        tokio::spawn(async move { locker.campaign(name, "dlock-node").await })
+    };
+    tokio::time::sleep(NOT_YET).await;
+    assert!(
+        !campaign.is_finished(),
+        "dlock was elected while Curator leads"
+    );
+    send(&mut curator, "leader /interop/scheduler").await;
+    said(
+        &mut curator,
+        "leader curator-node participants curator-node,dlock-node",
+    )
+    .await;
+    send(&mut curator, "release l1").await;
+    said(&mut curator, "released l1").await;
+    let leading = tokio::time::timeout(SURELY, campaign)
+        .await
+        .expect("dlock is elected once Curator gave up")
+        .unwrap()
+        .expect("campaign");
+    assert!(
+        leading.term() > leader.term,
+        "term {} after {}",
+        leading.term(),
+        leader.term
+    );
+
+    // dlock leads; Curator sees it and waits.
+    send(&mut curator, "leader /interop/scheduler").await;
+    said(&mut curator, "leader dlock-node participants dlock-node").await;
+    send(
+        &mut curator,
+        "acquire l2 leader /interop/scheduler curator-node",
+    )
+    .await;
+    silent(&mut curator).await;
+    leading.resign().await.expect("resign");
+    said(&mut curator, "acquired l2").await;
+    let leader = locker
+        .leader(name)
+        .await
+        .expect("leader")
+        .expect("a leader");
+    assert_eq!(leader.value, "curator-node");
+    send(&mut curator, "release l2").await;
+    said(&mut curator, "released l2").await;
+}

@@ -9,7 +9,9 @@
 //! | `acquire <id> mutex <path>` | `acquired <id>` once `InterProcessMutex(path)` is held |
 //! | `acquire <id> read <path>` / `write <path>` | the same, for `InterProcessReadWriteLock(path)` |
 //! | `acquire <id> sem <n> <path>` | the same, for a lease of `InterProcessSemaphoreV2(path, n)` |
-//! | `release <id>` | `released <id>` |
+//! | `acquire <id> leader <path> <participant>` | `acquired <id>` once a `LeaderSelector(path)` with that participant id leads |
+//! | `release <id>` | `released <id>` (a leader gives up its leadership: its `takeLeadership` returns) |
+//! | `leader <path>` | `leader <participant id or -> participants <id,id,...>`, as `LeaderSelector.getLeader()` / `getParticipants()` read them |
 //!
 //! Each lock is taken and given back by a thread of its own (Curator's mutexes belong to the
 //! thread that took them), so one driver holds and awaits many locks at once. Errors are
@@ -47,6 +49,7 @@ import java.util.Map;
 import java.util.concurrent.*;
 import org.apache.curator.framework.CuratorFramework;
 import org.apache.curator.framework.CuratorFrameworkFactory;
+import org.apache.curator.framework.recipes.leader.*;
 import org.apache.curator.framework.recipes.locks.*;
 import org.apache.curator.retry.RetryOneTime;
 
@@ -89,6 +92,22 @@ public class CuratorDriver {
                                 unlock = m::release;
                                 break;
                             }
+                            case "leader": {
+                                CountDownLatch given = new CountDownLatch(1);
+                                LeaderSelector selector = new LeaderSelector(client, w[3], new LeaderSelectorListenerAdapter() {
+                                    public void takeLeadership(CuratorFramework c) throws Exception {
+                                        say("acquired " + id);
+                                        release.await();
+                                        given.countDown();
+                                    }
+                                });
+                                selector.setId(w[4]);
+                                selector.start();
+                                given.await();
+                                selector.close();
+                                say("released " + id);
+                                return;
+                            }
                             case "sem": {
                                 InterProcessSemaphoreV2 s = new InterProcessSemaphoreV2(client, w[4], Integer.parseInt(w[3]));
                                 Lease lease = s.acquire();
@@ -107,6 +126,21 @@ public class CuratorDriver {
                         say("error " + id + " " + e);
                     }
                 }).start();
+            } else if (w[0].equals("leader")) {
+                LeaderSelector reader = new LeaderSelector(client, w[1], new LeaderSelectorListenerAdapter() {
+                    public void takeLeadership(CuratorFramework c) {}
+                });
+                try {
+                    Participant leader = reader.getLeader();
+                    StringBuilder all = new StringBuilder();
+                    for (Participant p : reader.getParticipants()) {
+                        if (all.length() > 0) all.append(',');
+                        all.append(p.getId());
+                    }
+                    say("leader " + (leader.isLeader() ? leader.getId() : "-") + " participants " + all);
+                } catch (Exception e) {
+                    say("error leader " + e);
+                }
             } else if (w[0].equals("release")) {
                 CountDownLatch release = releases.remove(w[1]);
                 if (release == null) say("error " + w[1] + " not acquired"); else release.countDown();
