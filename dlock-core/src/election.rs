@@ -380,30 +380,90 @@ pub struct Leadership {
 impl Leadership {
     /// The term: this leadership's fencing token, greater than every earlier leader's of the
     /// name. A resource that remembers the highest term it saw refuses a deposed leader.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> dlock_core::Result<()> {
+    /// let locker = dlock_core::Locker::memory();
+    /// let first = locker.campaign("scheduler", "a").await?;
+    /// let first_term = first.term();
+    /// first.resign().await?;
+    /// let second = locker.campaign("scheduler", "b").await?;
+    /// assert!(second.term() > first_term);
+    /// # drop(second);
+    /// # Ok(()) }
+    /// ```
     #[must_use]
     pub const fn term(&self) -> u64 {
         self.term
     }
 
     /// The name led.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> dlock_core::Result<()> {
+    /// let locker = dlock_core::Locker::memory();
+    /// let leading = locker.campaign("scheduler", "a").await?;
+    /// assert_eq!(leading.name(), "scheduler");
+    /// # drop(leading);
+    /// # Ok(()) }
+    /// ```
     #[must_use]
     pub fn name(&self) -> &str {
         self.guard.key()
     }
 
     /// The value others see ([`Locker::leader`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> dlock_core::Result<()> {
+    /// let locker = dlock_core::Locker::memory();
+    /// let leading = locker.campaign("scheduler", "node-a").await?;
+    /// assert_eq!(leading.value(), "node-a");
+    /// # drop(leading);
+    /// # Ok(()) }
+    /// ```
     #[must_use]
     pub fn value(&self) -> &str {
         &self.value
     }
 
     /// Whether this candidate still leads, as far as it knows (see [`LockGuard::is_held`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> dlock_core::Result<()> {
+    /// let locker = dlock_core::Locker::memory();
+    /// let leading = locker.campaign("scheduler", "a").await?;
+    /// assert!(leading.is_leader());
+    /// # drop(leading);
+    /// # Ok(()) }
+    /// ```
     #[must_use]
     pub fn is_leader(&self) -> bool {
         self.guard.is_held()
     }
 
     /// Resolves when the leadership is lost (see [`LockGuard::lost`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> dlock_core::Result<()> {
+    /// let locker = dlock_core::Locker::memory();
+    /// let leading = locker.campaign("scheduler", "a").await?;
+    /// let lost = leading.lost();
+    /// locker.force_release("scheduler").await?; // an operator breaks it
+    /// # let _ = lost;
+    /// # drop(leading);
+    /// # Ok(()) }
+    /// ```
     pub fn lost(&self) -> impl Future<Output = LostReason> + Send + 'static {
         self.guard.lost()
     }
@@ -414,12 +474,35 @@ impl Leadership {
     /// # Errors
     ///
     /// [`Error::LeaseLost`] when the leadership was lost before or during the work.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> dlock_core::Result<()> {
+    /// let locker = dlock_core::Locker::memory();
+    /// let leading = locker.campaign("scheduler", "a").await?;
+    /// let done = leading.run(async { "scheduled" }).await?;
+    /// assert_eq!(done, "scheduled");
+    /// # drop(leading);
+    /// # Ok(()) }
+    /// ```
     pub async fn run<F: Future>(&self, work: F) -> Result<F::Output> {
         self.guard.run(work).await
     }
 
     /// The lock guard underneath, for what a guard offers that a leadership does not repeat
     /// (`protect`, `hand_off`, `expires_at`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> dlock_core::Result<()> {
+    /// let locker = dlock_core::Locker::memory();
+    /// let leading = locker.campaign("scheduler", "a").await?;
+    /// assert_eq!(leading.guard().fencing_token(), Some(leading.term()));
+    /// # drop(leading);
+    /// # Ok(()) }
+    /// ```
     pub const fn guard(&self) -> &LockGuard {
         &self.guard
     }
@@ -431,6 +514,18 @@ impl Leadership {
     ///
     /// [`Error::NotHolder`] when this candidate does not lead any more (nothing changed);
     /// the backend's errors, within the operation timeout.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> dlock_core::Result<()> {
+    /// let locker = dlock_core::Locker::memory();
+    /// let mut leading = locker.campaign("scheduler", "node-a").await?;
+    /// leading.proclaim("node-a, draining").await?;
+    /// assert_eq!(locker.leader("scheduler").await?.unwrap().value, "node-a, draining");
+    /// # drop(leading);
+    /// # Ok(()) }
+    /// ```
     pub async fn proclaim(&mut self, value: impl Into<String>) -> Result<()> {
         let value = value.into();
         let not_leader = || Error::NotHolder {
@@ -456,6 +551,17 @@ impl Leadership {
     /// # Errors
     ///
     /// As [`LockGuard::release`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> dlock_core::Result<()> {
+    /// let locker = dlock_core::Locker::memory();
+    /// let leading = locker.campaign("scheduler", "a").await?;
+    /// leading.resign().await?;
+    /// assert_eq!(locker.leader("scheduler").await?, None);
+    /// # Ok(()) }
+    /// ```
     pub async fn resign(self) -> Result<()> {
         self.guard.release().await
     }
