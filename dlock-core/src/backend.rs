@@ -441,7 +441,8 @@ pub struct Capabilities {
     /// can be taken in one step (all or none) and released in one, for some sets at least.
     pub together: bool,
     /// Leader election ([`Locker::campaign`](crate::Locker::campaign)): exclusive grants carry
-    /// a [`value`](AcquireRequest::value) that [`LockBackend::inspect`] shows and
+    /// a [`value`](AcquireRequest::value) that [`LockBackend::inspect`] shows (as the holder's
+    /// `value`, or as its `owner` where the grant stores nothing else) and
     /// [`LockBackend::proclaim`] changes, and [`LockBackend::holder_changes`] tells when the
     /// holder may have changed. Needs fencing tokens (the term).
     pub election: bool,
@@ -538,6 +539,14 @@ impl Capabilities {
     }
 
     /// Sets [`Capabilities::election`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use dlock_core::backend::{Capabilities, Fencing};
+    /// let caps = Capabilities::new("example").fencing(Fencing::Durable).election(true);
+    /// assert!(caps.election);
+    /// ```
     #[must_use]
     pub const fn election(mut self, election: bool) -> Self {
         self.election = election;

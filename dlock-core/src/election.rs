@@ -16,7 +16,8 @@
 //!   a session lost while campaigning fails the campaign ([`Locker::lead`] campaigns again).
 //! * [`Locker::observe`] follows the leader through the backend's notifications
 //!   ([`LockBackend::holder_changes`]), re-reading the holder after each, and once more when
-//!   the leader's lease would run out (a leader that vanished without a word): no polling.
+//!   the leader's lease would run out (a leader that vanished without a word) — no polling at
+//!   a fixed interval. It ends when its Locker is shut down.
 //!   It yields snapshots in the order the backend serves them — terms only ever grow — and
 //!   sees every leader that holds for at least one notification's round trip.
 //!
@@ -65,8 +66,9 @@ impl Locker {
     /// # Errors
     ///
     /// [`Error::Unsupported`] on a backend without leader election; [`Error::Busy`] when a
-    /// [`wait`](CampaignRequest::wait) ran out; [`Error::InvalidKey`] for a bad name; the
-    /// backend's errors (a session lost while campaigning among them).
+    /// [`wait`](CampaignRequest::wait) ran out; [`Error::InvalidKey`] for a bad name;
+    /// [`Error::Config`] for a value that is empty, longer than 1024 bytes, or holds `|` or a
+    /// control character; the backend's errors (a session lost while campaigning among them).
     ///
     /// # Examples
     ///
@@ -158,6 +160,7 @@ impl Locker {
             changes: None,
             last: None,
             ended: false,
+            failed: false,
         };
         futures_util::stream::unfold(observer, |mut observer| async move {
             let item = observer.next().await?;
@@ -320,6 +323,7 @@ impl<'a> IntoFuture for CampaignRequest<'a> {
     fn into_future(self) -> Self::IntoFuture {
         Box::pin(async move {
             self.locker.check_election()?;
+            check_value(&self.value)?;
             let mut request = self
                 .locker
                 .lock(&self.name)
@@ -513,7 +517,8 @@ impl Leadership {
     /// # Errors
     ///
     /// [`Error::NotHolder`] when this candidate does not lead any more (nothing changed);
-    /// the backend's errors, within the operation timeout.
+    /// [`Error::Config`] for a value a campaign would refuse; the backend's errors, within the
+    /// operation timeout.
     ///
     /// # Examples
     ///
@@ -528,6 +533,7 @@ impl Leadership {
     /// ```
     pub async fn proclaim(&mut self, value: impl Into<String>) -> Result<()> {
         let value = value.into();
+        check_value(&value)?;
         let not_leader = || Error::NotHolder {
             key: self.guard.key().to_owned(),
         };
@@ -575,6 +581,8 @@ struct Observer {
     /// The last snapshot yielded; `None` before the first.
     last: Option<Option<Leader>>,
     ended: bool,
+    /// An error was just yielded: pause before asking the server again.
+    failed: bool,
 }
 
 impl Observer {
@@ -582,6 +590,19 @@ impl Observer {
     async fn next(&mut self) -> Option<Result<Option<Leader>>> {
         if self.ended {
             return None;
+        }
+        if self
+            .locker
+            .state()
+            .shut_down
+            .load(std::sync::atomic::Ordering::SeqCst)
+        {
+            self.ended = true;
+            return Some(Err(Error::ShutDown));
+        }
+        if std::mem::take(&mut self.failed) {
+            let pause = (self.locker.config().ttl / 3).min(Duration::from_secs(1));
+            tokio::time::sleep(pause).await;
         }
         loop {
             if self.changes.is_none() {
@@ -603,19 +624,30 @@ impl Observer {
                 return Some(Ok(leader));
             }
             // Nothing new: wait for a change, or for the leader's lease to run out (a leader
-            // that vanished without a word is noticed at its expiry).
+            // that vanished without a word is noticed at its expiry). A lease past its end
+            // that the service has not removed yet (etcd revokes within its own check
+            // interval, and says so by a notification) is looked at again after a pause.
             let expiry = async {
                 match expires_in {
+                    Some(left) if left.is_zero() => {
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
                     Some(left) => tokio::time::sleep(left + Duration::from_millis(1)).await,
                     None => std::future::pending().await,
                 }
             };
             let changes = self.changes.as_mut()?;
+            let stopping = self.locker.state().stopping.clone();
             tokio::select! {
+                () = stopping.cancelled() => {
+                    self.ended = true;
+                    return Some(Err(Error::ShutDown));
+                }
                 change = changes.next() => match change {
                     Some(Ok(())) => {}
                     Some(Err(error)) => {
                         self.changes = None;
+                        self.failed = true;
                         return Some(Err(error));
                     }
                     None => self.changes = None,
@@ -625,8 +657,10 @@ impl Observer {
         }
     }
 
-    /// Ends the stream after `error` when nothing would mend it.
+    /// Ends the stream after `error` when nothing would mend it; else pauses before the next
+    /// attempt.
     fn fail(&mut self, error: Error) -> Error {
+        self.failed = true;
         if matches!(
             error,
             Error::Unsupported { .. } | Error::InvalidKey { .. } | Error::ShutDown
@@ -637,6 +671,30 @@ impl Observer {
     }
 }
 
+/// The longest value a candidate may show.
+const MAX_VALUE: usize = 1024;
+
+/// A candidate's value: 1 to [`MAX_VALUE`] bytes, without `|` (the separator of a kept record
+/// in the key's value on etcd) or control characters.
+///
+/// # Errors
+///
+/// [`Error::Config`] naming the value.
+fn check_value(value: &str) -> Result<()> {
+    if value.is_empty()
+        || value.len() > MAX_VALUE
+        || value.contains('|')
+        || value.chars().any(char::is_control)
+    {
+        return Err(Error::config(
+            "value",
+            value,
+            "a candidate's value is 1 to 1024 bytes, without `|` or control characters",
+        ));
+    }
+    Ok(())
+}
+
 /// Subscribes to the changes of `name`'s holders.
 async fn subscribe(locker: &Locker, name: &str) -> Result<HolderChanges> {
     locker.check_election()?;
@@ -645,4 +703,45 @@ async fn subscribe(locker: &Locker, name: &str) -> Result<HolderChanges> {
     keeper
         .bounded("observe", keeper.backend().holder_changes(&full_key))
         .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_value_that_would_not_read_back_is_refused_before_any_request() {
+        let locker = Locker::memory();
+        for value in ["", "a|done", "line\nbreak"] {
+            let refused = locker.campaign("scheduler", value).await;
+            assert!(
+                matches!(refused, Err(Error::Config { .. })),
+                "{value:?}: {refused:?}"
+            );
+        }
+        let mut leading = locker.campaign("scheduler", "node-a").await.unwrap();
+        let refused = leading.proclaim(&*"x".repeat(MAX_VALUE + 1)).await;
+        assert!(matches!(refused, Err(Error::Config { .. })), "{refused:?}");
+        assert_eq!(
+            locker.leader("scheduler").await.unwrap().unwrap().value,
+            "node-a"
+        );
+        drop(leading);
+    }
+
+    #[tokio::test]
+    async fn an_observer_ends_when_its_locker_is_shut_down() {
+        let locker = Locker::memory();
+        let mut leaders = Box::pin(locker.observe("scheduler"));
+        assert_eq!(leaders.next().await.unwrap().unwrap(), None);
+        let waiting = tokio::spawn(async move {
+            let last = leaders.next().await;
+            (last, leaders.next().await.is_none())
+        });
+        tokio::task::yield_now().await;
+        locker.shutdown().await.unwrap();
+        let (last, ended) = waiting.await.unwrap();
+        assert!(matches!(last, Some(Err(Error::ShutDown))), "{last:?}");
+        assert!(ended, "the observer went on after its Locker's shutdown");
+    }
 }

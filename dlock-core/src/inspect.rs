@@ -66,8 +66,10 @@ pub struct HolderInfo {
     /// Set when this is no live grant but a record that keeps the key held after its holder
     /// let go ([`Kept`]): until [`expires_in`](Self::expires_in), by the server's clock.
     pub kept: Option<Kept>,
-    /// The value the grant shows: an election candidate's
-    /// ([`Locker::campaign`](crate::Locker::campaign)); `None` for a lock.
+    /// The value the grant shows apart from its owner: an election candidate's
+    /// ([`Locker::campaign`](crate::Locker::campaign)), where the service stores both (memory).
+    /// etcd and ZooKeeper store one value per grant: a candidate's shows as
+    /// [`owner`](Self::owner) there, and this is `None`.
     pub value: Option<String>,
 }
 

@@ -65,13 +65,13 @@ impl<'a> LockRequest<'a> {
         self
     }
 
-    /// Sets the recipe the grant belongs to (the attribute's `mode`).
     /// Makes the grant show `value` to others (an election's candidate).
     pub(crate) const fn value(mut self, value: &'a str) -> Self {
         self.options.value = Some(value);
         self
     }
 
+    /// Sets the recipe the grant belongs to (the attribute's `mode`).
     pub(crate) const fn kind(mut self, kind: LockKind) -> Self {
         self.options.kind = kind;
         self

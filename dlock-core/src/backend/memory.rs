@@ -284,9 +284,11 @@ impl Drop for QueueTicket<'_> {
         }
         let mut table = self.backend.table();
         drop(self.ticket.take()); // leaves the queue
-        if let Some(state) = table.keys.get_mut(&*self.req.key) {
+        if let Some(state) = table.keys.get_mut(&*self.req.key)
             // Granted by hand-off while we were being cancelled: pass it on.
-            state.remove_holder(&self.req.owner);
+            && state.remove_holder(&self.req.owner)
+        {
+            table.changed();
         }
         table.settle(&self.req.key, Instant::now(), &self.backend.queues);
     }

@@ -17,7 +17,8 @@ use crate::{Error, Result};
 
 impl Inner {
     /// Puts `value` on the grant's key, on its lease, if the key is still the one the grant
-    /// created (etcd's `Proclaim`: `If(CreateRevision(key) == rev)`).
+    /// created (etcd's `Proclaim`: `If(CreateRevision(key) == rev)`) and still on that lease
+    /// (a proclaim that lands late cannot move a key given up since back onto it).
     pub(super) async fn proclaim(self: &Arc<Self>, lease: &Lease, value: &str) -> Result<bool> {
         let Some(grant) = lease.extension::<EtcdGrant>() else {
             return Ok(false);
@@ -26,11 +27,14 @@ impl Inner {
             return Ok(false);
         };
         let txn = Txn::new()
-            .when([Compare::create_revision(
-                grant.key.as_str(),
-                CompareOp::Equal,
-                grant.create_revision,
-            )])
+            .when([
+                Compare::create_revision(
+                    grant.key.as_str(),
+                    CompareOp::Equal,
+                    grant.create_revision,
+                ),
+                Compare::lease(grant.key.as_str(), CompareOp::Equal, session.id),
+            ])
             .and_then([TxnOp::put(
                 grant.key.as_str(),
                 value,

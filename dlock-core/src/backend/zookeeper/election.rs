@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use zookeeper_client::{AddWatchMode, Error as ZkError};
+use zookeeper_client::{AddWatchMode, Error as ZkError, EventType};
 
 use super::acquire::session_gone;
 use super::errors::{from_zk, timed, timed_raw};
@@ -52,15 +52,25 @@ impl Inner {
             .client
             .watch(&path, AddWatchMode::PersistentRecursive);
         let watcher = timed(self.timeout, "add watch", watch).await?;
+        // Ends after its first error: the core subscribes again (on a live session).
         Ok(Box::pin(futures_util::stream::unfold(
-            (observing, watcher),
-            |(observing, mut watcher)| async move {
-                tokio::select! {
-                    _ = watcher.changed() => Some((Ok(()), (observing, watcher))),
-                    () = observing.session.lost() => {
-                        let gone = session_gone(&observing.session);
-                        Some((Err(gone), (observing, watcher)))
+            Some((observing, watcher)),
+            |state| async move {
+                let (observing, mut watcher) = state?;
+                let event = tokio::select! {
+                    biased;
+                    () = observing.session.lost() => None,
+                    event = watcher.changed() => Some(event),
+                };
+                match event {
+                    // After a terminal session event the watcher must not be polled again.
+                    Some(event)
+                        if event.event_type != EventType::Session
+                            || !event.session_state.is_terminated() =>
+                    {
+                        Some((Ok(()), Some((observing, watcher))))
                     }
+                    _ => Some((Err(session_gone(&observing.session)), None)),
                 }
             },
         )))
