@@ -118,11 +118,17 @@ impl Locker {
         let holder = info
             .holders
             .into_iter()
-            .find(|holder| holder.mode == LockMode::Exclusive && holder.kept.is_none());
+            // A grant without a term is no leadership yet (on Redis: a lock handed to the
+            // next candidate in line, not claimed yet).
+            .find(|holder| {
+                holder.mode == LockMode::Exclusive
+                    && holder.kept.is_none()
+                    && holder.fencing_token.is_some()
+            });
         Ok(holder.map_or((None, None), |holder| {
             let leader = Leader {
                 value: holder.value.unwrap_or(holder.owner),
-                term: holder.fencing_token.unwrap_or_default(),
+                term: holder.fencing_token.unwrap_or_default(), // `Some`: see above
             };
             (Some(leader), holder.expires_in)
         }))

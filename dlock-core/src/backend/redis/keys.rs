@@ -12,7 +12,8 @@
 //! | the writers in line (on a RedLock master: writers waiting for readers or permits to leave): member = owner id, score = its place (server µs when it joined, strictly increasing) | `{K}:writers` |
 //! | the same writers, scored by when their place expires unless renewed by their next attempt | `{K}:writers:expiry` |
 //! | "readers or permits wait": their releases publish, and a writer's release lets them race the line, while it lives | `{K}:waited` |
-//! | the release notification channel | `{K}:released` |
+//! | an election's leader: `<owner>\n<term>\n<value>`, written by the grant of a campaign and by a proclaim, shown only while that owner holds `{K}` (kept forever, one per election name, like the fence) | `{K}:leader` |
+//! | the release notification channel (an election's grants and proclaims publish `+` on it too) | `{K}:released` |
 //!
 //! Braces and `%` inside `K` are percent-escaped, so the tag is always the whole key.
 //!
@@ -37,6 +38,8 @@ pub(super) const WAITED_FOR: &str = ":waited";
 /// (The scripts spell it out; a test checks that they agree.)
 #[cfg(test)]
 pub(super) const WAITED: &str = "|waited";
+/// Suffix of an election's leader record.
+pub(super) const LEADER: &str = ":leader";
 /// Suffix of the release channel's name (the scripts append it to `KEYS[1]` themselves).
 pub(super) const RELEASED: &str = ":released";
 
@@ -85,6 +88,14 @@ impl<'a> RedisName<'a> {
         Self {
             key,
             suffix: WAITED_FOR,
+        }
+    }
+
+    /// An election's leader record: `{K}:leader`.
+    pub(super) const fn leader(key: &'a str) -> Self {
+        Self {
+            key,
+            suffix: LEADER,
         }
     }
 
@@ -226,6 +237,7 @@ mod tests {
             RedisName::writers(key),
             RedisName::writers_expiry(key),
             RedisName::waited_for(key),
+            RedisName::leader(key),
             RedisName::channel(key),
         ]
         .iter()

@@ -55,6 +55,18 @@
 //! the Redis string `{K}` (a sorted set while readers or permits hold it); its fencing counter
 //! is `{K}:fence`; its line of writers `{K}:writers` and `{K}:writers:expiry`.
 //!
+//! # Leader election
+//!
+//! A campaign ([`Locker::campaign`](crate::Locker::campaign)) is a writer's fenced lock whose
+//! grant, in the same script, records the leader in `{K}:leader` (`<owner>\n<term>\n<value>`,
+//! the term being the grant's fencing token) and publishes `+` on the release channel;
+//! a proclaim rewrites the record, owner-checked, and publishes too. The leader's lock is
+//! marked waited for, so its release publishes whether or not a candidate waits. Observers
+//! listen on the release channel (the Locker's one subscription connection) and re-read the
+//! leader after each message; an expiry publishes nothing, and the core looks again when the
+//! leader's ttl runs out. The record is shown only while its owner holds the lock, and is
+//! kept (one small key per election name, like the fence).
+//!
 //! # What Redis does and does not guarantee
 //!
 //! * A single Redis server is a single point of truth: locks are exact while it runs.
@@ -481,6 +493,19 @@ impl LockBackend for RedisBackend {
         self.node.inspect(key).await
     }
 
+    /// The leader record's value is rewritten, owner-checked (see the `keys` module).
+    async fn proclaim(&self, lease: &Lease, value: &str) -> Result<bool> {
+        self.node
+            .proclaim(lease.owner.as_str(), &lease.key, value)
+            .await
+    }
+
+    /// The lock's release channel, on which an election's grants and proclaims publish too
+    /// (an expiry publishes nothing: the core looks again when the leader's ttl runs out).
+    async fn holder_changes(&self, key: &str) -> Result<crate::backend::HolderChanges> {
+        self.waiters.watch(&channel_of(key)).await
+    }
+
     /// Awaits the work left running (unsubscribes, withdrawals of cancelled waiters), within
     /// the operation timeout.
     async fn shutdown(&self) -> Result<()> {
@@ -496,6 +521,7 @@ impl LockBackend for RedisBackend {
             .read_write(true)
             .semaphore(true)
             .fair(true)
+            .election(true)
             // On a Cluster every lock is its own hash tag: a set's keys sit in different
             // slots, which one script cannot touch.
             .together(!self.node.conn.is_cluster())

@@ -147,6 +147,10 @@ impl Node {
     /// attempt burns a token, which keeps tokens strictly increasing per grant. Anything
     /// unusual (a fence that is not a counter) is settled by the script.
     pub(crate) async fn attempt(&self, req: &AcquireRequest) -> Result<Attempt> {
+        if req.value.is_some() {
+            // A campaign: the script also records the leader and tells observers.
+            return self.attempt_scripted(req, false).await;
+        }
         let key = &*req.key;
         let owner = req.owner.as_str();
         let mut set = conn::command("SET");
@@ -224,22 +228,38 @@ impl Node {
     ) -> Result<Attempt> {
         let key = &*req.key;
         let flag = |on: bool| if on { "1" } else { "0" };
+        // A campaign's grant also writes the leader record (the seventh key, the fifth
+        // argument: the candidate's value).
+        let numkeys = if req.value.is_some() { 7 } else { 6 };
+        let campaign = |cmd: &mut Cmd| {
+            if let Some(value) = &req.value {
+                cmd.arg(&**value);
+            }
+        };
         let reply: Value = if queued && self.fair {
-            self.run("acquire", &scripts::ACQUIRE_FAIR, 6, |cmd| {
+            self.run("acquire", &scripts::ACQUIRE_FAIR, numkeys, |cmd| {
                 keys::acquire_keys(cmd, key);
+                if req.value.is_some() {
+                    cmd.arg(RedisName::leader(key));
+                }
                 cmd.arg(req.owner.as_str())
                     .arg(millis(req.ttl))
                     .arg(flag(req.fencing))
                     .arg(millis(CLAIM_WINDOW));
+                campaign(cmd);
             })
             .await?
         } else {
-            self.run("acquire", &scripts::ACQUIRE, 6, |cmd| {
+            self.run("acquire", &scripts::ACQUIRE, numkeys, |cmd| {
                 keys::acquire_keys(cmd, key);
+                if req.value.is_some() {
+                    cmd.arg(RedisName::leader(key));
+                }
                 cmd.arg(req.owner.as_str())
                     .arg(millis(req.ttl))
                     .arg(flag(queued))
                     .arg(flag(req.fencing));
+                campaign(cmd);
             })
             .await?
         };
@@ -397,6 +417,20 @@ impl Node {
         Ok(removed > 0)
     }
 
+    /// Shows `value` as the leader's of the election `key` if `owner` leads it; whether it
+    /// does.
+    pub(crate) async fn proclaim(&self, owner: &str, key: &str, value: &str) -> Result<bool> {
+        let proclaimed: i64 = self
+            .run("proclaim", &scripts::PROCLAIM, 2, |cmd| {
+                cmd.arg(RedisName::lock(key))
+                    .arg(RedisName::leader(key))
+                    .arg(owner)
+                    .arg(value);
+            })
+            .await?;
+        Ok(proclaimed == 1)
+    }
+
     /// Who holds the lock of `key`, read in one script: a writer, or the readers or permits
     /// that have not expired, and the writers in line (listed on a single server or Cluster;
     /// a RedLock master's waiters queue in their Lockers).
@@ -406,18 +440,23 @@ impl Node {
     /// [`Error::Refused`] when the lock's name holds another application's value.
     pub(crate) async fn inspect(&self, key: &str) -> Result<LockInfo> {
         let reply: Vec<Value> = self
-            .run("inspect", &scripts::INSPECT, 4, |cmd| {
+            .run("inspect", &scripts::INSPECT, 5, |cmd| {
                 cmd.arg(RedisName::lock(key))
                     .arg(RedisName::limit(key))
                     .arg(RedisName::writers(key))
-                    .arg(RedisName::writers_expiry(key));
+                    .arg(RedisName::writers_expiry(key))
+                    .arg(RedisName::leader(key));
             })
             .await?;
         let parse = |error: redis::ParsingError| {
             Error::refused("redis", format!("inspect of `{key}`: {error}"))
         };
-        let (kind, limit, grants, line): (String, u32, Vec<Value>, Vec<String>) =
+        let (kind, limit, grants, line, led): (String, u32, Vec<Value>, Vec<String>, String) =
             FromRedisValue::from_redis_value(Value::Array(reply)).map_err(parse)?;
+        // An election's leader: `<term>\n<value>` from its own leader record.
+        let led = led
+            .split_once('\n')
+            .and_then(|(term, value)| Some((term.parse::<u64>().ok()?, value.to_owned())));
         let grants = grants
             .chunks(2)
             .map(|pair| match pair {
@@ -465,9 +504,15 @@ impl Node {
                     },
                     _ => (owner, None),
                 };
-                HolderInfo::new(owner, mode)
+                let holder = HolderInfo::new(owner, mode)
                     .with_expires_in(left)
-                    .with_kept(kept)
+                    .with_kept(kept);
+                match &led {
+                    Some((term, value)) if kept.is_none() => holder
+                        .with_fencing_token(Some(*term))
+                        .with_value(Some(value.clone())),
+                    _ => holder,
+                }
             })
             .collect();
         Ok(LockInfo { holders, waiters })

@@ -33,6 +33,7 @@ use tokio::sync::mpsc::UnboundedReceiver;
 use super::conn::Conn;
 use super::keys::RedisName;
 use super::node::CLAIM_WINDOW;
+use crate::backend::HolderChanges;
 use crate::backend::background::Background;
 use crate::backend::waiters::{Ticket, WaitQueues};
 use crate::error::within;
@@ -50,6 +51,9 @@ pub(crate) struct Waiters {
     queues: Arc<WaitQueues<()>>,
     /// Writers waiting in the server's line, by owner: a hand-off names one.
     called: Mutex<HashMap<String, Arc<Notify>>>,
+    /// Observers of a channel ([`watch`](Self::watch)): each is told of every message on it
+    /// and of every reconnect. A channel is subscribed while it has waiters or observers.
+    watchers: Mutex<HashMap<String, Vec<Arc<Notify>>>>,
     /// Releases heard that named no waiter (and reconnects): a writer in line woken only
     /// because it became its queue's head need not ask the server again.
     releases_heard: AtomicU64,
@@ -103,6 +107,7 @@ impl Waiters {
             Self {
                 queues: Arc::new(WaitQueues::new(Some(Box::new(on_emptied)))),
                 called: Mutex::default(),
+                watchers: Mutex::default(),
                 releases_heard: AtomicU64::new(0),
                 subscribed: Mutex::default(),
                 subscribers: tokio::sync::Mutex::new(subscribers),
@@ -128,6 +133,27 @@ impl Waiters {
         self.called.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    fn watchers(&self) -> MutexGuard<'_, HashMap<String, Vec<Arc<Notify>>>> {
+        self.watchers.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Tells the observers of `channel` (every channel's when `None`) that something
+    /// happened.
+    fn tell_watchers(&self, channel: Option<&str>) {
+        let watchers = self.watchers();
+        match channel {
+            Some(channel) => watchers
+                .get(channel)
+                .into_iter()
+                .flatten()
+                .for_each(|watcher| watcher.notify_one()),
+            None => watchers
+                .values()
+                .flatten()
+                .for_each(|watcher| watcher.notify_one()),
+        }
+    }
+
     fn subscribed(&self) -> MutexGuard<'_, HashMap<String, Subscription>> {
         self.subscribed
             .lock()
@@ -143,14 +169,18 @@ impl Waiters {
                 else {
                     return;
                 };
+                let channel = String::from_utf8_lossy(channel);
                 match payload {
                     Some(Value::BulkString(payload)) if payload.first() == Some(&b'>') => {
                         let call = String::from_utf8_lossy(&payload[1..]);
                         let (first, next) = call.split_once('\n').unwrap_or((&call, ""));
                         self.on_hand_off(first, next);
                     }
-                    _ => self.on_release(&String::from_utf8_lossy(channel)),
+                    // An election's new leader or proclaimed value: for observers only.
+                    Some(Value::BulkString(payload)) if payload.as_slice() == b"+" => {}
+                    _ => self.on_release(&channel),
                 }
+                self.tell_watchers(Some(&channel));
             }
             // After a reconnect a release or hand-off may have been missed: let every head
             // and every writer in line re-check. The connection resubscribes when it
@@ -164,6 +194,7 @@ impl Waiters {
                 for called in self.called().values() {
                     called.notify_one();
                 }
+                self.tell_watchers(None);
             }
             PushKind::Subscribe | PushKind::Unsubscribe => {
                 let Some(Value::BulkString(channel)) = push.data.first() else {
@@ -245,6 +276,34 @@ impl Waiters {
         let ticket = self.queues.enqueue(channel, ());
         self.ensure_subscribed(channel).await?;
         Ok(ticket)
+    }
+
+    /// Observes `channel` (subscribing to it first if needed) until the returned stream is
+    /// dropped: it yields once after each message published on it and each reconnect (several
+    /// at once may come as one).
+    ///
+    /// # Errors
+    ///
+    /// The subscription failed or timed out.
+    pub(crate) async fn watch(self: &Arc<Self>, channel: &str) -> Result<HolderChanges> {
+        let notify = Arc::new(Notify::new());
+        self.watchers()
+            .entry(channel.to_owned())
+            .or_default()
+            .push(Arc::clone(&notify));
+        let watching = Watching {
+            waiters: Arc::clone(self),
+            channel: channel.to_owned(),
+            notify,
+        };
+        self.ensure_subscribed(channel).await?;
+        Ok(Box::pin(futures_util::stream::unfold(
+            watching,
+            |watching| async move {
+                watching.notify.notified().await;
+                Some((Ok(()), watching))
+            },
+        )))
     }
 
     /// Subscribes to `channel` on every server at once, and returns as soon as one confirms
@@ -341,7 +400,9 @@ impl Waiters {
     /// the next subscription).
     async fn unsubscribe_if_idle(&self, channel: String) {
         let mut subscribers = self.subscribers.lock().await;
-        let idle = self.queues.len(&channel) == 0 && self.subscribed().remove(&channel).is_some();
+        let idle = self.queues.len(&channel) == 0
+            && !self.watchers().contains_key(&channel)
+            && self.subscribed().remove(&channel).is_some();
         if idle {
             let channel = channel.as_str();
             let all = join_all(
@@ -404,5 +465,29 @@ impl Called {
 impl Drop for Called {
     fn drop(&mut self) {
         self.waiters.called().remove(&self.owner);
+    }
+}
+
+/// An observer of a channel ([`Waiters::watch`]): leaves the channel's observers when
+/// dropped, unsubscribing (in the background) if nobody else listens.
+struct Watching {
+    waiters: Arc<Waiters>,
+    channel: String,
+    notify: Arc<Notify>,
+}
+
+impl Drop for Watching {
+    fn drop(&mut self) {
+        let mut watchers = self.waiters.watchers();
+        if let Some(list) = watchers.get_mut(&self.channel) {
+            list.retain(|watcher| !Arc::ptr_eq(watcher, &self.notify));
+            if list.is_empty() {
+                watchers.remove(&self.channel);
+            }
+        }
+        drop(watchers);
+        let (waiters, channel) = (Arc::clone(&self.waiters), self.channel.clone());
+        let background = self.waiters.background.clone();
+        background.spawn(async move { waiters.unsubscribe_if_idle(channel).await });
     }
 }

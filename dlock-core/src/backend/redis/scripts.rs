@@ -97,9 +97,25 @@ end
     };
 }
 
+/// Lua: `lead(token)`, run by the grant of a campaign (`ARGV[5]`, the candidate's value, is
+/// set): records the leader in `KEYS[7]` as `<owner>\n<term>\n<value>` and tells observers
+/// (`+` on the release channel, which waiters ignore). The grant also marks its own lock
+/// waited for, so that its release publishes whether or not anyone waits.
+macro_rules! lead {
+    () => {
+        r"
+local function lead(token)
+  redis.call('set', KEYS[7], ARGV[1] .. '\n' .. token .. '\n' .. ARGV[5])
+  redis.call('publish', KEYS[1] .. ':released', '+')
+end
+"
+    };
+}
+
 /// `KEYS`: lock, fence, semaphore limit, writers in line, their expiries, waited-for mark
-/// (the keys of [`ACQUIRE_SHARED`], in its order). `ARGV`: owner, ttl ms, `1` for a queued
-/// waiter, `1` when the grant must carry a fencing token. Returns an integer: when granted,
+/// (the keys of [`ACQUIRE_SHARED`], in its order), and for a campaign its leader record.
+/// `ARGV`: owner, ttl ms, `1` for a queued waiter, `1` when the grant must carry a fencing
+/// token, and for a campaign the candidate's value (see [`lead!`]). Returns an integer: when granted,
 /// the fencing token (≥ 1), or 1 without fencing; `-1 - pttl` (≤ -1) when held with an
 /// expiry; 0 when held without one. When readers or permits hold the lock and this queued
 /// writer marked itself waiting, returns `{-1 - wait, 1}`, `wait` being when to try again at
@@ -123,6 +139,7 @@ end
 pub(super) static ACQUIRE: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(concat!(
         arrival!(),
+        lead!(),
         r"
 local function grant()
   if not redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return nil end
@@ -134,11 +151,14 @@ local function grant()
       return 'fence ' .. redis.call('type', KEYS[2])['ok']
     end
   end
+  local mark = ARGV[5] ~= nil
   if ARGV[3] == '1' then
     redis.call('zrem', KEYS[4], ARGV[1])
     redis.call('zrem', KEYS[5], ARGV[1])
-    if redis.call('exists', KEYS[6]) == 1 then redis.call('append', KEYS[1], '|waited') end
+    if redis.call('exists', KEYS[6]) == 1 then mark = true end
   end
+  if mark then redis.call('append', KEYS[1], '|waited') end
+  if ARGV[5] then lead(token) end
   return token
 end
 local granted = grant()
@@ -190,7 +210,8 @@ return {-1 - wait, 1}
 
 /// The attempt of a writer waiting in the server's line (single server and Cluster).
 /// `KEYS`: those of [`ACQUIRE`]. `ARGV`: owner, ttl ms, `1` when the grant must carry a
-/// fencing token, the claim window in ms (see [`hand_off!`]). Returns the token (≥ 1, or 1
+/// fencing token, the claim window in ms (see [`hand_off!`]), and for a campaign the
+/// candidate's value (see [`lead!`]). Returns the token (≥ 1, or 1
 /// without fencing) when granted, `{-1 - wait, 1}` when the writer is (now) in line, `wait`
 /// being when to try again at the latest, or `lock <type>` / `fence <type>`.
 ///
@@ -205,6 +226,7 @@ pub(super) static ACQUIRE_FAIR: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(concat!(
         arrival!(),
         hand_off!(),
+        lead!(),
         r"
 local me, ttl, window = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[4])
 local time = redis.call('time')
@@ -221,9 +243,10 @@ local function grant(marked)
   end
   redis.call('zrem', KEYS[4], me)
   redis.call('zrem', KEYS[5], me)
-  if marked or redis.call('zcard', KEYS[4]) > 0 or redis.call('exists', KEYS[6]) == 1 then
+  if marked or ARGV[5] or redis.call('zcard', KEYS[4]) > 0 or redis.call('exists', KEYS[6]) == 1 then
     redis.call('append', KEYS[1], '|waited')
   end
+  if ARGV[5] then lead(token) end
   return token
 end
 local function wait_in_line(wait)
@@ -657,14 +680,37 @@ return removed
     )
 });
 
-/// `KEYS`: lock, semaphore limit, writers in line, their expiries. What holds the lock and
+/// `KEYS`: lock, leader record. `ARGV`: owner, value. An election's leader shows a new value:
+/// if `owner` holds the lock (not merely handed it) and the record is its own, rewrites the
+/// record's value (owner and term kept) and tells observers. Returns 1, or 0 when `owner`
+/// does not lead.
+pub(super) static PROCLAIM: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(
+        r"
+local holder = redis.pcall('get', KEYS[1])
+if type(holder) ~= 'string' then return 0 end
+if string.sub(holder, -7) == '|waited' then holder = string.sub(holder, 1, -8) end
+if holder ~= ARGV[1] then return 0 end
+local record = redis.pcall('get', KEYS[2])
+if type(record) ~= 'string' then return 0 end
+local owner, term = string.match(record, '^([^\n]*)\n([^\n]*)\n')
+if owner ~= ARGV[1] then return 0 end
+redis.call('set', KEYS[2], owner .. '\n' .. term .. '\n' .. ARGV[2])
+redis.call('publish', KEYS[1] .. ':released', '+')
+return 1
+",
+    )
+});
+
+/// `KEYS`: lock, semaphore limit, writers in line, their expiries, leader record. What holds the lock and
 /// who waits in line, read in one atomic step for
 /// [`inspect`](crate::backend::LockBackend::inspect): `{'lock', 0, {owner, pttl}, line}` for a
 /// writer (the owner without its waited-for mark; a lock handed to a writer in line shows
 /// that writer; pttl -1 without an expiry), `{'shares', limit, {owner, ms left, …}, line}` for
 /// the readers or permits not yet expired (limit 0 for readers), `{'none', 0, {}, line}` when
 /// free, and `{<type>, 0, {}, {}}` when the name holds another type. `line`: the writers in
-/// line that have not expired, first first.
+/// line that have not expired, first first. A fifth element: for a writer that leads an
+/// election (its own leader record), `<term>\n<value>`; otherwise empty.
 pub(super) static INSPECT: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(
         r"
@@ -679,18 +725,26 @@ local kind = redis.call('type', KEYS[1])['ok']
 if kind == 'string' then
   local owner = redis.call('get', KEYS[1])
   if string.sub(owner, -7) == '|waited' then owner = string.sub(owner, 1, -8) end
-  if string.sub(owner, 1, 1) == '~' then owner = string.sub(owner, 2) end
-  return {'lock', 0, {owner, redis.call('pttl', KEYS[1])}, line}
+  local led = ''
+  if string.sub(owner, 1, 1) == '~' then
+    owner = string.sub(owner, 2)
+  else
+    local record = redis.pcall('get', KEYS[5])
+    if type(record) == 'string' and string.sub(record, 1, #owner + 1) == owner .. '\n' then
+      led = string.sub(record, #owner + 2)
+    end
+  end
+  return {'lock', 0, {owner, redis.call('pttl', KEYS[1])}, line, led}
 end
-if kind == 'none' then return {'none', 0, {}, line} end
-if kind ~= 'zset' then return {kind, 0, {}, {}} end
+if kind == 'none' then return {'none', 0, {}, line, ''} end
+if kind ~= 'zset' then return {kind, 0, {}, {}, ''} end
 local grants = {}
 local shares = redis.call('zrangebyscore', KEYS[1], '(' .. now, '+inf', 'WITHSCORES')
 for i = 1, #shares, 2 do
   grants[#grants + 1] = shares[i]
   grants[#grants + 1] = tonumber(shares[i + 1]) - now
 end
-return {'shares', tonumber(redis.call('get', KEYS[2]) or '0'), grants, line}
+return {'shares', tonumber(redis.call('get', KEYS[2]) or '0'), grants, line, ''}
 ",
     )
 });
@@ -726,7 +780,13 @@ mod tests {
 
     #[test]
     fn channel_suffix_in_scripts_matches_the_key_layout() {
-        for script in [&RELEASE, &RELEASE_SHARED, &WITHDRAW_WRITER, &FORCE_RELEASE] {
+        for script in [
+            &RELEASE,
+            &RELEASE_SHARED,
+            &WITHDRAW_WRITER,
+            &FORCE_RELEASE,
+            &PROCLAIM,
+        ] {
             assert!(
                 script
                     .code
@@ -734,5 +794,6 @@ mod tests {
             );
         }
         assert!(hand_off!().contains(&format!("lock .. '{}'", super::super::keys::RELEASED)));
+        assert!(lead!().contains(&format!("KEYS[1] .. '{}'", super::super::keys::RELEASED)));
     }
 }
