@@ -66,6 +66,11 @@ impl Inner {
                     tokio::task::yield_now().await;
                     self.conns.forget_closed();
                 }
+                Ok(AcquireOutcome::Acquired(lease)) if req.value.is_some() => {
+                    // A campaign's grant leads once its value is shown (boxed: campaigns
+                    // only).
+                    return Box::pin(self.show_leader(req, lease)).await;
+                }
                 outcome => return outcome,
             }
         }
@@ -172,11 +177,18 @@ impl Inner {
         got: Got,
     ) -> AcquireOutcome {
         let conn = conn_use.granted(&req.owner, got.hold.limit_key());
+        let hold = match got.hold {
+            PgHold::Lock { key, shared: false } if req.value.is_some() => PgHold::Leader {
+                key,
+                channel: keys::channel(&req.key),
+            },
+            hold => hold,
+        };
         let mut lease = Lease::new(req, got.valid_from);
         if let Some(token) = got.token.and_then(|t| u64::try_from(t).ok()) {
             lease = lease.with_fencing_token(token);
         }
-        let grant = PgGrant::new(self, conn, got.hold, req.owner.clone());
+        let grant = PgGrant::new(self, conn, hold, req.owner.clone());
         AcquireOutcome::Acquired(lease.with_extension(Arc::new(grant)))
     }
 

@@ -327,7 +327,33 @@ impl PgUrl {
                 ))
                 .await?;
         }
+        let has_leader = client
+            .query_one(
+                "SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = $1::text::regclass \
+                 AND attname = 'leader_token' AND NOT attisdropped)",
+                &[table],
+            )
+            .await?
+            .get::<_, bool>(0);
+        if !has_leader {
+            client
+                .batch_execute(&format!(
+                    "ALTER TABLE {table} ADD COLUMN leader text, ADD COLUMN leader_pid integer, \
+                     ADD COLUMN leader_token bigint, ADD COLUMN leader_ttl_ms bigint;"
+                ))
+                .await?;
+        }
         client.batch_execute("COMMIT").await
+    }
+
+    /// A plain connection to the database (no lock settings): an election observer's, which
+    /// `LISTEN`s.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Unavailable`] / [`Error::Timeout`] when the server cannot be reached.
+    pub(super) async fn open_plain(&self, timeout: Duration) -> Result<(Client, PgConnection)> {
+        timed(timeout, "connect", self.config.connect(self.connector())).await
     }
 }
 

@@ -31,8 +31,9 @@ impl Inner {
             ),
             (sql::INSPECT, &[&key_and_queue]),
             (self.sql.kept.as_str(), &[&key]),
+            (self.sql.leader.as_str(), &[&key]),
         ];
-        let [stored, rows, kept] = timed(self.timeout, "inspect", pipelined(conn, steps))
+        let [stored, rows, kept, leader] = timed(self.timeout, "inspect", pipelined(conn, steps))
             .await?
             .map(|answer| answer.map_err(from_pg));
         let stored = stored?
@@ -40,6 +41,7 @@ impl Inner {
             .and_then(|row| row.get::<_, Option<i32>>(0))
             .and_then(|limit| u32::try_from(limit).ok());
         let mut rows = rows?;
+        let leader = leader?.first().and_then(Self::recorded_leader);
         if let Some(limit) = stored {
             let slots = keys::slot_keys(full_key, limit);
             let [slot_rows] = timed(
@@ -73,7 +75,16 @@ impl Inner {
             };
             // The head of a semaphore's queue holds the queue key while it looks for a slot.
             if granted && on != queue {
-                holders.push(HolderInfo::new(owner, mode));
+                let holder = HolderInfo::new(owner, mode);
+                holders.push(match &leader {
+                    // An election's leader: its value, term, and when to look again (its
+                    // session ends within its ttl once its client is gone).
+                    Some(led) if led.pid == pid && mode == LockMode::Exclusive => holder
+                        .with_value(Some(led.value.clone()))
+                        .with_fencing_token(Some(led.term))
+                        .with_expires_in(Some(led.ttl)),
+                    _ => holder,
+                });
             } else if on != queue || stored.is_some() {
                 waiters.push(WaiterInfo::new(Some(owner), mode));
             }

@@ -12,6 +12,7 @@
 
 mod acquire;
 mod config;
+mod election;
 mod errors;
 mod inspect;
 mod keys;
@@ -111,6 +112,18 @@ const RENEW_BATCH: usize = 1024;
 ///   the server frees its locks at once; a frozen process or a lost network, one ttl after
 ///   the last renewal reached the server (its `idle_session_timeout`, or its TCP keepalive
 ///   and `tcp_user_timeout`).
+/// * **Leader election** ([`Locker::campaign`](crate::Locker::campaign)). A campaign is a
+///   fenced exclusive lock on `K`; right after its grant, one `UPDATE` of `K`'s fence row
+///   records the leader — `leader` (the value), `leader_pid` (the session), `leader_token`
+///   (the term: the grant's token) and `leader_ttl_ms` — only if the session holds `K` with
+///   that token, and `NOTIFY`s the channel `dlock_<16 hex digits of K's advisory key>` on
+///   commit. A proclaim rewrites `leader` with the same checks; a resign unlocks and notifies
+///   in one statement. Each observer `LISTEN`s on a connection of its own (closed when it is
+///   dropped). A leader whose session ended without a word notifies nobody: observers look
+///   again one ttl after each read while someone leads. SQL reads the leader with
+///   `SELECT leader, leader_token FROM dlock_fence WHERE lock_key = <key> AND leader_token =
+///   token` (and `leader_pid` holding the key in `pg_locks`). Fence tables made by earlier
+///   versions get the four columns at connect.
 /// * **Renewal** is one round trip per connection, for every lock on it (a live session holds
 ///   what it was granted), and restarts the session's idle timer. A connection that ends — the server restarted,
 ///   `pg_terminate_backend`, the network — loses every lock on it at once (pushed to the
@@ -169,6 +182,9 @@ impl std::fmt::Debug for Inner {
 pub(super) enum PgHold {
     /// An exclusive or shared lock on `key`.
     Lock { key: i64, shared: bool },
+    /// An election's leadership: the exclusive lock on `key`, whose release notifies the
+    /// observers listening on `channel`.
+    Leader { key: i64, channel: String },
     /// A semaphore's permit: its slot, and the limit key held shared.
     Permit {
         slot: i64,
@@ -182,7 +198,7 @@ impl PgHold {
     /// Every key the grant holds.
     pub(super) fn keys(&self) -> Vec<i64> {
         match self {
-            Self::Lock { key, .. } => vec![*key],
+            Self::Lock { key, .. } | Self::Leader { key, .. } => vec![*key],
             Self::Permit {
                 slot, limit_key, ..
             } => vec![*slot, *limit_key],
@@ -192,7 +208,7 @@ impl PgHold {
     /// The key held shared by every permit of the same limit.
     pub(super) const fn limit_key(&self) -> Option<i64> {
         match self {
-            Self::Lock { .. } => None,
+            Self::Lock { .. } | Self::Leader { .. } => None,
             Self::Permit { limit_key, .. } => Some(*limit_key),
         }
     }
@@ -396,6 +412,17 @@ impl LockBackend for PostgresBackend {
         self.inner.inspect(key).await
     }
 
+    /// The leader's value in the key's fence row, checked against the grant's session and
+    /// token (see the `election` module).
+    async fn proclaim(&self, lease: &Lease, value: &str) -> Result<bool> {
+        self.inner.proclaim(lease, value).await
+    }
+
+    /// A connection of its own that `LISTEN`s on the election's channel.
+    async fn holder_changes(&self, key: &str) -> Result<crate::backend::HolderChanges> {
+        self.inner.listen(key).await
+    }
+
     fn capabilities(&self) -> Capabilities {
         Capabilities::new("postgres")
             .fair(true)
@@ -405,6 +432,7 @@ impl LockBackend for PostgresBackend {
             .self_renewing(true)
             .keeps(true)
             .together(true)
+            .election(true)
             .max_renew_batch(RENEW_BATCH)
     }
 }

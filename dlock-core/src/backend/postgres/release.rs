@@ -240,6 +240,14 @@ impl Inner {
         let unlock = async {
             match hold {
                 PgHold::Lock { key, shared: false } => query(conn, sql::UNLOCK, &[*key]).await,
+                PgHold::Leader { key, channel } => {
+                    conn.client
+                        .query_typed(
+                            sql::UNLOCK_LEADER,
+                            &[(key, Type::INT8), (channel, Type::TEXT)],
+                        )
+                        .await
+                }
                 PgHold::Lock { key, shared: true } => {
                     query(conn, sql::UNLOCK_SHARED, &[*key]).await
                 }

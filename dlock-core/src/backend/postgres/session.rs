@@ -346,6 +346,10 @@ impl Conns {
         }
     }
 
+    pub(super) const fn url(&self) -> &PgUrl {
+        &self.url
+    }
+
     pub(super) const fn background(&self) -> &Background {
         &self.background
     }

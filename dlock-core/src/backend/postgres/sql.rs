@@ -55,7 +55,23 @@ pub(super) struct Statements {
     /// this session holds: sent
     /// after `try_all` in the same round trip, as `kept_give_back` after a single try.
     pub(super) kept_give_back_all: String,
+    /// `$1` key, `$2` value, `$3` the grant's token, `$4` its ttl in ms, `$5` the channel →
+    /// one row if this session holds `$1` exclusively with that token: it leads the election
+    /// `$1` with `$2` (recorded in the key's row, observers notified on commit).
+    pub(super) show_leader: String,
+    /// `$1` key, `$2` value, `$3` the grant's token, `$4` the channel → one row if the
+    /// leader recorded is this session with that token and still holds `$1`: its new value.
+    pub(super) proclaim: String,
+    /// `$1` key → one row (`leader`, `leader_pid`, `leader_token`, `leader_ttl_ms`) when the
+    /// key's row records the leader of its current token.
+    pub(super) leader: String,
 }
+
+/// `pg_locks` has this session's exclusive grant of the `bigint` key `$1`.
+const HOLDS_EXCLUSIVE: &str = "EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' \
+     AND pid = pg_backend_pid() AND granted AND mode = 'ExclusiveLock' \
+     AND classid::int8 = ($1 >> 32) & 4294967295 AND objid::int8 = $1 & 4294967295 \
+     AND objsubid = 1)";
 
 /// Unlocks every key `$1` (`int8[]`), shared where `$2` (`bool[]`) says: what an interrupted
 /// set attempt leaves to undo (a key this session does not hold only draws a warning).
@@ -94,6 +110,9 @@ pub(super) const TRY: &str = "SELECT pg_try_advisory_lock($1)";
 pub(super) const TRY_SHARED: &str = "SELECT pg_try_advisory_lock_shared($1)";
 /// Unlocks the exclusive lock `$1`: `false` if this session did not hold it.
 pub(super) const UNLOCK: &str = "SELECT pg_advisory_unlock($1)";
+/// Unlocks the exclusive lock `$1` of an election's leader and tells its observers
+/// (channel `$2`): `false` if this session did not hold it.
+pub(super) const UNLOCK_LEADER: &str = "SELECT pg_advisory_unlock($1) FROM pg_notify($2, '')";
 /// Unlocks the shared lock `$1`.
 pub(super) const UNLOCK_SHARED: &str = "SELECT pg_advisory_unlock_shared($1)";
 /// Gives a permit back: its slot `$1`, its limit key `$2` (shared), and wakes the head of the
@@ -195,6 +214,21 @@ impl Statements {
                      AND classid::int8 = (u.k >> 32) & 4294967295 \
                      AND objid::int8 = u.k & 4294967295 AND objsubid = 1)) \
                  FROM live HAVING count(*) > 0"
+            ),
+            show_leader: format!(
+                "UPDATE {table} SET leader = $2, leader_pid = pg_backend_pid(), \
+                 leader_token = $3, leader_ttl_ms = $4 \
+                 WHERE lock_key = $1 AND token = $3 AND {HOLDS_EXCLUSIVE} \
+                 RETURNING pg_notify($5, '') IS NULL"
+            ),
+            proclaim: format!(
+                "UPDATE {table} SET leader = $2 WHERE lock_key = $1 AND token = $3 \
+                 AND leader_token = $3 AND leader_pid = pg_backend_pid() AND {HOLDS_EXCLUSIVE} \
+                 RETURNING pg_notify($4, '') IS NULL"
+            ),
+            leader: format!(
+                "SELECT leader, leader_pid, leader_token, leader_ttl_ms FROM {table} \
+                 WHERE lock_key = $1 AND leader_token = token"
             ),
             // The recursive CTE tries the candidate slots one by one and stops at the first it
             // gets (a plain `LIMIT` may evaluate the lock function on more rows than it
