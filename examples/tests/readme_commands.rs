@@ -174,6 +174,13 @@ async fn leader_passes_on_zookeeper() {
     assert!(out.contains("all checks passed"), "{out}");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_passes_on_redis() {
+    let server = RedisServer::start().await.unwrap();
+    let out = run(env!("CARGO_BIN_EXE_leader"), Some(&server.url()), &[]).await;
+    assert!(out.contains("all checks passed"), "{out}");
+}
+
 #[tokio::test]
 async fn config_from_toml_loads_the_example_file() {
     let out = run(env!("CARGO_BIN_EXE_config_from_toml"), None, &[]).await;

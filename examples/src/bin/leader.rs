@@ -10,7 +10,9 @@
 //!
 //! Run with: `cargo run -p dlock-examples --bin leader`
 //! (memory backend; set `DLOCK_URL` to another, e.g. `etcd://127.0.0.1:2379` with `--features
-//! etcd`, or `zk://127.0.0.1:2181` with `--features zookeeper`).
+//! etcd`, `zk://127.0.0.1:2181` with `--features zookeeper`, or `redis://127.0.0.1:6379` with
+//! `--features redis`; PostgreSQL elects too, but has no `force_release` for the operator's
+//! step).
 
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex, PoisonError};
