@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use dlock_core::backend::{BackendUrl, EtcdBackend};
 use dlock_core::conformance::Target;
-use dlock_harness::{EtcdCluster, EtcdServer, TestCerts, shared};
+use dlock_harness::{EtcdCluster, EtcdServer, ProxyMode, TcpProxy, TestCerts, shared};
 use tokio::sync::OnceCell;
 
 const TIMEOUT: Duration = Duration::from_secs(2);
@@ -78,3 +78,32 @@ async fn single_tls() -> Target<EtcdBackend> {
 dlock_core::conformance_tests!(etcd_single, single());
 dlock_core::conformance_tests!(etcd_single_tls, single_tls());
 dlock_core::conformance_tests!(etcd_cluster, cluster());
+
+/// [`killed_sessions_campaign_again`](dlock_core::conformance::killed_sessions_campaign_again)
+/// on a member of its own, every candidate through a proxy that cuts every connection for
+/// twice the ttl (its leases expire on the server); the checker connects directly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_killed_sessions_campaign_again() {
+    let server = EtcdServer::start().await.expect("etcd");
+    let proxy = TcpProxy::start(format!("127.0.0.1:{}", server.port()).parse().unwrap())
+        .await
+        .expect("proxy");
+    let url = server.url();
+    let proxied = target(
+        (),
+        url.replace(
+            &format!("127.0.0.1:{}", server.port()),
+            &proxy.address().to_string(),
+        ),
+    )
+    .await;
+    let direct = target((), url).await;
+    let checker = direct.locker_with_prefix(&proxied.expect.prefix).await;
+    let cut = proxied.expect.ttl * 2 + proxied.expect.slack;
+    dlock_core::conformance::killed_sessions_campaign_again(&proxied, checker, || async {
+        proxy.set(ProxyMode::Cut);
+        tokio::time::sleep(cut).await;
+        proxy.set(ProxyMode::Pass);
+    })
+    .await;
+}

@@ -350,3 +350,145 @@ pub async fn paused_leader_wakes_deposed<B: LockBackend + ?Sized>(target: &Targe
     assert!(next.is_leader(), "the new leader lost to the thawed one");
     next.resign().await.expect("resign");
 }
+
+/// What one leadership reported by [`Locker::lead`] looked like.
+#[derive(Debug, Clone)]
+struct Reported {
+    value: &'static str,
+    term: u64,
+    /// The service showed this candidate as leader with this term when its work began.
+    confirmed: bool,
+    began: Instant,
+}
+
+/// Every client's session is ended on the service while one candidate leads and another
+/// waits, then the service is reachable again (`end_sessions`: on a target of its own, e.g. a
+/// proxy that cuts every connection for longer than the sessions' lease): the leader's work
+/// is cancelled; the waiting candidate — whose place in line went with its session, etcd's
+/// zombie candidate — never reports a leadership the service does not show; both campaign
+/// again ([`Locker::lead`]) and one leads, with a greater term, confirmed by the service.
+/// `checker` reads the service without going through the cut (with the target's prefix).
+///
+/// Not in [`conformance_tests!`](crate::conformance_tests): it needs a service of its own.
+///
+/// # Panics
+///
+/// When the scenario fails.
+pub async fn killed_sessions_campaign_again<B, F, Fut>(
+    target: &Target<B>,
+    checker: Locker,
+    end_sessions: F,
+) where
+    B: LockBackend + ?Sized,
+    F: FnOnce() -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    assert!(
+        target.expect.capabilities.election,
+        "a target without election"
+    );
+    let name = key("killed-campaign");
+    let reports = Arc::new(std::sync::Mutex::new(Vec::<Reported>::new()));
+    let ended = Arc::new(std::sync::Mutex::new(Vec::<(u64, Instant)>::new()));
+    let (reported_tx, mut reported_rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut lockers = Vec::new();
+    let mut campaigns = Vec::new();
+    for value in ["a", "b"] {
+        let locker = target.locker().await;
+        lockers.push(locker.clone());
+        let (led, checker) = (name.clone(), checker.clone());
+        let (reports, ended, reported_tx) = (
+            Arc::clone(&reports),
+            Arc::clone(&ended),
+            reported_tx.clone(),
+        );
+        campaigns.push(tokio::spawn(async move {
+            locker
+                .lead(&led, value, |leader| {
+                    let (name, checker, reports, ended, reported_tx) = (
+                        led.clone(),
+                        checker.clone(),
+                        Arc::clone(&reports),
+                        Arc::clone(&ended),
+                        reported_tx.clone(),
+                    );
+                    async move {
+                        let shown = checker.leader(&name).await;
+                        let confirmed = matches!(
+                            &shown,
+                            Ok(Some(Leader { value: shown, term })) if shown == value && *term == leader.term
+                        );
+                        let report = Reported {
+                            value,
+                            term: leader.term,
+                            confirmed,
+                            began: Instant::now(),
+                        };
+                        reports.lock().expect("reports").push(report.clone());
+                        let _ = reported_tx.send(report);
+                        // Leads until cancelled; the guard notes when.
+                        let _ended = EndedAt(leader.term, ended);
+                        std::future::pending::<()>().await;
+                    }
+                })
+                .await
+        }));
+        if value == "a" {
+            let first = reported_rx.recv().await.expect("a reports");
+            assert_eq!(first.value, "a", "the first candidate leads");
+        }
+    }
+    target
+        .until_queued(&format!("{}{name}", target.expect.prefix), 1)
+        .await;
+    let first_term = reports.lock().expect("reports")[0].term;
+    end_sessions().await;
+    let bound = target.expect.ttl * 6 + target.expect.slack * 10;
+    let next = tokio::time::timeout(bound, async {
+        loop {
+            let report = reported_rx.recv().await.expect("reports");
+            if report.term > first_term {
+                return report;
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("nobody led again within {bound:?} of the sessions' end"));
+    let reports = reports.lock().expect("reports").clone();
+    assert!(
+        reports.iter().all(|report| report.confirmed),
+        "a leadership reported that the service did not show: {reports:?}"
+    );
+    assert!(
+        reports.windows(2).all(|w| w[0].term < w[1].term),
+        "terms did not grow: {reports:?}"
+    );
+    let first_ended = ended
+        .lock()
+        .expect("ended")
+        .iter()
+        .find(|(term, _)| *term == first_term)
+        .map(|(_, at)| *at);
+    assert!(
+        first_ended.is_some_and(|at| at <= next.began),
+        "the first leader's work was not cancelled before the next leader began: {first_ended:?}"
+    );
+    for locker in &lockers {
+        locker.shutdown().await.expect("shutdown");
+    }
+    for campaign in campaigns {
+        campaign
+            .await
+            .expect("a candidate panicked")
+            .expect("lead ends with Ok at shutdown");
+    }
+}
+
+/// Notes when a leader's work ended (it is dropped when cancelled).
+struct EndedAt(u64, Arc<std::sync::Mutex<Vec<(u64, Instant)>>>);
+
+impl Drop for EndedAt {
+    fn drop(&mut self) {
+        self.1.lock().expect("ended").push((self.0, Instant::now()));
+    }
+}
