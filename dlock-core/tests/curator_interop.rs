@@ -18,9 +18,17 @@ const SURELY: Duration = Duration::from_secs(20);
 /// A standalone server, a Locker on it whose keys are the paths themselves (no prefix), and a
 /// Curator client.
 async fn setup() -> (ZkServer, Locker, Curator) {
+    setup_with("").await
+}
+
+/// As [`setup`], dlock's URL ending with `query`.
+async fn setup_with(query: &str) -> (ZkServer, Locker, Curator) {
     let server = ZkServer::start().await.expect("zookeeper");
     let config = DlockConfig::default()
-        .with_backend(dlock_core::BackendSpec::Url(server.url()))
+        .with_backend(dlock_core::BackendSpec::Url(format!(
+            "{}{query}",
+            server.url()
+        )))
         .with_key_prefix(String::new())
         .with_ttl(Duration::from_secs(10));
     let locker = Locker::connect(&config).await.expect("connect");
@@ -324,4 +332,79 @@ async fn dlock_and_curators_leader_selector_take_turns_and_see_each_other() {
     assert_eq!(leader.value, "curator-node");
     send(&mut curator, "release l2").await;
     said(&mut curator, "released l2").await;
+}
+
+/// Curator's `LeaderLatch` and dlock (`?election=latch`) campaign on one path, both ways: each
+/// sees the other lead (dlock's `leader`; the latch's `getLeader()` / `getParticipants()`,
+/// which read dlock's value as a participant id), waits behind it, and leads once it gives
+/// up; dlock's node is a latch's (`…-latch-<seq>`), not a mutex's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dlock_and_curators_leader_latch_take_turns_and_see_each_other() {
+    let (server, locker, mut curator) = setup_with("?election=latch").await;
+    let name = "interop/latch";
+
+    // Curator leads; dlock sees it and waits.
+    send(&mut curator, "acquire l1 latch /interop/latch curator-node").await;
+    said(&mut curator, "acquired l1").await;
+    let leader = locker
+        .leader(name)
+        .await
+        .expect("leader")
+        .expect("a leader");
+    assert_eq!(
+        leader.value, "curator-node",
+        "dlock's view of Curator's leader"
+    );
+    let campaign = {
+        let locker = locker.clone();
+        tokio::spawn(async move { locker.campaign(name, "dlock-node").await })
+    };
+    tokio::time::sleep(NOT_YET).await;
+    assert!(
+        !campaign.is_finished(),
+        "dlock was elected while Curator leads"
+    );
+    send(&mut curator, "latch /interop/latch").await;
+    said(
+        &mut curator,
+        "leader curator-node participants curator-node,dlock-node",
+    )
+    .await;
+    send(&mut curator, "release l1").await;
+    said(&mut curator, "released l1").await;
+    let leading = tokio::time::timeout(SURELY, campaign)
+        .await
+        .expect("dlock is elected once Curator gave up")
+        .unwrap()
+        .expect("campaign");
+    assert!(leading.term() > leader.term);
+    let children = zk_children(&server, "/interop/latch").await;
+    assert!(
+        children.len() == 1 && children[0].contains("-latch-"),
+        "dlock's candidate is not a latch node: {children:?}"
+    );
+
+    // dlock leads; Curator sees it and waits.
+    send(&mut curator, "latch /interop/latch").await;
+    said(&mut curator, "leader dlock-node participants dlock-node").await;
+    send(&mut curator, "acquire l2 latch /interop/latch curator-node").await;
+    silent(&mut curator).await;
+    leading.resign().await.expect("resign");
+    said(&mut curator, "acquired l2").await;
+    let leader = locker
+        .leader(name)
+        .await
+        .expect("leader")
+        .expect("a leader");
+    assert_eq!(leader.value, "curator-node");
+    send(&mut curator, "release l2").await;
+    said(&mut curator, "released l2").await;
+}
+
+/// The children of `path`, read by a raw ZooKeeper client.
+async fn zk_children(server: &ZkServer, path: &str) -> Vec<String> {
+    let client = zookeeper_client::Client::connect(&server.connect_string())
+        .await
+        .expect("raw client");
+    client.list_children(path).await.expect("list")
 }

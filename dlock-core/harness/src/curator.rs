@@ -10,8 +10,10 @@
 //! | `acquire <id> read <path>` / `write <path>` | the same, for `InterProcessReadWriteLock(path)` |
 //! | `acquire <id> sem <n> <path>` | the same, for a lease of `InterProcessSemaphoreV2(path, n)` |
 //! | `acquire <id> leader <path> <participant>` | `acquired <id>` once a `LeaderSelector(path)` with that participant id leads |
-//! | `release <id>` | `released <id>` (a leader gives up its leadership: its `takeLeadership` returns) |
+//! | `acquire <id> latch <path> <participant>` | `acquired <id>` once a started `LeaderLatch(path, participant)` has leadership |
+//! | `release <id>` | `released <id>` (a leader gives up its leadership: its `takeLeadership` returns; a latch is closed) |
 //! | `leader <path>` | `leader <participant id or -> participants <id,id,...>`, as `LeaderSelector.getLeader()` / `getParticipants()` read them |
+//! | `latch <path>` | the same, as `LeaderLatch.getLeader()` / `getParticipants()` read them |
 //!
 //! Each lock is taken and given back by a thread of its own (Curator's mutexes belong to the
 //! thread that took them), so one driver holds and awaits many locks at once. Errors are
@@ -45,6 +47,7 @@ const START_TIMEOUT: Duration = Duration::from_secs(60);
 
 const DRIVER: &str = r#"
 import java.io.*;
+import java.util.Collection;
 import java.util.Map;
 import java.util.concurrent.*;
 import org.apache.curator.framework.CuratorFramework;
@@ -57,6 +60,15 @@ public class CuratorDriver {
     static synchronized void say(String line) { System.out.println(line); System.out.flush(); }
 
     interface Unlock { void run() throws Exception; }
+
+    static void sayLeader(Participant leader, Collection<Participant> participants) {
+        StringBuilder all = new StringBuilder();
+        for (Participant p : participants) {
+            if (all.length() > 0) all.append(',');
+            all.append(p.getId());
+        }
+        say("leader " + (leader.isLeader() ? leader.getId() : "-") + " participants " + all);
+    }
 
     public static void main(String[] args) throws Exception {
         CuratorFramework client = CuratorFrameworkFactory.builder()
@@ -108,6 +120,16 @@ public class CuratorDriver {
                                 say("released " + id);
                                 return;
                             }
+                            case "latch": {
+                                LeaderLatch latch = new LeaderLatch(client, w[3], w[4]);
+                                latch.start();
+                                latch.await();
+                                say("acquired " + id);
+                                release.await();
+                                latch.close();
+                                say("released " + id);
+                                return;
+                            }
                             case "sem": {
                                 InterProcessSemaphoreV2 s = new InterProcessSemaphoreV2(client, w[4], Integer.parseInt(w[3]));
                                 Lease lease = s.acquire();
@@ -131,15 +153,16 @@ public class CuratorDriver {
                     public void takeLeadership(CuratorFramework c) {}
                 });
                 try {
-                    Participant leader = reader.getLeader();
-                    StringBuilder all = new StringBuilder();
-                    for (Participant p : reader.getParticipants()) {
-                        if (all.length() > 0) all.append(',');
-                        all.append(p.getId());
-                    }
-                    say("leader " + (leader.isLeader() ? leader.getId() : "-") + " participants " + all);
+                    sayLeader(reader.getLeader(), reader.getParticipants());
                 } catch (Exception e) {
                     say("error leader " + e);
+                }
+            } else if (w[0].equals("latch")) {
+                LeaderLatch reader = new LeaderLatch(client, w[1]);
+                try {
+                    sayLeader(reader.getLeader(), reader.getParticipants());
+                } catch (Exception e) {
+                    say("error latch " + e);
                 }
             } else if (w[0].equals("release")) {
                 CountDownLatch release = releases.remove(w[1]);

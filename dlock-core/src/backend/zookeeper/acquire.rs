@@ -50,7 +50,7 @@ impl Inner {
                 }
             }
             _ => {
-                let kind = NodeKind::of(req);
+                let kind = NodeKind::of(req, self.latch);
                 // A candidate's node shows its value (Curator's participant id).
                 let data = req
                     .value

@@ -15,7 +15,7 @@ use zookeeper_client::{Acls, Client, CreateMode, TlsOptions};
 use super::errors::timed;
 use crate::backend::host_list::HostsUrl;
 use crate::backend::tls_files::{TlsFiles, refuse_for_plain_text};
-use crate::backend::url_text::redact;
+use crate::backend::url_text::{redact, take_query_option};
 use crate::{Error, Result, TlsConfig};
 
 const DEFAULT_PORT: u16 = 2181;
@@ -31,6 +31,9 @@ pub(crate) struct ZkUrl {
     pub(super) chroot: Option<String>,
     /// User and password for `digest` auth.
     pub(super) user: Option<(String, String)>,
+    /// `?election=latch`: campaigns take Curator's `LeaderLatch` layout (`…-latch-<seq>`)
+    /// rather than its `LeaderSelector`'s (the mutex's `…-lock-<seq>`).
+    pub(super) latch: bool,
     /// `zks://`: every server over TLS.
     tls: bool,
     /// The PEM files of TLS sessions, read by [`with_tls`](Self::with_tls).
@@ -68,16 +71,28 @@ impl std::fmt::Debug for ZkUrl {
             .field("hosts", &self.hosts)
             .field("chroot", &self.chroot)
             .field("user", &self.user.as_ref().map(|(user, _)| user))
+            .field("latch", &self.latch)
             .field("tls", &self.tls)
             .finish()
     }
 }
 
 impl ZkUrl {
-    /// Parses `zk://[user:password@]h1[:p1],h2[:p2][/chroot]`; called once, by
-    /// [`BackendUrl::parse`](crate::backend::BackendUrl::parse).
+    /// Parses `zk://[user:password@]h1[:p1],h2[:p2][/chroot][?election=selector|latch]`;
+    /// called once, by [`BackendUrl::parse`](crate::backend::BackendUrl::parse).
     pub(crate) fn parse(raw: &str) -> Result<Self> {
         let bad = |reason: &str| Error::config("backend", redact(raw), reason);
+        let (without_ours, election) = take_query_option(raw, "election");
+        let latch = match election.as_deref() {
+            None | Some("selector") => false,
+            Some("latch") => true,
+            Some(_) => {
+                return Err(bad(
+                    "`election` is `selector` (Curator's LeaderSelector, the default) or `latch` (its LeaderLatch)",
+                ));
+            }
+        };
+        let raw = without_ours.as_str();
         let (scheme, _) = raw
             .split_once("://")
             .ok_or_else(|| bad("expected `zk://host:2181`"))?;
@@ -111,6 +126,7 @@ impl ZkUrl {
             hosts: parts.hosts.join(","),
             chroot,
             user: parts.user,
+            latch,
             tls,
             pem: None,
         })
@@ -324,6 +340,12 @@ mod tests {
         let tls = parse("zks://h1,h2:3000/app").unwrap();
         assert!(tls.tls);
         assert_eq!(tls.hosts, "h1:2281,h2:3000");
+        assert!(!tls.latch);
+
+        let latch = parse("zk://h:2181/app?election=latch").unwrap();
+        assert!(latch.latch);
+        assert_eq!(latch.chroot.as_deref(), Some("/app"));
+        assert!(!parse("zk://h?election=selector").unwrap().latch);
     }
 
     #[test]
@@ -349,6 +371,7 @@ mod tests {
             ("zk://u:secret@h:2181/a//b", "chroot"),
             ("zk://u:secret@h:2181/a/../b?x", "no query options"),
             ("zk://u:secret@h:2181/a/../b", "chroot"),
+            ("zk://u:secret@h:2181/app?election=bully", "`selector`"),
         ] {
             let err = parse(url).unwrap_err().to_string();
             assert!(err.contains(expected), "{url}: {err}");

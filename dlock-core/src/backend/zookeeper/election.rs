@@ -1,5 +1,6 @@
 //! Leader election on Curator's `LeaderSelector` layout: a candidate is a mutex node
-//! (`_c_<uuid>-lock-<seq>`) whose data is its value (Curator's participant id), so the first
+//! (`_c_<uuid>-lock-<seq>`; with `?election=latch`, `LeaderLatch`'s `_c_<uuid>-latch-<seq>`)
+//! whose data is its value (Curator's participant id), so the first
 //! node in Curator's order leads and `getLeader()` / `getParticipants()` read its value. Here:
 //! the proclaim (new data on the grant's own node) and the watch an observer follows.
 

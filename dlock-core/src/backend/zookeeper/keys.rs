@@ -30,15 +30,19 @@ pub(super) enum NodeKind {
     Write,
     /// `InterProcessSemaphoreV2`'s permit: `leases/…-lease-<seq>`.
     Lease,
+    /// `LeaderLatch`'s candidate: `…-latch-<seq>` (a campaign with `?election=latch`).
+    Latch,
 }
 
 impl NodeKind {
-    /// The node kind a request puts under its lock path (for a permit: its lease).
-    pub(super) const fn of(request: &AcquireRequest) -> Self {
+    /// The node kind a request puts under its lock path (for a permit: its lease; for a
+    /// campaign, a latch's node when `latch`, else the mutex's, as `LeaderSelector` does).
+    pub(super) const fn of(request: &AcquireRequest, latch: bool) -> Self {
         match (request.mode, request.kind) {
             (LockMode::Shared, _) => Self::Read,
             (LockMode::Permit { .. }, _) => Self::Lease,
             (LockMode::Exclusive, LockKind::ReadWrite) => Self::Write,
+            _ if latch && request.value.is_some() => Self::Latch,
             _ => Self::Mutex,
         }
     }
@@ -50,6 +54,7 @@ impl NodeKind {
             Self::Read => "__READ__",
             Self::Write => "__WRIT__",
             Self::Lease => "lease-",
+            Self::Latch => "latch-",
         }
     }
 }
@@ -154,27 +159,30 @@ struct Contender<'a> {
 /// Reads `child` as a lock node of a mutex or read-write lock, or `None` for another child
 /// (a container of a nested lock path, a semaphore's `locks`/`leases`).
 fn contender(child: &str) -> Option<Contender<'_>> {
-    [NodeKind::Mutex, NodeKind::Read, NodeKind::Write]
-        .into_iter()
-        .filter_map(|kind| {
-            let at = child.rfind(kind.lock_name())?;
-            Some((at, kind))
+    [
+        NodeKind::Mutex,
+        NodeKind::Read,
+        NodeKind::Write,
+        NodeKind::Latch,
+    ]
+    .into_iter()
+    .filter_map(|kind| {
+        let at = child.rfind(kind.lock_name())?;
+        Some((at, kind))
+    })
+    .max_by_key(|(at, _)| *at)
+    .and_then(|(at, kind)| {
+        let sequence = &child[at + kind.lock_name().len()..];
+        // ZooKeeper 3.x prints the parent's cversion with `%010d`: past 2^31 it turns
+        // negative (`-2147483648`). Curator sorts that text as it is, and so does dlock.
+        // A sequence has at least ZooKeeper's 10 digits: a shorter number is a user's name.
+        let digits = sequence.strip_prefix('-').unwrap_or(sequence);
+        (digits.len() >= 10 && digits.bytes().all(|b| b.is_ascii_digit())).then_some(Contender {
+            name: child,
+            sequence,
+            exclusive: kind != NodeKind::Read,
         })
-        .max_by_key(|(at, _)| *at)
-        .and_then(|(at, kind)| {
-            let sequence = &child[at + kind.lock_name().len()..];
-            // ZooKeeper 3.x prints the parent's cversion with `%010d`: past 2^31 it turns
-            // negative (`-2147483648`). Curator sorts that text as it is, and so does dlock.
-            // A sequence has at least ZooKeeper's 10 digits: a shorter number is a user's name.
-            let digits = sequence.strip_prefix('-').unwrap_or(sequence);
-            (digits.len() >= 10 && digits.bytes().all(|b| b.is_ascii_digit())).then_some(
-                Contender {
-                    name: child,
-                    sequence,
-                    exclusive: kind != NodeKind::Read,
-                },
-            )
-        })
+    })
 }
 
 /// The lock nodes among `children`, in Curator's order: by the text after the last lock name.

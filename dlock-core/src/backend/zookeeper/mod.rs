@@ -70,6 +70,12 @@ const RENEW_BATCH: usize = 128;
 ///   lock of one key exclude each other in dlock; Curator's mutex and read-write lock are two
 ///   recipes that must not share a path, so use `lock` with Curator's `InterProcessMutex` and
 ///   `write_lock`/`read_lock` with its `InterProcessReadWriteLock`.
+/// * **Leader election** ([`Locker::campaign`](crate::Locker::campaign)): by default
+///   Curator's `LeaderSelector` layout, a mutex node `K/_c_<uuid>-lock-<seq>` whose data is
+///   the candidate's value (Curator's participant id); with `?election=latch` in the URL,
+///   its `LeaderLatch` layout, `K/_c_<uuid>-latch-<seq>`. Either way the first node leads and
+///   Curator's `getLeader()` / `getParticipants()` read dlock's value. Curator's two recipes
+///   must not share a path: use the option that matches the recipe your Java services run.
 /// * **Fencing token**: the lock node's `czxid`, the id of the transaction that created it,
 ///   returned by the create itself. It increases with every grant of every lock of the
 ///   ensemble and survives restarts and leader changes (`Fencing::Durable`).
@@ -151,6 +157,8 @@ pub(super) struct Inner {
     node_watches: NodeWatches,
     /// Stops the watches' task (at shutdown, once the sessions are closed).
     stop: CancellationToken,
+    /// Campaigns take Curator's `LeaderLatch` layout (`?election=latch`).
+    latch: bool,
 }
 
 impl std::fmt::Debug for Inner {
@@ -282,6 +290,7 @@ impl ZooKeeperBackend {
                 next_sweep: kept::SweepGate::default(),
                 node_watches: NodeWatches::start(stop.clone()),
                 stop,
+                latch: settings.latch,
             }),
         })
     }
