@@ -25,6 +25,8 @@ pub(crate) struct CellPlan<'a> {
     pub(crate) duration: Duration,
     pub(crate) key: String,
     pub(crate) seed: u64,
+    /// The election workload: workers campaign for the key rather than lock it.
+    pub(crate) election: bool,
 }
 
 /// Runs `plan` to the end; an error only if the run cannot start.
@@ -168,6 +170,7 @@ impl Worker {
             resource: resource.address(),
             seed: plan.seed.wrapping_add(generation << 16 | id as u64),
             first_seq: generation << 32,
+            election: plan.election,
         };
         let exe = std::env::current_exe().map_err(|e| e.to_string())?;
         let child = Command::new(exe)

@@ -33,12 +33,14 @@ pub(crate) const OPERATION_TIMEOUT: Duration = Duration::from_secs(1);
 /// last heard of and the last fault healed: a lease, and time to reconnect or elect.
 pub(crate) const LIVENESS_BOUND: Duration = Duration::from_secs(13);
 
-const USAGE: &str = "usage: dlock-faults [--short] [--seconds N] [--seed N] [--workers N] \
+const USAGE: &str = "usage: dlock-faults [--short] [--election] [--seconds N] [--seed N] [--workers N] \
                      [--shapes redis,redis-cluster,redlock,etcd,etcd-3,zk,zk-3,postgres] \
                      [--faults pause-holder,kill-holder,kill-server,pause-server,cut-connection,delay-replies]";
 
 struct Args {
     short: bool,
+    /// The election workload: workers campaign (`Locker::campaign`) rather than lock.
+    election: bool,
     seconds: Option<u64>,
     seed: u64,
     workers: usize,
@@ -50,6 +52,7 @@ struct Args {
 fn parse_args(args: &[String]) -> Result<Args, String> {
     let mut parsed = Args {
         short: false,
+        election: false,
         seconds: None,
         seed: SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -71,6 +74,7 @@ fn parse_args(args: &[String]) -> Result<Args, String> {
         };
         match flag.as_str() {
             "--short" => parsed.short = true,
+            "--election" => parsed.election = true,
             "--seconds" => parsed.seconds = Some(number(value()?)?),
             "--seed" => parsed.seed = number(value()?)?,
             "--workers" => {
@@ -147,15 +151,21 @@ async fn run(args: &Args, command_line: &[String]) -> Result<bool, String> {
     let seed = args.seed.to_string();
     replay.extend(["--seed", &seed]);
     println!(
-        "dlock-faults: seed {seed}, {} workers, ttl {:?}, {seconds} s per run; replay with \
-         `dlock-faults {}`\n",
+        "dlock-faults: {} workload, seed {seed}, {} workers, ttl {:?}, {seconds} s per run; \
+         replay with `dlock-faults {}`\n",
+        if args.election { "election" } else { "lock" },
         args.workers,
         TTL,
         replay.join(" "),
     );
     let mut rows = Vec::new();
     let mut skipped = Vec::new();
+    let mut no_election = Vec::new();
     for &kind in &args.shapes {
+        if args.election && !kind.elects() {
+            no_election.push(kind);
+            continue;
+        }
         eprintln!("dlock-faults: starting {}", kind.title());
         let shape = Shape::start(kind).await.map_err(|e| e.to_string())?;
         let (runnable, unrunnable): (Vec<Fault>, Vec<Fault>) = args
@@ -180,8 +190,13 @@ async fn run(args: &Args, command_line: &[String]) -> Result<bool, String> {
                 faults,
                 workers: args.workers,
                 duration: Duration::from_secs(seconds),
-                key: format!("faults:{}:{label}", kind.name()),
+                key: format!(
+                    "faults:{}:{}{label}",
+                    kind.name(),
+                    if args.election { "election:" } else { "" }
+                ),
                 seed: cell_seed(args.seed, kind, &label),
+                election: args.election,
             };
             let findings = cell::run(&plan).await?;
             let row = Row {
@@ -211,6 +226,13 @@ async fn run(args: &Args, command_line: &[String]) -> Result<bool, String> {
              addresses, which a per-worker proxy cannot stand in for).",
             kind.title(),
             fault.name()
+        );
+    }
+    for kind in no_election {
+        println!(
+            "- {}: no election workload (RedLock has no term to give a leader: \
+             `Error::Unsupported`).",
+            kind.title()
         );
     }
     let failed: Vec<&Row> = rows.iter().filter(|r| !r.unexpected().is_empty()).collect();

@@ -49,6 +49,11 @@ impl ShapeKind {
         }
     }
 
+    /// Whether the backend elects leaders (RedLock has no term to give a leader).
+    pub(crate) const fn elects(self) -> bool {
+        !matches!(self, Self::RedLock)
+    }
+
     /// The name in the report.
     pub(crate) const fn title(self) -> &'static str {
         match self {

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use dlock_core::backend::Fencing;
-use dlock_core::{BackendSpec, DlockConfig, LockGuard, Locker};
+use dlock_core::{BackendSpec, DlockConfig, Leadership, LockGuard, Locker};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -29,12 +29,14 @@ pub(crate) struct WorkerArgs {
     /// The number of this worker's first grant (a replacement continues where no other
     /// worker of its id numbered).
     pub(crate) first_seq: u64,
+    /// The election workload: campaign for the key rather than lock it.
+    pub(crate) election: bool,
 }
 
 impl WorkerArgs {
     /// The arguments after `worker`, as [`to_args`](Self::to_args) writes them.
     pub(crate) fn parse(args: &[String]) -> Option<Self> {
-        let [id, url, key, resource, seed, first_seq] = args else {
+        let [id, url, key, resource, seed, first_seq, workload] = args else {
             return None;
         };
         Some(Self {
@@ -44,6 +46,11 @@ impl WorkerArgs {
             resource: resource.parse().ok()?,
             seed: seed.parse().ok()?,
             first_seq: first_seq.parse().ok()?,
+            election: match workload.as_str() {
+                "election" => true,
+                "lock" => false,
+                _ => return None,
+            },
         })
     }
 
@@ -56,6 +63,7 @@ impl WorkerArgs {
             self.resource.to_string(),
             self.seed.to_string(),
             self.first_seq.to_string(),
+            if self.election { "election" } else { "lock" }.to_owned(),
         ]
     }
 }
@@ -82,9 +90,18 @@ pub(crate) async fn run(args: WorkerArgs) -> ExitCode {
         }
     };
     let fenced = locker.capabilities().fencing != Fencing::None;
+    let value = format!("worker-{}", args.id);
     for seq in args.first_seq.. {
-        let guard = match locker.lock(&args.key).fencing(fenced).wait(WAIT).await {
-            Ok(guard) => guard,
+        let granted = if args.election {
+            // A leadership: a fenced grant underneath, its term the token.
+            let campaign = locker.campaign(&args.key, value.as_str()).wait(WAIT);
+            campaign.await.map(Held::Leader)
+        } else {
+            let lock = locker.lock(&args.key).fencing(fenced).wait(WAIT);
+            lock.await.map(Held::Lock)
+        };
+        let held = match granted {
+            Ok(held) => held,
             Err(error) => {
                 if resource.report_error("acquire", &error).await.is_err() {
                     return ExitCode::SUCCESS;
@@ -94,10 +111,9 @@ pub(crate) async fn run(args: WorkerArgs) -> ExitCode {
                 continue;
             }
         };
+        let guard = held.guard();
         let hold = Duration::from_millis(rng.random_range(1..=20));
-        let outcome = guard
-            .run(resource.critical_section(&guard, seq, hold))
-            .await;
+        let outcome = guard.run(resource.critical_section(guard, seq, hold)).await;
         if matches!(outcome, Ok(Err(_))) {
             return ExitCode::SUCCESS; // the resource went away: the runner is done
         }
@@ -109,7 +125,7 @@ pub(crate) async fn run(args: WorkerArgs) -> ExitCode {
             resource = fresh;
         }
         let lost = outcome.is_err() || !guard.is_held();
-        let released = guard.release().await;
+        let released = held.release().await;
         let reported = async {
             if lost {
                 resource.send(&format!("LOST {seq}\n")).await?;
@@ -125,6 +141,29 @@ pub(crate) async fn run(args: WorkerArgs) -> ExitCode {
         }
     }
     unreachable!("a worker numbers fewer than 2^64 grants")
+}
+
+/// What a worker holds while in its section: a lock, or a leadership (a lock underneath).
+enum Held {
+    Lock(LockGuard),
+    Leader(Leadership),
+}
+
+impl Held {
+    fn guard(&self) -> &LockGuard {
+        match self {
+            Self::Lock(guard) => guard,
+            Self::Leader(leadership) => leadership.guard(),
+        }
+    }
+
+    /// Releases the lock, or resigns.
+    async fn release(self) -> dlock_core::Result<()> {
+        match self {
+            Self::Lock(guard) => guard.release().await,
+            Self::Leader(leadership) => leadership.resign().await,
+        }
+    }
 }
 
 /// A worker's connection to the resource.
