@@ -603,7 +603,7 @@ impl Observer {
             .shut_down
             .load(std::sync::atomic::Ordering::SeqCst)
         {
-            self.ended = true;
+            self.end();
             return Some(Err(Error::ShutDown));
         }
         if std::mem::take(&mut self.failed) {
@@ -646,7 +646,7 @@ impl Observer {
             let stopping = self.locker.state().stopping.clone();
             tokio::select! {
                 () = stopping.cancelled() => {
-                    self.ended = true;
+                    self.end();
                     return Some(Err(Error::ShutDown));
                 }
                 change = changes.next() => match change {
@@ -656,6 +656,8 @@ impl Observer {
                         self.failed = true;
                         return Some(Err(error));
                     }
+                    // The backend's stream ended (its connection dropped, say): subscribe
+                    // again at once, and look.
                     None => self.changes = None,
                 },
                 () = expiry => {}
@@ -671,9 +673,16 @@ impl Observer {
             error,
             Error::Unsupported { .. } | Error::InvalidKey { .. } | Error::ShutDown
         ) {
-            self.ended = true;
+            self.end();
         }
         error
+    }
+
+    /// The stream has ended: what it subscribed to (a watch, a connection) goes now, not
+    /// when the stream is dropped.
+    fn end(&mut self) {
+        self.ended = true;
+        self.changes = None;
     }
 }
 

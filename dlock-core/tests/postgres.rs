@@ -776,3 +776,37 @@ async fn renewals_read_no_lock_table() {
         guard.release().await.expect("release");
     }
 }
+
+/// A resign clears the leader's record: a lock of the same name taken afterwards without a
+/// fencing token (which leaves the row's token as it was) on the same connection (the same
+/// backend pid) shows as no leader.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_after_a_resign_is_no_leader() {
+    let server = PostgresServer::start().await.unwrap();
+    let config = support::connect::config_at(&server.url(), TTL, Duration::from_secs(2));
+    let locker = support::connect::locker_with(&config).await;
+    let holder = async || {
+        locker.inspect("scheduler").await.unwrap().holders[0]
+            .owner
+            .clone()
+    };
+    let leading = locker.campaign("scheduler", "node-a").await.unwrap();
+    assert_eq!(
+        locker.leader("scheduler").await.unwrap().map(|l| l.value),
+        Some("node-a".to_owned())
+    );
+    let leader_session = holder().await;
+    leading.resign().await.unwrap();
+    let plain = locker.lock("scheduler").fencing(false).await.unwrap();
+    assert_eq!(
+        holder().await,
+        leader_session,
+        "not the same session: nothing tested"
+    );
+    assert_eq!(
+        locker.leader("scheduler").await.unwrap(),
+        None,
+        "a plain lock shown as the resigned leader"
+    );
+    plain.release().await.unwrap();
+}

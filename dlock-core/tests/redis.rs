@@ -783,3 +783,53 @@ async fn connect_errors_name_the_address_and_a_tls_url_on_a_plain_server_says_so
         "{message}"
     );
 }
+
+/// An observer whose subscription connection dropped while the server was down (its one
+/// reconnect attempt failed) subscribes again once the server is back, and sees the next
+/// leader — with nobody leading before, no lease's end would have made it look again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_observer_sees_the_next_leader_after_the_server_was_down() {
+    use futures_util::StreamExt;
+    let server = RedisServer::start().await.unwrap();
+    let observer = locker(&server.url(), Duration::from_secs(3)).await;
+    let mut leaders = Box::pin(observer.observe("scheduler"));
+    assert_eq!(leaders.next().await.unwrap().unwrap(), None);
+    let watching = tokio::spawn(async move {
+        loop {
+            match leaders.next().await {
+                Some(Ok(Some(leader))) => return leader,
+                Some(_) => {} // nobody, or the server down: an error item, then it goes on
+                None => panic!("the observer ended"),
+            }
+        }
+    });
+    server.kill().await.unwrap();
+    // Down long enough for the subscription's reconnect attempt to fail.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    server.restart().await.unwrap();
+    // The observer is subscribed again (a restarted server knows no subscription)...
+    let subscribed_again = async {
+        loop {
+            let numsub = server
+                .command(&["PUBSUB", "NUMSUB", "{dlock:scheduler}:released"])
+                .await
+                .unwrap();
+            if numsub.lines().nth(1) == Some("1") {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(5), subscribed_again)
+        .await
+        .expect("the observer did not subscribe again once the server was back");
+    // ... before the leader is elected: only the grant's notification can tell it.
+    let candidate = locker(&server.url(), Duration::from_secs(30)).await;
+    let leading = candidate.campaign("scheduler", "a").await.unwrap();
+    let seen = tokio::time::timeout(Duration::from_secs(5), watching)
+        .await
+        .expect("the observer did not see the leader after the server came back")
+        .unwrap();
+    assert_eq!((seen.value.as_str(), seen.term), ("a", leading.term()));
+    leading.resign().await.unwrap();
+}

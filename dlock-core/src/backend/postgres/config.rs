@@ -262,11 +262,13 @@ impl PgUrl {
                     Error::Refused { source, .. } if source.to_string().contains("55P03") => Error::refused(
                         "postgres",
                         format!(
-                            "adding the kept-record columns to the fence table {table}: it stayed \
-                             in use (a fenced wait of an older dlock?): {source}; add them when it \
-                             is free: ALTER TABLE {table} ADD COLUMN kept_until timestamptz, ADD \
-                             COLUMN kept text, ADD COLUMN kept_by text; CREATE INDEX ON {table} \
-                             (kept_until) WHERE token = 0;",
+                            "adding columns to the fence table {table}: it stayed in use (a \
+                             fenced wait of an older dlock?): {source}; add the missing ones when \
+                             it is free: ALTER TABLE {table} ADD COLUMN kept_until timestamptz, \
+                             ADD COLUMN kept text, ADD COLUMN kept_by text; CREATE INDEX ON \
+                             {table} (kept_until) WHERE token = 0; ALTER TABLE {table} ADD COLUMN \
+                             leader text, ADD COLUMN leader_pid integer, ADD COLUMN leader_token \
+                             bigint, ADD COLUMN leader_ttl_ms bigint;",
                             table = self.fence_table
                         ),
                     ),
@@ -346,14 +348,41 @@ impl PgUrl {
         client.batch_execute("COMMIT").await
     }
 
-    /// A plain connection to the database (no lock settings): an election observer's, which
-    /// `LISTEN`s.
+    /// A connection for an election observer, which `LISTEN`s: no lock settings (an idle
+    /// session must live), but keepalives both ways, so that a dead path ends it within
+    /// about `ttl` rather than hours.
     ///
     /// # Errors
     ///
     /// [`Error::Unavailable`] / [`Error::Timeout`] when the server cannot be reached.
-    pub(super) async fn open_plain(&self, timeout: Duration) -> Result<(Client, PgConnection)> {
-        timed(timeout, "connect", self.config.connect(self.connector())).await
+    pub(super) async fn open_listener(
+        &self,
+        ttl: Duration,
+        timeout: Duration,
+    ) -> Result<(Client, PgConnection)> {
+        let probe = (ttl / 3).max(Duration::from_secs(1));
+        let mut config = self.config.clone();
+        let mut options = config.get_options().map(str::to_owned).unwrap_or_default();
+        for setting in [
+            format!("tcp_keepalives_idle={}", probe.as_secs()),
+            format!("tcp_keepalives_interval={}", probe.as_secs()),
+            "tcp_keepalives_count=3".to_owned(),
+        ] {
+            if !options.is_empty() {
+                options.push(' ');
+            }
+            options.push_str("-c ");
+            options.push_str(&setting);
+        }
+        config
+            .options(options)
+            .application_name("dlock")
+            .connect_timeout(timeout)
+            .keepalives(true)
+            .keepalives_idle(probe)
+            .keepalives_interval(probe)
+            .keepalives_retries(3);
+        timed(timeout, "connect", config.connect(self.connector())).await
     }
 }
 

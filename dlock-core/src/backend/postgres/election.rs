@@ -53,7 +53,9 @@ impl Inner {
         lease: Lease,
     ) -> Result<AcquireOutcome> {
         let value = req.value.as_deref().unwrap_or_default();
-        let not_shown = || Error::refused("postgres", "a campaign's grant could not be recorded");
+        // Retryable: the session behind the grant is gone, or went as it was recorded.
+        let not_shown =
+            || Error::unavailable("postgres", "a campaign's grant could not be recorded");
         let (Some(grant), Some(token)) = (lease.extension::<PgGrant>(), lease.fencing_token) else {
             return Err(not_shown());
         };
@@ -127,8 +129,14 @@ impl Inner {
     /// per notification; an error, then ends, when the connection fails. Dropping the stream
     /// closes the connection.
     pub(super) async fn listen(&self, key: &str) -> Result<HolderChanges> {
-        let (client, mut connection) = self.conns.url().open_plain(self.timeout).await?;
-        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        // A dead path ends the connection after about three operation timeouts.
+        let (client, mut connection) = self
+            .conns
+            .url()
+            .open_listener(self.timeout * 3, self.timeout)
+            .await?;
+        // One pending change is enough: the observer reads the whole state after it.
+        let (tx, rx) = tokio::sync::mpsc::channel(1);
         // The connection's messages (notifications among them) come only by polling it.
         tokio::spawn(async move {
             loop {
@@ -138,18 +146,17 @@ impl Inner {
                 };
                 match message {
                     Some(Ok(AsyncMessage::Notification(_))) => {
-                        let _ = tx.send(Ok(()));
+                        let _ = tx.try_send(Ok(()));
                     }
                     Some(Ok(_)) => {}
                     Some(Err(error)) => {
-                        let _ = tx.send(Err(from_pg(error)));
+                        let _ = tx.send(Err(from_pg(error))).await;
                         return;
                     }
                     None => {
-                        let _ = tx.send(Err(Error::unavailable(
-                            "postgres",
-                            "the observer's connection closed",
-                        )));
+                        let closed =
+                            Error::unavailable("postgres", "the observer's connection closed");
+                        let _ = tx.send(Err(closed)).await;
                         return;
                     }
                 }
@@ -167,7 +174,7 @@ impl Inner {
 
 /// `rx` as a stream.
 fn tokio_stream_of<T: Send + 'static>(
-    rx: tokio::sync::mpsc::UnboundedReceiver<T>,
+    rx: tokio::sync::mpsc::Receiver<T>,
 ) -> impl futures_util::Stream<Item = T> + Send {
     futures_util::stream::unfold(rx, |mut rx| async move {
         let item = rx.recv().await?;

@@ -182,8 +182,10 @@ impl Inner {
         let Some(grant) = lease.extension::<PgGrant>() else {
             return Ok(ReleaseOutcome::NotHeld);
         };
-        let PgHold::Lock { key, shared: false } = grant.hold else {
-            return Ok(ReleaseOutcome::NotHeld); // the core keeps only exclusive locks
+        let (key, channel) = match &grant.hold {
+            PgHold::Lock { key, shared: false } => (*key, None),
+            PgHold::Leader { key, channel } => (*key, Some(channel)),
+            _ => return Ok(ReleaseOutcome::NotHeld), // the core keeps only exclusive locks
         };
         if grant.live_conn(self, &lease.owner).is_none() {
             return Ok(ReleaseOutcome::NotHeld);
@@ -197,9 +199,15 @@ impl Inner {
         let (high, low) = keys::to_halves(key);
         let (secs, why, by) = (keep.as_secs_f64(), kept.as_str(), owner.as_str());
         let keep_params: [&(dyn ToSql + Sync); 6] = [&key, &secs, &why, &by, &high, &low];
+        let unlock_params: [&(dyn ToSql + Sync); 2] = [&key, &channel];
+        let unlock = match channel {
+            // A leadership: its record cleared and its observers told, as by a resign.
+            Some(_) => (self.sql.unlock_leader.as_str(), &unlock_params[..]),
+            None => (sql::UNLOCK, &unlock_params[..1]),
+        };
         let steps = [
             (self.sql.keep.as_str(), &keep_params[..]),
-            (sql::UNLOCK, &[&key]),
+            unlock,
             (self.sql.sweep_kept.as_str(), &[]),
         ];
         let mut settling = Settling::new(self, &conn, vec![(&owner, vec![key])]);
@@ -243,7 +251,7 @@ impl Inner {
                 PgHold::Leader { key, channel } => {
                     conn.client
                         .query_typed(
-                            sql::UNLOCK_LEADER,
+                            &self.sql.unlock_leader,
                             &[(key, Type::INT8), (channel, Type::TEXT)],
                         )
                         .await

@@ -65,6 +65,10 @@ pub(super) struct Statements {
     /// `$1` key → one row (`leader`, `leader_pid`, `leader_token`, `leader_ttl_ms`) when the
     /// key's row records the leader of its current token.
     pub(super) leader: String,
+    /// Unlocks the exclusive lock `$1` of an election's leader, clears the key's leader
+    /// record if it is this session's, and tells the observers (channel `$2`): `false` if this
+    /// session did not hold the lock.
+    pub(super) unlock_leader: String,
 }
 
 /// `pg_locks` has this session's exclusive grant of the `bigint` key `$1`.
@@ -110,9 +114,6 @@ pub(super) const TRY: &str = "SELECT pg_try_advisory_lock($1)";
 pub(super) const TRY_SHARED: &str = "SELECT pg_try_advisory_lock_shared($1)";
 /// Unlocks the exclusive lock `$1`: `false` if this session did not hold it.
 pub(super) const UNLOCK: &str = "SELECT pg_advisory_unlock($1)";
-/// Unlocks the exclusive lock `$1` of an election's leader and tells its observers
-/// (channel `$2`): `false` if this session did not hold it.
-pub(super) const UNLOCK_LEADER: &str = "SELECT pg_advisory_unlock($1) FROM pg_notify($2, '')";
 /// Unlocks the shared lock `$1`.
 pub(super) const UNLOCK_SHARED: &str = "SELECT pg_advisory_unlock_shared($1)";
 /// Gives a permit back: its slot `$1`, its limit key `$2` (shared), and wakes the head of the
@@ -229,6 +230,11 @@ impl Statements {
             leader: format!(
                 "SELECT leader, leader_pid, leader_token, leader_ttl_ms FROM {table} \
                  WHERE lock_key = $1 AND leader_token = token"
+            ),
+            unlock_leader: format!(
+                "WITH cleared AS (UPDATE {table} SET leader_token = NULL \
+                   WHERE lock_key = $1 AND leader_pid = pg_backend_pid() RETURNING 1) \
+                 SELECT pg_advisory_unlock($1) FROM pg_notify($2, '')"
             ),
             // The recursive CTE tries the candidate slots one by one and stops at the first it
             // gets (a plain `LIMIT` may evaluate the lock function on more rows than it

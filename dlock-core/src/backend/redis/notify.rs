@@ -19,7 +19,7 @@
 //! sure to hear, and [`Waiters::wake_on_confirmation`] wakes it when one it needs confirms.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
@@ -52,8 +52,9 @@ pub(crate) struct Waiters {
     /// Writers waiting in the server's line, by owner: a hand-off names one.
     called: Mutex<HashMap<String, Arc<Notify>>>,
     /// Observers of a channel ([`watch`](Self::watch)): each is told of every message on it
-    /// and of every reconnect. A channel is subscribed while it has waiters or observers.
-    watchers: Mutex<HashMap<String, Vec<Arc<Notify>>>>,
+    /// and of every confirmation of its subscription; a disconnect ends them. A channel is
+    /// subscribed while it has waiters or observers.
+    watchers: Mutex<HashMap<String, Vec<Arc<Watcher>>>>,
     /// Releases heard that named no waiter (and reconnects): a writer in line woken only
     /// because it became its queue's head need not ask the server again.
     releases_heard: AtomicU64,
@@ -133,24 +134,25 @@ impl Waiters {
         self.called.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn watchers(&self) -> MutexGuard<'_, HashMap<String, Vec<Arc<Notify>>>> {
+    fn watchers(&self) -> MutexGuard<'_, HashMap<String, Vec<Arc<Watcher>>>> {
         self.watchers.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Tells the observers of `channel` (every channel's when `None`) that something
-    /// happened.
-    fn tell_watchers(&self, channel: Option<&str>) {
-        let watchers = self.watchers();
-        match channel {
-            Some(channel) => watchers
-                .get(channel)
-                .into_iter()
-                .flatten()
-                .for_each(|watcher| watcher.notify_one()),
-            None => watchers
-                .values()
-                .flatten()
-                .for_each(|watcher| watcher.notify_one()),
+    /// Tells the observers of `channel` that something happened on it.
+    fn tell_watchers(&self, channel: &str) {
+        if let Some(watchers) = self.watchers().get(channel) {
+            for watcher in watchers {
+                watcher.notify.notify_one();
+            }
+        }
+    }
+
+    /// Ends every observer: the subscription connection dropped, and what was published
+    /// meanwhile is unknown. Each observer subscribes again (which reconnects) and looks.
+    fn end_watchers(&self) {
+        for watcher in self.watchers().values().flatten() {
+            watcher.disconnected.store(true, Ordering::Release);
+            watcher.notify.notify_one();
         }
     }
 
@@ -180,7 +182,7 @@ impl Waiters {
                     Some(Value::BulkString(payload)) if payload.as_slice() == b"+" => {}
                     _ => self.on_release(&channel),
                 }
-                self.tell_watchers(Some(&channel));
+                self.tell_watchers(&channel);
             }
             // After a reconnect a release or hand-off may have been missed: let every head
             // and every writer in line re-check. The connection resubscribes when it
@@ -194,7 +196,7 @@ impl Waiters {
                 for called in self.called().values() {
                     called.notify_one();
                 }
-                self.tell_watchers(None);
+                self.end_watchers();
             }
             PushKind::Subscribe | PushKind::Unsubscribe => {
                 let Some(Value::BulkString(channel)) = push.data.first() else {
@@ -207,9 +209,14 @@ impl Waiters {
                 };
                 if push.kind == PushKind::Unsubscribe {
                     subscription.confirmed &= !bit;
-                } else if subscription.confirm(bit) {
+                } else {
+                    let awaited = subscription.confirm(bit);
                     drop(subscribed);
-                    self.queues.wake_head(&channel);
+                    if awaited {
+                        self.queues.wake_head(&channel);
+                    }
+                    // (Re)subscribed: what changed while it was not is read again.
+                    self.tell_watchers(&channel);
                 }
             }
             _ => {}
@@ -279,28 +286,35 @@ impl Waiters {
     }
 
     /// Observes `channel` (subscribing to it first if needed) until the returned stream is
-    /// dropped: it yields once after each message published on it and each reconnect (several
-    /// at once may come as one).
+    /// dropped: it yields once after each message published on it and each confirmation of
+    /// the subscription (several at once may come as one), and ends when the subscription
+    /// connection drops (the caller then watches again, which subscribes again).
     ///
     /// # Errors
     ///
     /// The subscription failed or timed out.
     pub(crate) async fn watch(self: &Arc<Self>, channel: &str) -> Result<HolderChanges> {
-        let notify = Arc::new(Notify::new());
+        let watcher = Arc::new(Watcher {
+            notify: Notify::new(),
+            disconnected: AtomicBool::new(false),
+        });
         self.watchers()
             .entry(channel.to_owned())
             .or_default()
-            .push(Arc::clone(&notify));
+            .push(Arc::clone(&watcher));
         let watching = Watching {
             waiters: Arc::clone(self),
             channel: channel.to_owned(),
-            notify,
+            watcher,
         };
         self.ensure_subscribed(channel).await?;
         Ok(Box::pin(futures_util::stream::unfold(
             watching,
             |watching| async move {
-                watching.notify.notified().await;
+                watching.watcher.notify.notified().await;
+                if watching.watcher.disconnected.load(Ordering::Acquire) {
+                    return None;
+                }
                 Some((Ok(()), watching))
             },
         )))
@@ -314,11 +328,16 @@ impl Waiters {
     /// ignored.) An error only if none confirms.
     async fn ensure_subscribed(&self, channel: &str) -> Result<()> {
         let subscribers = self.subscribers.lock().await;
-        if self.subscribed().contains_key(channel) {
+        // Subscribed and confirmed by a server. One that no server confirms (since a
+        // disconnect) is asked for again: the request also reconnects the connection.
+        if self
+            .subscribed()
+            .get(channel)
+            .is_some_and(|subscription| subscription.confirmed != 0)
+        {
             return Ok(());
         }
-        self.subscribed()
-            .insert(channel.to_owned(), Subscription::default());
+        self.subscribed().entry(channel.to_owned()).or_default();
         let timeout = self.timeout;
         // Each request owns a handle on its connection, so the ones still pending when the
         // first confirms can run on in the background: a request dropped while its connection
@@ -468,19 +487,27 @@ impl Drop for Called {
     }
 }
 
+/// One observer of a channel: woken by what happens on it; `disconnected` once the
+/// subscription connection dropped.
+#[derive(Debug)]
+struct Watcher {
+    notify: Notify,
+    disconnected: AtomicBool,
+}
+
 /// An observer of a channel ([`Waiters::watch`]): leaves the channel's observers when
 /// dropped, unsubscribing (in the background) if nobody else listens.
 struct Watching {
     waiters: Arc<Waiters>,
     channel: String,
-    notify: Arc<Notify>,
+    watcher: Arc<Watcher>,
 }
 
 impl Drop for Watching {
     fn drop(&mut self) {
         let mut watchers = self.waiters.watchers();
         if let Some(list) = watchers.get_mut(&self.channel) {
-            list.retain(|watcher| !Arc::ptr_eq(watcher, &self.notify));
+            list.retain(|watcher| !Arc::ptr_eq(watcher, &self.watcher));
             if list.is_empty() {
                 watchers.remove(&self.channel);
             }

@@ -772,6 +772,7 @@ mod tests {
             &RELEASE_KEEPING,
             &RENEW,
             &INSPECT,
+            &PROCLAIM,
         ] {
             assert!(script.code.contains(&format!("'{mark}'")));
             assert!(!script.code.replace(mark, "").contains("waited"));

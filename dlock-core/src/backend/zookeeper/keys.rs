@@ -108,7 +108,7 @@ pub(super) fn lock_path(full_key: &str) -> Result<String> {
             }
             _ if index > 0 && is_lock_node_name(segment) => {
                 return Err(invalid(
-                    "a segment named like a lock node (`…-lock-0000000001`, `…__READ__1`) \
+                    "a segment named like a lock node (`…-lock-0000000001`, `…-latch-…`, `…__READ__1`) \
                      would pose as a contender of the lock above it",
                 ));
             }
