@@ -30,6 +30,9 @@ Exit status of `dlock run`:
 pub(crate) enum Command {
     /// Runs COMMAND while holding the lock KEY; with no COMMAND, holds it until interrupted.
     Run(RunArgs),
+    /// Runs COMMAND only while this process leads the election NAME (stopped when the lead is
+    /// lost, as `run` stops it); with --observe, prints the leaders of NAME as they change.
+    Elect(ElectArgs),
     /// Shows who holds the lock KEY (fencing tokens, expiry) and who waits for it.
     Inspect(InspectArgs),
     /// Breaks the lock KEY whoever holds it; the holder is not told until its next renewal.
@@ -164,6 +167,52 @@ impl RunArgs {
         self.conflict_exit_code
             .unwrap_or(if self.once.is_some() { 0 } else { 1 })
     }
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ElectArgs {
+    #[command(flatten)]
+    pub(crate) connection: Connection,
+    /// Print the leaders of NAME as they change, one line each (`leader VALUE term N`, or
+    /// `leader -` when nobody leads), until interrupted; campaign for nothing.
+    #[arg(long, conflicts_with_all = ["ttl", "wait", "no_wait", "kill_after", "shell", "foreground"])]
+    pub(crate) observe: bool,
+    /// With --observe: one JSON object per line (`{"name":…,"leader":…,"term":…}`, `leader`
+    /// null when nobody leads).
+    #[arg(long, requires = "observe")]
+    pub(crate) json: bool,
+    /// The leadership's lease: how long it outlives a dlock that crashed. Default: $DLOCK_TTL,
+    /// else 30s.
+    #[arg(long, value_name = "DURATION", value_parser = duration)]
+    pub(crate) ttl: Option<Duration>,
+    /// Give up after waiting this long to lead, with status 1; `forever` waits until elected.
+    /// Default: $DLOCK_WAIT, else until elected.
+    #[arg(short, long, value_name = "DURATION", value_parser = wait)]
+    pub(crate) wait: Option<Wait>,
+    /// Do not wait: if someone leads, exit at once with status 1.
+    #[arg(short = 'n', long, conflicts_with = "wait")]
+    pub(crate) no_wait: bool,
+    /// How long a command being stopped has between SIGTERM and SIGKILL (as for `run`).
+    #[arg(long, value_name = "DURATION", value_parser = duration)]
+    pub(crate) kill_after: Option<Duration>,
+    /// Run COMMAND through `sh -c` (its words joined by spaces).
+    #[arg(long)]
+    pub(crate) shell: bool,
+    /// Keep COMMAND in dlock's process group (as for `run`).
+    #[arg(long)]
+    pub(crate) foreground: bool,
+    /// The election's name.
+    #[arg(value_name = "NAME")]
+    pub(crate) name: String,
+    /// What others see of this candidate (`dlock elect --observe`, `etcdctl elect -l`,
+    /// Curator's participant id). Default: `<host name>:<pid>`.
+    #[arg(value_name = "VALUE")]
+    pub(crate) value: Option<String>,
+    /// The command to run while leading, and its arguments (after `--`). With none, prints
+    /// what it would get and leads until interrupted. It gets `DLOCK_TERM` (the term, also
+    /// `DLOCK_FENCING_TOKEN`) and `DLOCK_LEADER` (VALUE).
+    #[arg(value_name = "COMMAND", last = true, allow_hyphen_values = true)]
+    pub(crate) command: Vec<OsString>,
 }
 
 #[derive(Debug, Args)]

@@ -1,18 +1,20 @@
-//! What `dlock run` holds: one lock, or a lock set (`--and`): its keys for messages and the
-//! command's environment, its lease, its release.
+//! What `dlock run` holds — one lock, or a lock set (`--and`) — or `dlock elect` won: its keys
+//! for messages and the command's environment, its lease, its release.
 
 use std::future::Future;
 use std::pin::Pin;
 use std::time::Instant;
 
-use dlock_core::{LockGuard, LockSetGuard, LostReason};
+use dlock_core::{Leadership, LockGuard, LockSetGuard, LostReason};
 
-/// The lock `dlock run` took.
+/// The lock `dlock run` took, or the leadership `dlock elect` won.
 #[derive(Debug)]
 pub(crate) enum Held {
     One(LockGuard),
     /// KEY and every `--and` key, taken together.
     Set(LockSetGuard),
+    /// A leadership: a lock underneath, its term the token.
+    Leader(Leadership),
 }
 
 impl Held {
@@ -21,6 +23,7 @@ impl Held {
         match self {
             Self::One(guard) => guard.key().to_owned(),
             Self::Set(set) => set.keys().collect::<Vec<_>>().join("`, `"),
+            Self::Leader(leadership) => leadership.name().to_owned(),
         }
     }
 
@@ -32,9 +35,14 @@ impl Held {
         let token = match self {
             Self::One(guard) => guard.fencing_token(),
             Self::Set(set) => set.fencing_token(key),
+            Self::Leader(leadership) => Some(leadership.term()),
         };
         if let Some(token) = token {
             env.push(("DLOCK_FENCING_TOKEN", token.to_string()));
+        }
+        if let Self::Leader(leadership) = self {
+            env.push(("DLOCK_TERM", leadership.term().to_string()));
+            env.push(("DLOCK_LEADER", leadership.value().to_owned()));
         }
         if let Self::Set(set) = self {
             env.push(("DLOCK_KEYS", set.keys().collect::<Vec<_>>().join(" ")));
@@ -57,6 +65,7 @@ impl Held {
         match self {
             Self::One(guard) => Box::pin(guard.lost()),
             Self::Set(set) => Box::pin(set.lost()),
+            Self::Leader(leadership) => Box::pin(leadership.lost()),
         }
     }
 
@@ -64,6 +73,7 @@ impl Held {
     pub(crate) fn expires_at(&self) -> Instant {
         match self {
             Self::One(guard) => guard.expires_at(),
+            Self::Leader(leadership) => leadership.guard().expires_at(),
             Self::Set(set) => set
                 .guards()
                 .iter()
@@ -77,6 +87,7 @@ impl Held {
         match self {
             Self::One(guard) => guard.is_held(),
             Self::Set(set) => set.is_held(),
+            Self::Leader(leadership) => leadership.is_leader(),
         }
     }
 
@@ -85,6 +96,7 @@ impl Held {
         match self {
             Self::One(guard) => guard.release().await,
             Self::Set(set) => set.release().await,
+            Self::Leader(leadership) => leadership.resign().await,
         }
     }
 }

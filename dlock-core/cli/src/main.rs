@@ -7,6 +7,8 @@
 //! ```text
 //! dlock run [--url URL] [--ttl D] [--wait D | -n | --once RETENTION] [-s | --permits N]
 //!           [--hold-at-least D] [-E N] [--and KEY2]… KEY -- COMMAND…
+//! dlock elect [--url URL] [--ttl D] [--wait D | -n] NAME [VALUE] [-- COMMAND…]
+//! dlock elect --observe [--json] [--url URL] NAME
 //! dlock inspect [--url URL] [--json] KEY
 //! dlock release --force [--url URL] KEY
 //! ```
@@ -18,6 +20,7 @@ compile_error!("the `dlock` command line needs a Unix: it signals its command's 
 
 mod args;
 mod child;
+mod elect;
 mod exec;
 mod exit;
 mod held;
@@ -59,6 +62,7 @@ fn main() -> ExitCode {
     let status = runtime.block_on(async {
         match cli.command {
             Command::Run(args) => run::run(args).await,
+            Command::Elect(args) => elect::elect(args).await,
             Command::Inspect(args) => inspect::inspect(args).await,
             Command::Release(args) => release::release(args).await,
             Command::Exec(_) => unreachable!("run before the runtime starts"),

@@ -126,14 +126,14 @@ async fn under_lock(
 
 /// When the command must be stopped although the lock was not (yet) reported lost.
 #[derive(Debug)]
-struct Deadline {
+pub(crate) struct Deadline {
     /// The time between SIGTERM and SIGKILL; the command is also stopped this long before
     /// the lease would run out unrenewed, so that it is gone when the lock can be another's.
-    grace: Duration,
+    pub(crate) grace: Duration,
     /// `--max-hold`: when the command has held the lock long enough.
-    max_hold_until: Option<Instant>,
+    pub(crate) max_hold_until: Option<Instant>,
     /// `--max-hold` itself, counted from the grant.
-    max_hold: Option<Duration>,
+    pub(crate) max_hold: Option<Duration>,
 }
 
 impl Deadline {
@@ -221,7 +221,10 @@ async fn acquire_set(
 /// 5 s). The command is stopped that long before an unrenewed lease runs out, so it must
 /// leave room for renewals: at most the ttl less two watchdog intervals (a third of the ttl
 /// by default).
-fn grace(kill_after: Option<Duration>, config: &DlockConfig) -> dlock_core::Result<Duration> {
+pub(crate) fn grace(
+    kill_after: Option<Duration>,
+    config: &DlockConfig,
+) -> dlock_core::Result<Duration> {
     let interval = config.watchdog_interval.unwrap_or(config.ttl / 3);
     let room = config.ttl.saturating_sub(interval * 2);
     let Some(grace) = kill_after else {
@@ -244,7 +247,7 @@ fn grace(kill_after: Option<Duration>, config: &DlockConfig) -> dlock_core::Resu
 
 /// No command: prints what a command would get in its environment, then holds the lock until
 /// a signal (released: status 0), a lost lease or its `--max-hold` (status 75).
-async fn hold(
+pub(crate) async fn hold(
     guard: Held,
     env: &[(&str, String)],
     mut signals: Signals,
@@ -289,7 +292,7 @@ fn print_env(env: &[(&str, String)]) {
 /// lease would run out within the grace, or at its `--max-hold`; then the status is 75, else
 /// the command's. With `--once`, a command that exits 0 leaves the fire's done record for
 /// `once` (the retention).
-async fn supervise(
+pub(crate) async fn supervise(
     guard: Held,
     mut job: Job,
     mut signals: Signals,
@@ -344,7 +347,7 @@ async fn supervise(
 
 /// Releases after the command ended; a failure is reported, not fatal (the command's status
 /// stands, and the lease runs out by itself).
-async fn release(guard: Held) {
+pub(crate) async fn release(guard: Held) {
     let key = guard.key();
     if let Err(e) = guard.release().await {
         eprintln!(
