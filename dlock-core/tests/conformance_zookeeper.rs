@@ -106,3 +106,31 @@ async fn zk_killed_sessions_campaign_again() {
     })
     .await;
 }
+
+/// [`killed_sessions_campaign_again`](dlock_core::conformance::killed_sessions_campaign_again)
+/// on a 3-server ensemble of its own, every candidate through a proxy per member, all cut for twice the
+/// ttl (the ensemble expires their sessions); the checker connects directly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zk_ensemble_killed_sessions_campaign_again() {
+    let cluster = ZkEnsemble::start(3).await.expect("zookeeper ensemble");
+    let mut proxies = Vec::new();
+    let (mut url, direct_url) = (cluster.url(), cluster.url());
+    for member in cluster.members() {
+        let address = format!("127.0.0.1:{}", member.port());
+        let proxy = TcpProxy::start(address.parse().unwrap())
+            .await
+            .expect("proxy");
+        url = url.replace(&address, &proxy.address().to_string());
+        proxies.push(proxy);
+    }
+    let proxied = target((), url).await;
+    let direct = target((), direct_url).await;
+    let checker = direct.locker_with_prefix(&proxied.expect.prefix).await;
+    let cut = proxied.expect.ttl * 2 + proxied.expect.slack;
+    dlock_core::conformance::killed_sessions_campaign_again(&proxied, checker, || async {
+        proxies.iter().for_each(|proxy| proxy.set(ProxyMode::Cut));
+        tokio::time::sleep(cut).await;
+        proxies.iter().for_each(|proxy| proxy.set(ProxyMode::Pass));
+    })
+    .await;
+}
