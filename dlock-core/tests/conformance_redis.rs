@@ -123,3 +123,27 @@ async fn redis_killed_sessions_campaign_again() {
     })
     .await;
 }
+
+/// [`killed_sessions_campaign_again`](dlock_core::conformance::killed_sessions_campaign_again)
+/// on a 3-master Cluster of its own (whose client follows the nodes' own addresses, so no
+/// proxy can stand in front of it): every master is frozen (SIGSTOP) for twice the ttl, so
+/// the leader's lock and the waiter's place in line are past their expiry when they wake;
+/// the checker connects directly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_cluster_killed_sessions_campaign_again() {
+    let cluster = RedisCluster::start(3).await.expect("redis cluster");
+    let frozen = target((), cluster.url()).await;
+    let direct = target((), cluster.url()).await;
+    let checker = direct.locker_with_prefix(&frozen.expect.prefix).await;
+    let cut = frozen.expect.ttl * 2 + frozen.expect.slack;
+    dlock_core::conformance::killed_sessions_campaign_again(&frozen, checker, || async {
+        for node in cluster.nodes() {
+            node.pause().expect("SIGSTOP");
+        }
+        tokio::time::sleep(cut).await;
+        for node in cluster.nodes() {
+            node.resume().expect("SIGCONT");
+        }
+    })
+    .await;
+}
