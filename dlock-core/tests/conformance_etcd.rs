@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use dlock_core::backend::{BackendUrl, EtcdBackend};
 use dlock_core::conformance::Target;
-use dlock_harness::{EtcdCluster, EtcdServer, ProxyMode, TcpProxy, TestCerts, shared};
+use dlock_harness::{EtcdCluster, EtcdServer, Proxies, TestCerts, shared};
 use tokio::sync::OnceCell;
 
 const TIMEOUT: Duration = Duration::from_secs(2);
@@ -85,25 +85,15 @@ dlock_core::conformance_tests!(etcd_cluster, cluster());
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn etcd_killed_sessions_campaign_again() {
     let server = EtcdServer::start().await.expect("etcd");
-    let proxy = TcpProxy::start(format!("127.0.0.1:{}", server.port()).parse().unwrap())
+    let proxies = Proxies::in_front_of(&server.url(), &[server.port()])
         .await
-        .expect("proxy");
-    let url = server.url();
-    let proxied = target(
-        (),
-        url.replace(
-            &format!("127.0.0.1:{}", server.port()),
-            &proxy.address().to_string(),
-        ),
-    )
-    .await;
-    let direct = target((), url).await;
+        .expect("proxies");
+    let proxied = target((), proxies.url()).await;
+    let direct = target((), server.url()).await;
     let checker = direct.locker_with_prefix(&proxied.expect.prefix).await;
     let cut = proxied.expect.ttl * 2 + proxied.expect.slack;
-    dlock_core::conformance::killed_sessions_campaign_again(&proxied, checker, || async {
-        proxy.set(ProxyMode::Cut);
-        tokio::time::sleep(cut).await;
-        proxy.set(ProxyMode::Pass);
+    dlock_core::conformance::killed_sessions_campaign_again(&proxied, checker, || {
+        proxies.cut_for(cut)
     })
     .await;
 }
@@ -113,25 +103,23 @@ async fn etcd_killed_sessions_campaign_again() {
 /// ttl (its leases expire on the cluster); the checker connects directly.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn etcd_cluster_killed_sessions_campaign_again() {
-    let cluster = EtcdCluster::start(3).await.expect("etcd cluster");
-    let mut proxies = Vec::new();
-    let (mut url, direct_url) = (cluster.url(), cluster.url());
-    for member in cluster.members() {
-        let address = format!("127.0.0.1:{}", member.port());
-        let proxy = TcpProxy::start(address.parse().unwrap())
-            .await
-            .expect("proxy");
-        url = url.replace(&address, &proxy.address().to_string());
-        proxies.push(proxy);
-    }
-    let proxied = target((), url).await;
-    let direct = target((), direct_url).await;
+    let server = EtcdCluster::start(3).await.expect("etcd cluster");
+    let proxies = Proxies::in_front_of(
+        &server.url(),
+        &server
+            .members()
+            .iter()
+            .map(|m| m.port())
+            .collect::<Vec<_>>(),
+    )
+    .await
+    .expect("proxies");
+    let proxied = target((), proxies.url()).await;
+    let direct = target((), server.url()).await;
     let checker = direct.locker_with_prefix(&proxied.expect.prefix).await;
     let cut = proxied.expect.ttl * 2 + proxied.expect.slack;
-    dlock_core::conformance::killed_sessions_campaign_again(&proxied, checker, || async {
-        proxies.iter().for_each(|proxy| proxy.set(ProxyMode::Cut));
-        tokio::time::sleep(cut).await;
-        proxies.iter().for_each(|proxy| proxy.set(ProxyMode::Pass));
+    dlock_core::conformance::killed_sessions_campaign_again(&proxied, checker, || {
+        proxies.cut_for(cut)
     })
     .await;
 }

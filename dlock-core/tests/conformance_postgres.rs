@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use dlock_core::backend::{BackendUrl, PostgresBackend};
 use dlock_core::conformance::Target;
-use dlock_harness::{PostgresServer, ProxyMode, TcpProxy, TestCerts, shared};
+use dlock_harness::{PostgresServer, Proxies, TestCerts, shared};
 use tokio::sync::OnceCell;
 
 const TIMEOUT: Duration = Duration::from_secs(2);
@@ -77,22 +77,15 @@ dlock_core::conformance_tests!(pg_single_tls, single_tls());
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pg_killed_sessions_campaign_again() {
     let server = PostgresServer::start().await.expect("postgres");
-    let proxy = TcpProxy::start(format!("127.0.0.1:{}", server.port()).parse().unwrap())
+    let proxies = Proxies::in_front_of(&server.url(), &[server.port()])
         .await
-        .expect("proxy");
-    let url = server.url();
-    let through = url.replace(
-        &format!("127.0.0.1:{}", server.port()),
-        &proxy.address().to_string(),
-    );
-    let proxied = target((), &through).await;
-    let direct = target((), &url).await;
+        .expect("proxies");
+    let proxied = target((), &proxies.url()).await;
+    let direct = target((), &server.url()).await;
     let checker = direct.locker_with_prefix(&proxied.expect.prefix).await;
     let cut = proxied.expect.ttl * 2 + proxied.expect.slack;
-    dlock_core::conformance::killed_sessions_campaign_again(&proxied, checker, || async {
-        proxy.set(ProxyMode::Cut);
-        tokio::time::sleep(cut).await;
-        proxy.set(ProxyMode::Pass);
+    dlock_core::conformance::killed_sessions_campaign_again(&proxied, checker, || {
+        proxies.cut_for(cut)
     })
     .await;
 }

@@ -46,7 +46,7 @@ pub use curator::Curator;
 pub use error::HarnessError;
 pub use etcd::{EtcdCluster, EtcdServer};
 pub use postgres::{PostgresServer, PsqlSession};
-pub use proxy::{ProxyMode, TcpProxy};
+pub use proxy::{Proxies, ProxyMode, TcpProxy};
 pub use redis::{RedisNodes, RedisServer};
 pub use redis_cluster::RedisCluster;
 pub use shared::shared;

@@ -99,6 +99,63 @@ impl TcpProxy {
     }
 }
 
+/// One [`TcpProxy`] in front of each of a service's loopback ports, and the service's URL
+/// with every `127.0.0.1:<port>` in it pointing at its proxy instead; dropped together.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn demo(server: &dlock_harness::EtcdServer) -> dlock_harness::Result<()> {
+/// use std::time::Duration;
+/// let proxies = dlock_harness::Proxies::in_front_of(&server.url(), &[server.port()]).await?;
+/// let url = proxies.url(); // clients connect here
+/// proxies.cut_for(Duration::from_secs(2)).await; // every connection cut, then served again
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct Proxies {
+    url: String,
+    proxies: Vec<TcpProxy>,
+}
+
+impl Proxies {
+    /// Proxies in front of `ports` (on 127.0.0.1), and `url` rewritten to use them.
+    ///
+    /// # Errors
+    ///
+    /// [`HarnessError::Io`](super::HarnessError::Io) if a proxy cannot bind a port.
+    pub async fn in_front_of(url: &str, ports: &[u16]) -> Result<Self> {
+        let mut proxied = Self {
+            url: url.to_owned(),
+            proxies: Vec::with_capacity(ports.len()),
+        };
+        for port in ports {
+            let address = format!("127.0.0.1:{port}");
+            let proxy = TcpProxy::start(SocketAddr::from(([127, 0, 0, 1], *port))).await?;
+            proxied.url = proxied.url.replace(&address, &proxy.address().to_string());
+            proxied.proxies.push(proxy);
+        }
+        Ok(proxied)
+    }
+
+    /// The service's URL through the proxies.
+    #[must_use]
+    pub fn url(&self) -> String {
+        self.url.clone()
+    }
+
+    /// Cuts every connection (and refuses new ones) for `down`, then serves again.
+    pub async fn cut_for(&self, down: Duration) {
+        self.proxies
+            .iter()
+            .for_each(|proxy| proxy.set(ProxyMode::Cut));
+        tokio::time::sleep(down).await;
+        self.proxies
+            .iter()
+            .for_each(|proxy| proxy.set(ProxyMode::Pass));
+    }
+}
+
 impl Drop for TcpProxy {
     fn drop(&mut self) {
         self.set(ProxyMode::Cut);
