@@ -170,29 +170,49 @@ impl PgUrl {
     /// the connect bounded by `timeout`. See [`PostgresBackend`](super::PostgresBackend) for
     /// why each is set.
     fn lock_connection(&self, ttl: Duration, timeout: Duration) -> Config {
-        let mut config = self.config.clone();
         let millis = |d: Duration| d.as_millis().max(1);
+        let mut config = self.probed(
+            ttl,
+            timeout,
+            [
+                format!("idle_session_timeout={}", millis(ttl)),
+                "idle_in_transaction_session_timeout=0".to_owned(),
+                "statement_timeout=0".to_owned(),
+                format!("lock_timeout={}", millis(timeout / 2)),
+                format!(
+                    "client_connection_check_interval={}",
+                    millis((ttl / 3).clamp(Duration::from_millis(100), Duration::from_secs(1)))
+                ),
+                format!("tcp_user_timeout={}", millis(ttl)),
+            ],
+        );
+        config.tcp_user_timeout(ttl);
+        config
+    }
+
+    /// The URL's settings plus the server-side `settings`, named `dlock`, the connect bounded
+    /// by `timeout`, and TCP keepalives on both sides probing every third of `ttl` (at least
+    /// each second), so that a dead path ends the connection within about `ttl`.
+    fn probed<const N: usize>(
+        &self,
+        ttl: Duration,
+        timeout: Duration,
+        settings: [String; N],
+    ) -> Config {
+        let mut config = self.config.clone();
         let probe = (ttl / 3).max(Duration::from_secs(1));
         let mut options = config.get_options().map(str::to_owned).unwrap_or_default();
-        for setting in [
-            format!("idle_session_timeout={}", millis(ttl)),
-            "idle_in_transaction_session_timeout=0".to_owned(),
-            "statement_timeout=0".to_owned(),
-            format!("lock_timeout={}", millis(timeout / 2)),
-            format!(
-                "client_connection_check_interval={}",
-                millis((ttl / 3).clamp(Duration::from_millis(100), Duration::from_secs(1)))
-            ),
+        let keepalives = [
             format!("tcp_keepalives_idle={}", probe.as_secs()),
             format!("tcp_keepalives_interval={}", probe.as_secs()),
             "tcp_keepalives_count=3".to_owned(),
-            format!("tcp_user_timeout={}", millis(ttl)),
-        ] {
+        ];
+        for setting in settings.iter().chain(&keepalives) {
             if !options.is_empty() {
                 options.push(' ');
             }
             options.push_str("-c ");
-            options.push_str(&setting);
+            options.push_str(setting);
         }
         config
             .options(options)
@@ -201,8 +221,7 @@ impl PgUrl {
             .keepalives(true)
             .keepalives_idle(probe)
             .keepalives_interval(probe)
-            .keepalives_retries(3)
-            .tcp_user_timeout(ttl);
+            .keepalives_retries(3);
         config
     }
 
@@ -360,28 +379,7 @@ impl PgUrl {
         ttl: Duration,
         timeout: Duration,
     ) -> Result<(Client, PgConnection)> {
-        let probe = (ttl / 3).max(Duration::from_secs(1));
-        let mut config = self.config.clone();
-        let mut options = config.get_options().map(str::to_owned).unwrap_or_default();
-        for setting in [
-            format!("tcp_keepalives_idle={}", probe.as_secs()),
-            format!("tcp_keepalives_interval={}", probe.as_secs()),
-            "tcp_keepalives_count=3".to_owned(),
-        ] {
-            if !options.is_empty() {
-                options.push(' ');
-            }
-            options.push_str("-c ");
-            options.push_str(&setting);
-        }
-        config
-            .options(options)
-            .application_name("dlock")
-            .connect_timeout(timeout)
-            .keepalives(true)
-            .keepalives_idle(probe)
-            .keepalives_interval(probe)
-            .keepalives_retries(3);
+        let config = self.probed(ttl, timeout, []);
         timed(timeout, "connect", config.connect(self.connector())).await
     }
 }
