@@ -171,6 +171,25 @@ pub enum Error {
         source: BoxError,
     },
 
+    /// The lock was granted, but fewer replicas than asked for (a Sentinel URL's
+    /// `min_replicas`) acknowledged the grant within `replica_timeout`: the grant was given
+    /// back rather than handed over, since a failover could lose it. Worth retrying
+    /// ([`Error::is_retryable`]); replication stays asynchronous, so even an acknowledged
+    /// grant can be lost in a failover (fencing tokens catch that where the data lives).
+    #[error(
+        "lock `{key}`: only {acked} of {wanted} replicas acknowledged the grant within {waited:?}; it was given back"
+    )]
+    NotReplicated {
+        /// The lock's key.
+        key: String,
+        /// Replicas that acknowledged.
+        acked: u32,
+        /// Replicas asked for.
+        wanted: u32,
+        /// How long the grant waited for them.
+        waited: Duration,
+    },
+
     /// A backend operation did not complete within the configured operation timeout.
     #[error("{backend} {operation} timed out after {after:?}")]
     Timeout {
@@ -359,9 +378,10 @@ impl Error {
         match self {
             Self::Busy { .. } => ErrorKind::Busy,
             Self::LeaseLost { .. } | Self::NotHolder { .. } => ErrorKind::LeaseLost,
-            Self::Unavailable { .. } | Self::Timeout { .. } | Self::ShutDown => {
-                ErrorKind::Unavailable
-            }
+            Self::Unavailable { .. }
+            | Self::Timeout { .. }
+            | Self::NotReplicated { .. }
+            | Self::ShutDown => ErrorKind::Unavailable,
             Self::Refused { .. } => ErrorKind::Refused,
             Self::Unsupported { .. } => ErrorKind::Unsupported,
             Self::InvalidKey { .. }

@@ -1,12 +1,13 @@
 //! The conformance suite against real Redis: one `redis-server`, and a 3-master Redis Cluster,
-//! each in plain text and over mutual TLS, started by the harness once and shared by every
+//! each in plain text and over mutual TLS, and a Sentinel-managed master with two replicas,
+//! started by the harness once and shared by every
 //! test of this binary (each test keys its locks apart), ending with it.
 
 use std::time::Duration;
 
 use dlock_core::backend::{BackendUrl, RedisBackend};
 use dlock_core::conformance::Target;
-use dlock_harness::{Proxies, RedisCluster, RedisServer, TestCerts, shared};
+use dlock_harness::{Proxies, RedisCluster, RedisSentinels, RedisServer, TestCerts, shared};
 use tokio::sync::OnceCell;
 
 const TIMEOUT: Duration = Duration::from_secs(2);
@@ -93,7 +94,21 @@ async fn cluster_tls() -> Target<RedisBackend> {
     target(server, url.clone()).await
 }
 
+/// A master with two replicas behind three sentinels (`redis+sentinel://`), every grant and
+/// renewal acknowledged by a replica before it counts (`min_replicas=1`).
+async fn sentinel() -> Target<RedisBackend> {
+    static SERVER: OnceCell<Serving> = OnceCell::const_new();
+    let (server, url) = shared(&SERVER, || async {
+        let group = RedisSentinels::start(2).await.expect("redis sentinels");
+        let url = format!("{}?min_replicas=1&replica_timeout=500ms", group.url());
+        (Box::new(group) as Box<dyn Send + Sync>, url)
+    })
+    .await;
+    target(server, url.clone()).await
+}
+
 dlock_core::conformance_tests!(redis_single, single());
+dlock_core::conformance_tests!(redis_sentinel, sentinel());
 dlock_core::conformance_tests!(redis_single_tls, single_tls());
 dlock_core::conformance_tests!(redis_cluster_tls, cluster_tls());
 dlock_core::conformance_tests!(redis_cluster, cluster());

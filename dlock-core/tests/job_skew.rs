@@ -1,6 +1,6 @@
 //! Scheduled jobs across skewed clocks, with real processes: on Redis, etcd, ZooKeeper and
 //! PostgreSQL at once, five worker processes whose clocks libfaketime offsets by −30 s, −10 s, 0,
-//! +10 s and +30 s fire one job every 2 s **of their own clock**, 40 fires, naming each fire
+//! +10 s and +30 s fire one job every 2 s **of their own clock**, 24 fires, naming each fire
 //! from their own clock ([`Locker::once`]). Every fire id must run exactly once: no duplicate,
 //! no miss. The +30 s worker (the first to fire each id) is SIGSTOPped in the middle of one
 //! run, past its ttl, until another worker ran that fire; its run must not overlap: the
@@ -26,7 +26,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 const WORKER: &str = "DLOCK_TEST_SKEW_WORKER";
 /// The workers' clock offsets, as `faketime -f` takes them.
 const OFFSETS: [&str; 5] = ["-30s", "-10s", "+0s", "+10s", "+30s"];
-const FIRES: u64 = 40;
+const FIRES: u64 = 24;
 const PERIOD_S: u64 = 2;
 const TTL: Duration = Duration::from_secs(2);
 /// How long a run works, between its two writes to the resource.

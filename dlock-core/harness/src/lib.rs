@@ -9,7 +9,7 @@
 //!
 //! | Server | Single | Cluster |
 //! |---|---|---|
-//! | Redis | [`RedisServer`] | [`RedisCluster`] (masters only), [`RedisNodes`] (independent, for RedLock) |
+//! | Redis | [`RedisServer`] | [`RedisCluster`] (masters only), [`RedisNodes`] (independent, for RedLock), [`RedisSentinels`] (a master, replicas, three sentinels) |
 //! | etcd | [`EtcdServer`] | [`EtcdCluster`] |
 //! | ZooKeeper | [`ZkServer`] | [`ZkEnsemble`] |
 //! | PostgreSQL | [`PostgresServer`] | – |
@@ -37,6 +37,7 @@ mod process;
 mod proxy;
 mod redis;
 mod redis_cluster;
+mod redis_sentinel;
 mod shared;
 mod tls;
 mod wire;
@@ -49,6 +50,7 @@ pub use postgres::{PostgresServer, PsqlSession};
 pub use proxy::{Proxies, ProxyMode, TcpProxy};
 pub use redis::{RedisNodes, RedisServer};
 pub use redis_cluster::RedisCluster;
+pub use redis_sentinel::{MASTER_NAME as SENTINEL_MASTER_NAME, RedisSentinels, SentinelServer};
 pub use shared::shared;
 pub use tls::{SERVER_NAME, TestCerts};
 pub use zookeeper::{ZkEnsemble, ZkServer};

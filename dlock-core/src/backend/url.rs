@@ -46,7 +46,7 @@ pub(crate) async fn connect(
             Arc::new(super::MemoryBackend::shared_table(url.memory_table_name()))
         }
         #[cfg(feature = "redis")]
-        BackendKind::Redis | BackendKind::RedisCluster => {
+        BackendKind::Redis | BackendKind::RedisCluster | BackendKind::RedisSentinel => {
             Arc::new(super::RedisBackend::connect(url, operation_timeout).await?)
         }
         #[cfg(feature = "redlock")]
@@ -96,6 +96,9 @@ pub enum BackendKind {
     Redis,
     /// `redis+cluster://h1,h2,h3`: a Redis Cluster.
     RedisCluster,
+    /// `redis+sentinel://s1:26379,s2:26379/<master>`: a Redis master (with replicas) that
+    /// Redis Sentinel fails over.
+    RedisSentinel,
     /// `redlock://h1,h2,h3`: RedLock over independent Redis masters.
     RedLock,
     /// `etcd://h1:2379,h2:2379`.
@@ -112,7 +115,7 @@ impl BackendKind {
     pub const fn feature(self) -> &'static str {
         match self {
             Self::Memory => "memory",
-            Self::Redis | Self::RedisCluster => "redis",
+            Self::Redis | Self::RedisCluster | Self::RedisSentinel => "redis",
             Self::RedLock => "redlock",
             Self::Etcd => "etcd",
             Self::ZooKeeper => "zookeeper",
@@ -125,7 +128,7 @@ impl BackendKind {
     pub const fn is_built_in(self) -> bool {
         match self {
             Self::Memory => cfg!(feature = "memory"),
-            Self::Redis | Self::RedisCluster => cfg!(feature = "redis"),
+            Self::Redis | Self::RedisCluster | Self::RedisSentinel => cfg!(feature = "redis"),
             Self::Etcd => cfg!(feature = "etcd"),
             Self::ZooKeeper => cfg!(feature = "zookeeper"),
             Self::Postgres => cfg!(feature = "postgres"),
@@ -156,6 +159,7 @@ impl BackendKind {
             // `redis+unix:///path/redis.sock` and `unix:///path/redis.sock`: a local socket.
             "redis" | "rediss" | "redis+unix" | "unix" => Self::Redis,
             "redis+cluster" | "rediss+cluster" => Self::RedisCluster,
+            "redis+sentinel" | "rediss+sentinel" => Self::RedisSentinel,
             "redlock" | "redlocks" => Self::RedLock,
             "etcd" | "etcds" => Self::Etcd,
             "zk" | "zks" | "zookeeper" => Self::ZooKeeper,
@@ -171,6 +175,7 @@ impl fmt::Display for BackendKind {
             Self::Memory => "memory",
             Self::Redis => "redis",
             Self::RedisCluster => "redis cluster",
+            Self::RedisSentinel => "redis sentinel",
             Self::RedLock => "redlock",
             Self::Etcd => "etcd",
             Self::ZooKeeper => "zookeeper",
@@ -262,7 +267,7 @@ impl BackendUrl {
         })?;
         let kind = BackendKind::from_scheme(&scheme.to_ascii_lowercase()).ok_or_else(|| {
             bad(format!(
-                "unknown backend `{scheme}`; known: memory, redis, rediss, redis+unix, unix, redis+cluster, rediss+cluster, redlock, redlocks, etcd, etcds, zk, zks, postgres"
+                "unknown backend `{scheme}`; known: memory, redis, rediss, redis+unix, unix, redis+cluster, rediss+cluster, redis+sentinel, rediss+sentinel, redlock, redlocks, etcd, etcds, zk, zks, postgres"
             ))
         })?;
         if !kind.is_built_in() {
@@ -292,7 +297,7 @@ impl BackendUrl {
                     .to_owned(),
             },
             #[cfg(feature = "redis")]
-            BackendKind::Redis | BackendKind::RedisCluster => {
+            BackendKind::Redis | BackendKind::RedisCluster | BackendKind::RedisSentinel => {
                 Settings::Redis(super::redis::RedisUrl::parse(url, kind)?)
             }
             #[cfg(feature = "redlock")]

@@ -1,8 +1,10 @@
-//! Connections to a single Redis server or a Redis Cluster, behind one type.
+//! Connections to a single Redis server, a Redis Cluster or a Sentinel-managed master,
+//! behind one type.
 //!
-//! Both reconnect by themselves ([`ConnectionManager`], [`ClusterConnection`]) and speak RESP3,
-//! so one extra connection per backend can carry pub/sub pushes (resubscribed after a
-//! reconnect) next to the command connection.
+//! All reconnect by themselves ([`ConnectionManager`], [`ClusterConnection`],
+//! [`SentinelConn`], which also follows the master when it moves) and speak RESP3, so one
+//! extra connection per backend can carry pub/sub pushes (resubscribed after a reconnect)
+//! next to the command connection.
 
 use std::time::Duration;
 
@@ -15,6 +17,7 @@ use redis::{
 };
 use tokio::sync::mpsc::UnboundedSender;
 
+use super::sentinel::{SentinelConn, SentinelUrl, Sentinels};
 use crate::backend::tls_files::{TlsFiles, refuse_for_plain_text};
 use crate::backend::url_text::redact;
 use crate::backend::{BackendKind, BackendUrl};
@@ -29,6 +32,8 @@ pub(crate) enum RedisUrl {
     Single(Box<ConnectionInfo>),
     /// A cluster's seed nodes.
     Cluster(Vec<ConnectionInfo>),
+    /// The sentinels of a master that can move.
+    Sentinel(SentinelUrl),
 }
 
 impl RedisUrl {
@@ -42,6 +47,7 @@ impl RedisUrl {
             Error::config("backend", redact(url), format!("not a Redis URL: {error}"))
         };
         Ok(match kind {
+            BackendKind::RedisSentinel => Self::Sentinel(SentinelUrl::parse(url)?),
             BackendKind::RedisCluster => Self::Cluster(
                 cluster_nodes(url)
                     .into_iter()
@@ -74,6 +80,7 @@ pub(super) fn command(name: &str) -> Cmd {
 pub(crate) enum Conn {
     Single(ConnectionManager),
     Cluster(ClusterConnection),
+    Sentinel(SentinelConn),
 }
 
 impl std::fmt::Debug for Conn {
@@ -81,6 +88,7 @@ impl std::fmt::Debug for Conn {
         f.write_str(match self {
             Self::Single(_) => "Conn::Single",
             Self::Cluster(_) => "Conn::Cluster",
+            Self::Sentinel(_) => "Conn::Sentinel",
         })
     }
 }
@@ -90,6 +98,7 @@ impl ConnectionLike for Conn {
         match self {
             Self::Single(c) => c.req_packed_command(cmd),
             Self::Cluster(c) => c.req_packed_command(cmd),
+            Self::Sentinel(c) => c.req_packed_command(cmd),
         }
     }
 
@@ -102,6 +111,7 @@ impl ConnectionLike for Conn {
         match self {
             Self::Single(c) => c.req_packed_commands(pipeline, offset, count),
             Self::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+            Self::Sentinel(c) => c.req_packed_commands(pipeline, offset, count),
         }
     }
 
@@ -109,6 +119,7 @@ impl ConnectionLike for Conn {
         match self {
             Self::Single(c) => c.get_db(),
             Self::Cluster(c) => c.get_db(),
+            Self::Sentinel(c) => c.get_db(),
         }
     }
 }
@@ -118,10 +129,27 @@ impl Conn {
         matches!(self, Self::Cluster(_))
     }
 
+    /// Whether each request is bounded by the connection itself (a single server's response
+    /// and connect timeouts); a Cluster retries and a Sentinel connection follows the master
+    /// on its own, so their requests get a timer of the caller's.
+    pub(super) const fn bounds_itself(&self) -> bool {
+        matches!(self, Self::Single(_))
+    }
+
+    /// The master's generation this connection talks to: it changes only when a Sentinel
+    /// connection followed a failover (0 otherwise).
+    pub(super) fn generation(&self) -> u64 {
+        match self {
+            Self::Sentinel(c) => c.generation(),
+            _ => 0,
+        }
+    }
+
     pub(super) async fn subscribe(&mut self, channel: &str) -> redis::RedisResult<()> {
         match self {
             Self::Single(c) => c.subscribe(channel).await,
             Self::Cluster(c) => c.subscribe(channel).await,
+            Self::Sentinel(c) => c.subscribe(channel).await,
         }
     }
 
@@ -129,13 +157,34 @@ impl Conn {
         match self {
             Self::Single(c) => c.unsubscribe(channel).await,
             Self::Cluster(c) => c.unsubscribe(channel).await,
+            Self::Sentinel(c) => c.unsubscribe(channel).await,
         }
     }
 }
 
-/// Opens a connection; with `pushes`, pub/sub messages are delivered there.
-/// `certs` are [`url_certificates`]' (read once for all of a backend's connections).
-pub(super) async fn open(
+/// Opens a backend's two connections: one for commands, and one whose pub/sub messages are
+/// delivered to `pushes`. A Sentinel URL's two follow one master together.
+pub(super) async fn open_pair(
+    url: &BackendUrl,
+    timeout: Duration,
+    pushes: UnboundedSender<PushInfo>,
+) -> Result<(Conn, Conn)> {
+    let certs = url_certificates(url)?;
+    if let RedisUrl::Sentinel(sentinel) = redis_settings(url)? {
+        let sentinels = Sentinels::connect(sentinel.clone(), certs, timeout).await?;
+        let conn = sentinels.open(None).await?;
+        let subscriber = sentinels.open(Some(pushes)).await?;
+        return Ok((Conn::Sentinel(conn), Conn::Sentinel(subscriber)));
+    }
+    let conn = open(url, certs.clone(), timeout, None).await?;
+    let subscriber = open(url, certs, timeout, Some(pushes)).await?;
+    Ok((conn, subscriber))
+}
+
+/// Opens a connection to a single server or Cluster; with `pushes`, pub/sub messages are
+/// delivered there. `certs` are [`url_certificates`]' (read once for all of a backend's
+/// connections).
+async fn open(
     url: &BackendUrl,
     certs: Option<TlsCertificates>,
     timeout: Duration,
@@ -149,9 +198,10 @@ pub(super) async fn open(
                 let client = client(info, certs)?;
                 open_client(client, timeout, pushes).await
             }
+            RedisUrl::Sentinel(_) => unreachable!("opened by open_pair"),
         }
     };
-    bounded_connect(settings.infos(), timeout, connecting).await
+    bounded_connect(&settings.infos(), timeout, connecting).await
 }
 
 /// Opens a connection through a client the application built (RESP3 switched on, its TLS
@@ -218,7 +268,7 @@ async fn bounded_connect(
 ///
 /// As [`certificates`]; [`Error::Config`] for a URL that is not `redis://`.
 pub(super) fn url_certificates(url: &BackendUrl) -> Result<Option<TlsCertificates>> {
-    certificates(redis_settings(url)?.infos(), url.tls())
+    certificates(&redis_settings(url)?.infos(), url.tls())
 }
 
 fn redis_settings(url: &BackendUrl) -> Result<&RedisUrl> {
@@ -244,11 +294,12 @@ fn resp3_url(url: &str) -> String {
 }
 
 impl RedisUrl {
-    /// The connection settings of every server the URL names.
-    fn infos(&self) -> &[ConnectionInfo] {
+    /// The connection settings of every server (or sentinel) the URL names.
+    fn infos(&self) -> Vec<ConnectionInfo> {
         match self {
-            Self::Single(info) => std::slice::from_ref(info),
-            Self::Cluster(nodes) => nodes,
+            Self::Single(info) => vec![(**info).clone()],
+            Self::Cluster(nodes) => nodes.clone(),
+            Self::Sentinel(sentinel) => sentinel.sentinel_infos(),
         }
     }
 }
@@ -288,7 +339,10 @@ pub(crate) fn certificates(
 }
 
 /// A client for one server, with `certs` when it speaks TLS.
-fn client(info: &ConnectionInfo, certs: Option<TlsCertificates>) -> redis::RedisResult<Client> {
+pub(super) fn client(
+    info: &ConnectionInfo,
+    certs: Option<TlsCertificates>,
+) -> redis::RedisResult<Client> {
     match certs {
         Some(certs) => Client::build_with_tls(info.clone(), certs),
         None => Client::open(info.clone()),
@@ -325,7 +379,7 @@ pub(crate) fn open_lazy(
         .map_err(|error| Error::config("backend", info.addr().to_string(), error.to_string()))
 }
 
-fn manager_config(
+pub(super) fn manager_config(
     timeout: Duration,
     pushes: Option<UnboundedSender<PushInfo>>,
 ) -> ConnectionManagerConfig {

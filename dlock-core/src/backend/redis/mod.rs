@@ -127,6 +127,7 @@ mod keys;
 mod node;
 mod notify;
 mod scripts;
+mod sentinel;
 mod shares;
 
 use std::collections::HashMap;
@@ -179,6 +180,16 @@ const MAX_TOGETHER: usize = 1000;
 pub struct RedisBackend {
     node: Node,
     waiters: Arc<Waiters>,
+    /// Replicas that must acknowledge each grant and renewal (a Sentinel URL's
+    /// `min_replicas`).
+    replicas: Option<Replicas>,
+}
+
+/// How many replicas must acknowledge a grant or renewal (`WAIT`), and for how long it waits.
+#[derive(Debug, Clone, Copy)]
+struct Replicas {
+    wanted: u32,
+    timeout: Duration,
 }
 
 impl RedisBackend {
@@ -191,11 +202,29 @@ impl RedisBackend {
     /// `redis+cluster://`; [`Error::Unavailable`] / [`Error::Timeout`] when the server cannot be
     /// reached within `timeout`.
     pub async fn connect(url: &BackendUrl, timeout: Duration) -> Result<Self> {
+        let replicas = match url.redis() {
+            Some(RedisUrl::Sentinel(sentinel)) if sentinel.min_replicas > 0 => {
+                if sentinel.replica_timeout >= timeout {
+                    return Err(Error::config(
+                        "replica_timeout",
+                        format!("{:?}", sentinel.replica_timeout),
+                        format!(
+                            "must be shorter than the operation timeout ({timeout:?}), which bounds the grant's wait for its replicas"
+                        ),
+                    ));
+                }
+                Some(Replicas {
+                    wanted: sentinel.min_replicas,
+                    timeout: sentinel.replica_timeout,
+                })
+            }
+            _ => None,
+        };
         let (pushes_tx, pushes_rx) = tokio::sync::mpsc::unbounded_channel();
-        let certs = conn::url_certificates(url)?;
-        let conn = conn::open(url, certs.clone(), timeout, None).await?;
-        let subscriber = conn::open(url, certs, timeout, Some(pushes_tx)).await?;
-        Ok(Self::start(conn, subscriber, pushes_rx, timeout).await)
+        let (conn, subscriber) = conn::open_pair(url, timeout, pushes_tx).await?;
+        let mut backend = Self::start(conn, subscriber, pushes_rx, timeout).await;
+        backend.replicas = replicas;
+        Ok(backend)
     }
 
     /// Locks through a [`redis::Client`] the application already built (its address,
@@ -242,6 +271,7 @@ impl RedisBackend {
         let backend = Self {
             node: Node::new(conn, timeout),
             waiters: Waiters::start(vec![subscriber], vec![pushes_rx], timeout),
+            replicas: None,
         };
         backend.warn_about_eviction().await;
         backend
@@ -296,44 +326,25 @@ impl RedisBackend {
 
 #[async_trait]
 impl LockBackend for RedisBackend {
+    /// With `min_replicas`, a grant is handed over only once that many replicas acknowledged
+    /// it (`WAIT`); otherwise it is given back and the error is [`Error::NotReplicated`].
     async fn acquire(
         &self,
         req: &AcquireRequest,
         deadline: Option<Instant>,
     ) -> Result<AcquireOutcome> {
-        if req.mode != LockMode::Exclusive {
-            // Boxed: keeps the writer's (and the plain lock's) future small.
-            return Box::pin(self.acquire_share(req, deadline)).await;
+        let Some(replicas) = self.replicas else {
+            return self.acquire_here(req, deadline).await;
+        };
+        let generation = self.node.conn.generation();
+        let outcome = self.acquire_here(req, deadline).await?;
+        if let AcquireOutcome::Acquired(lease) = &outcome
+            && let Err(error) = self.node.replicated(replicas, &req.key, generation).await
+        {
+            let _ = self.release(lease).await;
+            return Err(error);
         }
-        let mut retry_after = None;
-        // Fast path: nobody of ours queues for this key and we did not just yield it to
-        // other Lockers, so try at once.
-        if self.waiters.may_try_at_once(&req.key) {
-            let sent = Instant::now();
-            match self.node.attempt(req).await? {
-                Attempt::Granted(token) => return Ok(Self::lease(req, sent, token)),
-                Attempt::Held(pttl) => retry_after = pttl,
-                Attempt::Taken if deadline.is_some_and(|d| d <= Instant::now()) => {
-                    // Out of time: the script asks once more and says for how long the
-                    // lock is held (a `try_lock` that finds it taken costs two round trips).
-                    let sent = Instant::now();
-                    return Ok(match self.node.attempt_scripted(req, false).await? {
-                        Attempt::Granted(token) => Self::lease(req, sent, token),
-                        Attempt::Held(pttl) | Attempt::WriterWaits(pttl) => {
-                            AcquireOutcome::Busy { retry_after: pttl }
-                        }
-                        Attempt::Taken => AcquireOutcome::Busy { retry_after: None },
-                    });
-                }
-                Attempt::Taken | Attempt::WriterWaits(_) => {}
-            }
-            if deadline.is_some_and(|d| d <= Instant::now()) {
-                return Ok(AcquireOutcome::Busy { retry_after });
-            }
-        }
-        // Boxed: the line is the slow path, and keeping its state out of this future keeps
-        // the uncontended one small.
-        Box::pin(self.wait_in_line(req, deadline)).await
+        Ok(outcome)
     }
 
     /// One script for the whole set on a single server, when every request is exclusive and
@@ -343,86 +354,34 @@ impl LockBackend for RedisBackend {
         &self,
         requests: &[AcquireRequest],
     ) -> Result<Option<AcquireAllOutcome>> {
-        if self.node.conn.is_cluster()
-            || requests.len() > MAX_TOGETHER
-            || requests.iter().any(|req| {
-                req.mode != LockMode::Exclusive || !self.waiters.may_try_at_once(&req.key)
-            })
+        let generation = self.node.conn.generation();
+        let outcome = self.acquire_together_here(requests).await?;
+        if let (Some(replicas), Some(AcquireAllOutcome::Acquired(leases))) =
+            (self.replicas, &outcome)
+            && let Err(error) = self
+                .node
+                .replicated(replicas, &requests[0].key, generation)
+                .await
         {
-            return Ok(None);
+            for lease in leases {
+                let _ = self.release(lease).await;
+            }
+            return Err(error);
         }
-        let sent = Instant::now();
-        Ok(Some(match self.node.attempt_all(requests).await? {
-            AllAttempt::Granted(tokens) => AcquireAllOutcome::Acquired(
-                requests
-                    .iter()
-                    .zip(tokens)
-                    .map(|(req, token)| match token {
-                        Some(token) => Lease::new(req, sent).with_fencing_token(token),
-                        None => Lease::new(req, sent),
-                    })
-                    .collect(),
-            ),
-            AllAttempt::Held(index, retry_after) => AcquireAllOutcome::Busy { index, retry_after },
-        }))
+        Ok(outcome)
     }
 
     async fn renew(&self, leases: &[Lease]) -> Result<Vec<RenewOutcome>> {
-        let sent = Instant::now();
-        // Writers' locks and shares take different scripts: one batch of each kind.
-        let (writers, shares): (Vec<&Lease>, Vec<&Lease>) = leases
-            .iter()
-            .partition(|lease| lease.mode == LockMode::Exclusive);
-        let batch = if self.node.conn.is_cluster() {
-            1 // every lock lives in its own slot
-        } else {
-            RENEW_BATCH
-        };
-        let calls = writers
-            .chunks(batch)
-            .map(|writers| futures_util::future::Either::Left(self.node.renew_batch(writers)))
-            .chain(
-                shares
-                    .chunks(batch)
-                    .map(|shares| futures_util::future::Either::Right(self.renew_shares(shares))),
-            );
-        let replies: Vec<Result<Vec<i64>>> = if self.node.conn.is_cluster() {
-            futures_util::future::join_all(calls).await
-        } else {
-            let mut replies = Vec::new();
-            for call in calls {
-                replies.push(call.await);
-            }
-            replies
-        };
-        let mut flags = Vec::with_capacity(leases.len());
-        for reply in replies {
-            flags.extend(reply?);
+        let generation = self.node.conn.generation();
+        let renewed = self.renew_here(leases).await?;
+        if let (Some(replicas), Some(lease)) = (self.replicas, leases.first()) {
+            // Not acknowledged: this renewal does not count (the lease's local deadline keeps
+            // running from the last one that did).
+            self.node
+                .replicated(replicas, &lease.key, generation)
+                .await?;
         }
-        if flags.len() != leases.len() {
-            return Err(Error::refused(
-                "redis",
-                "renewal script returned the wrong number of results",
-            ));
-        }
-        // Put the answers back in the order of `leases`: writers' first, then shares'.
-        let (writer_flags, share_flags) = flags.split_at(writers.len());
-        let (mut writer_flags, mut share_flags) = (writer_flags.iter(), share_flags.iter());
-        Ok(leases
-            .iter()
-            .map(|lease| {
-                let flag = if lease.mode == LockMode::Exclusive {
-                    writer_flags.next()
-                } else {
-                    share_flags.next()
-                };
-                if flag == Some(&1) {
-                    RenewOutcome::Renewed { valid_from: sent }
-                } else {
-                    RenewOutcome::NotOwner
-                }
-            })
-            .collect())
+        Ok(renewed)
     }
 
     async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
@@ -529,6 +488,137 @@ impl LockBackend for RedisBackend {
 }
 
 impl RedisBackend {
+    /// [`LockBackend::acquire`] before the replicas' acknowledgement.
+    async fn acquire_here(
+        &self,
+        req: &AcquireRequest,
+        deadline: Option<Instant>,
+    ) -> Result<AcquireOutcome> {
+        if req.mode != LockMode::Exclusive {
+            // Boxed: keeps the writer's (and the plain lock's) future small.
+            return Box::pin(self.acquire_share(req, deadline)).await;
+        }
+        let mut retry_after = None;
+        // Fast path: nobody of ours queues for this key and we did not just yield it to
+        // other Lockers, so try at once.
+        if self.waiters.may_try_at_once(&req.key) {
+            let sent = Instant::now();
+            match self.node.attempt(req).await? {
+                Attempt::Granted(token) => return Ok(Self::lease(req, sent, token)),
+                Attempt::Held(pttl) => retry_after = pttl,
+                Attempt::Taken if deadline.is_some_and(|d| d <= Instant::now()) => {
+                    // Out of time: the script asks once more and says for how long the
+                    // lock is held (a `try_lock` that finds it taken costs two round trips).
+                    let sent = Instant::now();
+                    return Ok(match self.node.attempt_scripted(req, false).await? {
+                        Attempt::Granted(token) => Self::lease(req, sent, token),
+                        Attempt::Held(pttl) | Attempt::WriterWaits(pttl) => {
+                            AcquireOutcome::Busy { retry_after: pttl }
+                        }
+                        Attempt::Taken => AcquireOutcome::Busy { retry_after: None },
+                    });
+                }
+                Attempt::Taken | Attempt::WriterWaits(_) => {}
+            }
+            if deadline.is_some_and(|d| d <= Instant::now()) {
+                return Ok(AcquireOutcome::Busy { retry_after });
+            }
+        }
+        // Boxed: the line is the slow path, and keeping its state out of this future keeps
+        // the uncontended one small.
+        Box::pin(self.wait_in_line(req, deadline)).await
+    }
+
+    /// One script for the whole set on a single server, when every request is exclusive and
+    /// no waiter of this Locker queues for its key (they go first: the set takes the ordered
+    /// path, and joins the line). Not on Cluster (see `capabilities`).
+    async fn acquire_together_here(
+        &self,
+        requests: &[AcquireRequest],
+    ) -> Result<Option<AcquireAllOutcome>> {
+        if self.node.conn.is_cluster()
+            || requests.len() > MAX_TOGETHER
+            || requests.iter().any(|req| {
+                req.mode != LockMode::Exclusive || !self.waiters.may_try_at_once(&req.key)
+            })
+        {
+            return Ok(None);
+        }
+        let sent = Instant::now();
+        Ok(Some(match self.node.attempt_all(requests).await? {
+            AllAttempt::Granted(tokens) => AcquireAllOutcome::Acquired(
+                requests
+                    .iter()
+                    .zip(tokens)
+                    .map(|(req, token)| match token {
+                        Some(token) => Lease::new(req, sent).with_fencing_token(token),
+                        None => Lease::new(req, sent),
+                    })
+                    .collect(),
+            ),
+            AllAttempt::Held(index, retry_after) => AcquireAllOutcome::Busy { index, retry_after },
+        }))
+    }
+
+    /// [`LockBackend::renew`] before the replicas' acknowledgement.
+    async fn renew_here(&self, leases: &[Lease]) -> Result<Vec<RenewOutcome>> {
+        let sent = Instant::now();
+        // Writers' locks and shares take different scripts: one batch of each kind.
+        let (writers, shares): (Vec<&Lease>, Vec<&Lease>) = leases
+            .iter()
+            .partition(|lease| lease.mode == LockMode::Exclusive);
+        let batch = if self.node.conn.is_cluster() {
+            1 // every lock lives in its own slot
+        } else {
+            RENEW_BATCH
+        };
+        let calls = writers
+            .chunks(batch)
+            .map(|writers| futures_util::future::Either::Left(self.node.renew_batch(writers)))
+            .chain(
+                shares
+                    .chunks(batch)
+                    .map(|shares| futures_util::future::Either::Right(self.renew_shares(shares))),
+            );
+        let replies: Vec<Result<Vec<i64>>> = if self.node.conn.is_cluster() {
+            futures_util::future::join_all(calls).await
+        } else {
+            let mut replies = Vec::new();
+            for call in calls {
+                replies.push(call.await);
+            }
+            replies
+        };
+        let mut flags = Vec::with_capacity(leases.len());
+        for reply in replies {
+            flags.extend(reply?);
+        }
+        if flags.len() != leases.len() {
+            return Err(Error::refused(
+                "redis",
+                "renewal script returned the wrong number of results",
+            ));
+        }
+        // Put the answers back in the order of `leases`: writers' first, then shares'.
+        let (writer_flags, share_flags) = flags.split_at(writers.len());
+        let (mut writer_flags, mut share_flags) = (writer_flags.iter(), share_flags.iter());
+        Ok(leases
+            .iter()
+            .map(|lease| {
+                let flag = if lease.mode == LockMode::Exclusive {
+                    writer_flags.next()
+                } else {
+                    share_flags.next()
+                };
+                if flag == Some(&1) {
+                    RenewOutcome::Renewed { valid_from: sent }
+                } else {
+                    RenewOutcome::NotOwner
+                }
+            })
+            .collect())
+    }
+
     /// A reader or a permit: one attempt at once unless this Locker already queues for the
     /// key, then the queue.
     async fn acquire_share(

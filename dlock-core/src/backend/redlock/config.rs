@@ -113,7 +113,9 @@ impl RedLockUrl {
                 let node = format!("{node_scheme}://{entry}{path}{query}");
                 match RedisUrl::parse(&node, BackendKind::Redis) {
                     Ok(RedisUrl::Single(info)) => Ok(*info),
-                    Ok(RedisUrl::Cluster(_)) => Err(bad(format!("master `{entry}` is a cluster"))),
+                    Ok(RedisUrl::Cluster(_) | RedisUrl::Sentinel(_)) => {
+                        Err(bad(format!("master `{entry}` is not one server")))
+                    }
                     Err(error) => Err(bad(format!("master `{}`: {error}", redact_userinfo(entry)))),
                 }
             })

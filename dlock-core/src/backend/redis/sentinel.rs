@@ -1,0 +1,705 @@
+//! Redis Sentinel (`redis+sentinel://s1:26379,s2:26379/<master>[/db]`): the Redis backend on
+//! a master that can move. The sentinels are asked where the master is (most of them must
+//! agree, and the server must say `ROLE` master); the backend's connections then follow it:
+//! every sentinel's `+switch-master` announcement, a `READONLY` answer (the server was
+//! demoted), a dropped connection or a timeout has the sentinels asked again, and when the
+//! master moved, the command connection and the subscription move with it. A command that got
+//! `READONLY` was not applied, so it is sent once more to the new master; anything else fails
+//! with [`Error::Unavailable`] within the operation timeout and the next request goes to the
+//! new master.
+//!
+//! The redis crate's own Sentinel client (its `sentinel` feature) resolves the master at
+//! connect time only (redis-rs#1438) and asks the sentinels one after another with no bound
+//! for each, so a frozen sentinel would hold every resolution up; the few requests of the
+//! Sentinel client protocol are written here instead.
+
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
+use redis::aio::{ConnectionLike, ConnectionManager};
+use redis::{
+    Client, Cmd, IntoConnectionInfo, PushInfo, PushKind, RedisFuture, TlsCertificates, Value,
+};
+use tokio::sync::{Notify, mpsc::UnboundedSender, watch};
+use tokio_util::sync::CancellationToken;
+
+use crate::backend::url_text::redact;
+use crate::{Error, Result};
+
+/// The sentinels' channel announcing a failover's new master:
+/// `<master name> <old ip> <old port> <new ip> <new port>`.
+const SWITCH_MASTER: &str = "+switch-master";
+
+/// The longest pause between two attempts to find the master after a failed one.
+const MAX_BACKOFF: Duration = Duration::from_secs(1);
+
+/// What a `redis+sentinel://` URL says.
+#[derive(Debug, Clone)]
+pub(crate) struct SentinelUrl {
+    /// `redis://` or `rediss://`: the scheme of every connection, to sentinels and servers.
+    scheme: &'static str,
+    /// `host:port` of every sentinel.
+    sentinels: Vec<String>,
+    /// The name the sentinels monitor the master by.
+    pub(crate) master_name: String,
+    /// `user:password@` (as written, percent-encoded) for the servers, or empty.
+    credentials: String,
+    /// The database number.
+    db: i64,
+    /// Replicas that must acknowledge each grant and renewal (`WAIT`); 0: none.
+    pub(crate) min_replicas: u32,
+    /// How long a grant or renewal waits for them.
+    pub(crate) replica_timeout: Duration,
+}
+
+impl SentinelUrl {
+    /// Parses `redis+sentinel://[user:pw@]s1:26379,s2:26379/<master>[/db][?min_replicas=N&replica_timeout=D]`
+    /// (`rediss+sentinel://` over TLS, to sentinels and servers alike).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] naming the URL (password redacted) and what is wrong with it.
+    pub(crate) fn parse(url: &str) -> Result<Self> {
+        let bad = |reason: String| Error::config("backend", redact(url), reason);
+        let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
+        let scheme = if scheme.to_ascii_lowercase().starts_with("rediss") {
+            "rediss"
+        } else {
+            "redis"
+        };
+        let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
+        let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+        let (credentials, hosts) = authority
+            .rsplit_once('@')
+            .map_or((String::new(), authority), |(user, hosts)| {
+                (format!("{user}@"), hosts)
+            });
+        let sentinels: Vec<String> = hosts
+            .split(',')
+            .map(|host| {
+                if host
+                    .rsplit_once(':')
+                    .is_some_and(|(_, port)| !port.contains(']'))
+                {
+                    host.to_owned()
+                } else {
+                    format!("{host}:26379")
+                }
+            })
+            .collect();
+        let mut segments = path.split('/').filter(|s| !s.is_empty());
+        let master_name = segments.next().ok_or_else(|| {
+            bad("expected the master's name after the sentinels: `redis+sentinel://s1:26379,s2:26379/mymaster`".into())
+        })?;
+        let master_name = percent_encoding::percent_decode_str(master_name)
+            .decode_utf8()
+            .map_err(|_| bad("the master's name is not valid UTF-8".into()))?
+            .into_owned();
+        let db = match segments.next() {
+            None => 0,
+            Some(db) => db
+                .parse()
+                .map_err(|_| bad(format!("`{db}` is not a database number")))?,
+        };
+        if let Some(extra) = segments.next() {
+            return Err(bad(format!(
+                "unexpected `/{extra}`: the path is `/<master name>[/<db>]`"
+            )));
+        }
+        let mut parsed = Self {
+            scheme,
+            sentinels,
+            master_name,
+            credentials,
+            db,
+            min_replicas: 0,
+            replica_timeout: Duration::from_secs(1),
+        };
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+            match name {
+                "min_replicas" => {
+                    parsed.min_replicas = value.parse().map_err(|_| {
+                        bad(format!(
+                            "min_replicas={value}: expected a number of replicas"
+                        ))
+                    })?;
+                }
+                "replica_timeout" => {
+                    parsed.replica_timeout = dlock_grammar::duration::parse(value)
+                        .map_err(|e| bad(format!("replica_timeout={value}: {e}")))?;
+                    if parsed.replica_timeout.is_zero() {
+                        // `WAIT n 0` waits forever.
+                        return Err(bad("replica_timeout=0: give a positive duration".into()));
+                    }
+                }
+                other => {
+                    return Err(bad(format!(
+                        "unknown option `{other}`; a Sentinel URL takes min_replicas and replica_timeout"
+                    )));
+                }
+            }
+        }
+        // Each address must be one the client takes.
+        for sentinel in &parsed.sentinels {
+            parsed
+                .sentinel_info(sentinel)
+                .map_err(|e| bad(format!("sentinel `{sentinel}`: {e}")))?;
+        }
+        Ok(parsed)
+    }
+
+    /// The settings of a connection to the sentinel at `address` (no credentials: a
+    /// sentinel's password, if it has one, is its own; RESP2).
+    fn sentinel_info(&self, address: &str) -> redis::RedisResult<redis::ConnectionInfo> {
+        format!("{}://{address}", self.scheme).into_connection_info()
+    }
+
+    /// The settings of a connection to the server at `address` (`host:port`): the URL's
+    /// credentials and database, RESP3 (for pub/sub pushes).
+    pub(crate) fn server_info(&self, address: &str) -> redis::RedisResult<redis::ConnectionInfo> {
+        format!(
+            "{}://{}{address}/{}?protocol=resp3",
+            self.scheme, self.credentials, self.db
+        )
+        .into_connection_info()
+    }
+
+    /// The settings of every sentinel (for the TLS files' check).
+    pub(crate) fn sentinel_infos(&self) -> Vec<redis::ConnectionInfo> {
+        self.sentinels
+            .iter()
+            .filter_map(|s| self.sentinel_info(s).ok())
+            .collect()
+    }
+}
+
+/// The master of one Sentinel-managed group as a backend's connections see it: where it is,
+/// how many times it moved, and the connections that follow it. Background tasks listen to
+/// every sentinel's `+switch-master` and find the master again when asked; they end when
+/// this is dropped.
+pub(crate) struct Sentinels {
+    url: SentinelUrl,
+    certs: Option<TlsCertificates>,
+    timeout: Duration,
+    master: Mutex<Master>,
+    /// The generation of the master, bumped at each move.
+    moved: watch::Sender<u64>,
+    slots: Mutex<Vec<Weak<Slot>>>,
+    /// Asks the background task to find the master again.
+    look_again: Arc<Notify>,
+    stop: CancellationToken,
+}
+
+impl std::fmt::Debug for Sentinels {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sentinels")
+            .field("master_name", &self.url.master_name)
+            .field("sentinels", &self.url.sentinels)
+            .field("master", &self.lock_master().address)
+            .finish_non_exhaustive()
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Master {
+    /// `host:port`.
+    address: String,
+    generation: u64,
+}
+
+impl Drop for Sentinels {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+impl Sentinels {
+    /// Finds the master (within `timeout`) and starts following it.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Unavailable`] naming the sentinels when none of them names a master that says
+    /// it is one within `timeout`.
+    pub(crate) async fn connect(
+        url: SentinelUrl,
+        certs: Option<TlsCertificates>,
+        timeout: Duration,
+    ) -> Result<Arc<Self>> {
+        let address = find_master(&url, certs.as_ref(), timeout).await?;
+        let sentinels = Arc::new(Self {
+            url,
+            certs,
+            timeout,
+            master: Mutex::new(Master {
+                address,
+                generation: 0,
+            }),
+            moved: watch::Sender::new(0),
+            slots: Mutex::new(Vec::new()),
+            look_again: Arc::new(Notify::new()),
+            stop: CancellationToken::new(),
+        });
+        tokio::spawn(follow(
+            Arc::downgrade(&sentinels),
+            Arc::clone(&sentinels.look_again),
+            sentinels.stop.clone(),
+        ));
+        for sentinel in &sentinels.url.sentinels {
+            let Ok(info) = sentinels.url.sentinel_info(sentinel) else {
+                continue;
+            };
+            tokio::spawn(listen(
+                info,
+                sentinels.certs.clone(),
+                sentinels.url.master_name.clone(),
+                Arc::downgrade(&sentinels),
+                sentinels.stop.clone(),
+            ));
+        }
+        Ok(sentinels)
+    }
+
+    /// A connection to the master that follows it; with `pushes`, pub/sub messages arrive
+    /// there (and a disconnection notice when the master moved, so subscribers subscribe
+    /// again and look at what they missed).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Unavailable`] when the master cannot be reached within the timeout.
+    pub(crate) async fn open(
+        self: &Arc<Self>,
+        pushes: Option<UnboundedSender<PushInfo>>,
+    ) -> Result<SentinelConn> {
+        let master = self.lock_master().clone();
+        let client = self.client(&master.address)?;
+        let config = super::conn::manager_config(self.timeout, pushes.clone());
+        let manager = tokio::time::timeout(
+            self.timeout,
+            ConnectionManager::new_with_config(client, config),
+        )
+        .await
+        .map_err(|_| Error::timeout("redis", "connect", self.timeout))?
+        .map_err(|e| {
+            Error::unavailable(
+                "redis",
+                format!("connecting to the master at {}: {e}", master.address),
+            )
+        })?;
+        let slot = Arc::new(Slot {
+            current: Mutex::new((master.generation, manager)),
+            pushes,
+        });
+        self.lock_slots().push(Arc::downgrade(&slot));
+        // The master may have moved while this connected.
+        if self.lock_master().generation != master.generation {
+            self.look_again.notify_one();
+        }
+        Ok(SentinelConn {
+            slot,
+            sentinels: Arc::clone(self),
+        })
+    }
+
+    /// A client for the server at `address`, with the URL's TLS files.
+    fn client(&self, address: &str) -> Result<Client> {
+        let info = self
+            .url
+            .server_info(address)
+            .map_err(|e| Error::config("backend", address.to_owned(), e.to_string()))?;
+        super::conn::client(&info, self.certs.clone())
+            .map_err(|e| Error::config("backend", address.to_owned(), e.to_string()))
+    }
+
+    /// The master moved to `address`: every connection following it moves too.
+    fn moved_to(&self, address: String) {
+        let generation = {
+            let mut master = self.lock_master();
+            if master.address == address {
+                return;
+            }
+            master.address.clone_from(&address);
+            master.generation += 1;
+            master.generation
+        };
+        tracing::warn!(
+            master = %self.url.master_name,
+            %address,
+            "dlock: the Redis master moved (Sentinel failover); following it"
+        );
+        let slots: Vec<Arc<Slot>> = {
+            let mut slots = self.lock_slots();
+            slots.retain(|slot| slot.strong_count() > 0);
+            slots.iter().filter_map(Weak::upgrade).collect()
+        };
+        for slot in slots {
+            let Ok(client) = self.client(&address) else {
+                continue;
+            };
+            let config = super::conn::manager_config(self.timeout, slot.pushes.clone());
+            let Ok(manager) = ConnectionManager::new_lazy_with_config(client, config) else {
+                continue;
+            };
+            *slot.lock() = (generation, manager);
+            if let Some(pushes) = &slot.pushes {
+                // What was published on the old master is unknown, and nothing is
+                // subscribed on the new one: subscribers subscribe again and look.
+                let _ = pushes.send(PushInfo {
+                    kind: PushKind::Disconnection,
+                    data: Vec::new(),
+                });
+            }
+        }
+        self.moved.send_replace(generation);
+    }
+
+    /// Has the master looked for, and waits (at most the timeout) until it is found to have
+    /// moved since `generation`; whether it did.
+    async fn moved_since(&self, generation: u64) -> bool {
+        let mut moved = self.moved.subscribe();
+        self.look_again.notify_one();
+        let waited = tokio::time::timeout(self.timeout, moved.wait_for(|g| *g > generation));
+        matches!(waited.await, Ok(Ok(_)))
+    }
+
+    fn lock_master(&self) -> std::sync::MutexGuard<'_, Master> {
+        self.master.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn lock_slots(&self) -> std::sync::MutexGuard<'_, Vec<Weak<Slot>>> {
+        self.slots.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Finds the master again each time it is asked to, until it is found (backing off between
+/// attempts), for as long as the [`Sentinels`] live.
+async fn follow(sentinels: Weak<Sentinels>, asked: Arc<Notify>, stop: CancellationToken) {
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = asked.notified() => {}
+        }
+        let mut backoff = Duration::from_millis(50);
+        loop {
+            let Some(strong) = sentinels.upgrade() else {
+                return;
+            };
+            let found = find_master(&strong.url, strong.certs.as_ref(), strong.timeout).await;
+            if let Ok(address) = found {
+                strong.moved_to(address);
+                break;
+            }
+            drop(strong);
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = tokio::time::sleep(backoff) => {}
+            }
+            backoff = (backoff * 2).min(MAX_BACKOFF);
+        }
+    }
+}
+
+/// Listens to one sentinel's `+switch-master` (reconnecting after a second when it cannot
+/// reach it) and has the master looked for at each announcement about ours, and after each
+/// reconnect (an announcement may have been missed meanwhile).
+async fn listen(
+    sentinel: redis::ConnectionInfo,
+    certs: Option<TlsCertificates>,
+    master_name: String,
+    sentinels: Weak<Sentinels>,
+    stop: CancellationToken,
+) {
+    let mut connected_before = false;
+    loop {
+        let subscribed = async {
+            let client = super::conn::client(&sentinel, certs.clone())?;
+            let mut pubsub = client.get_async_pubsub().await?;
+            pubsub.subscribe(SWITCH_MASTER).await?;
+            redis::RedisResult::Ok(pubsub)
+        };
+        let subscribed = tokio::select! {
+            () = stop.cancelled() => return,
+            subscribed = tokio::time::timeout(Duration::from_secs(5), subscribed) => subscribed,
+        };
+        if let Ok(Ok(mut pubsub)) = subscribed {
+            let look_again = || match sentinels.upgrade() {
+                Some(strong) => {
+                    strong.look_again.notify_one();
+                    true
+                }
+                None => false,
+            };
+            if connected_before && !look_again() {
+                return;
+            }
+            connected_before = true;
+            let mut messages = pubsub.on_message();
+            loop {
+                let message = tokio::select! {
+                    () = stop.cancelled() => return,
+                    message = messages.next() => message,
+                };
+                let Some(message) = message else { break };
+                let payload: String = message.get_payload().unwrap_or_default();
+                if payload.split(' ').next() == Some(master_name.as_str()) && !look_again() {
+                    return;
+                }
+            }
+        }
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep(MAX_BACKOFF) => {}
+        }
+    }
+}
+
+/// Asks every sentinel at once where the master is (each within `timeout`), takes the
+/// address most of them give — as soon as more than half agree — and checks that the server
+/// there says it is the master (`ROLE`).
+async fn find_master(
+    url: &SentinelUrl,
+    certs: Option<&TlsCertificates>,
+    timeout: Duration,
+) -> Result<String> {
+    let mut asks: FuturesUnordered<_> = url
+        .sentinels
+        .iter()
+        .map(|sentinel| async move {
+            let asked = async {
+                let info = url.sentinel_info(sentinel)?;
+                let client = super::conn::client(&info, certs.cloned())?;
+                let mut conn = client.get_multiplexed_async_connection().await?;
+                redis::cmd("SENTINEL")
+                    .arg("get-master-addr-by-name")
+                    .arg(&url.master_name)
+                    .query_async::<Option<(String, u16)>>(&mut conn)
+                    .await
+            };
+            match tokio::time::timeout(timeout, asked).await {
+                Ok(Ok(Some((host, port)))) => Ok(host_port(&host, port)),
+                Ok(Ok(None)) => Err(format!(
+                    "{sentinel} does not monitor a master named `{}`",
+                    url.master_name
+                )),
+                Ok(Err(e)) => Err(format!("{sentinel}: {e}")),
+                Err(_) => Err(format!("{sentinel}: no answer within {timeout:?}")),
+            }
+        })
+        .collect();
+    let mut votes: Vec<(String, usize)> = Vec::new();
+    let mut failures = Vec::new();
+    let majority = url.sentinels.len() / 2 + 1;
+    while let Some(answer) = asks.next().await {
+        match answer {
+            Ok(address) => {
+                match votes.iter_mut().find(|(a, _)| *a == address) {
+                    Some((_, count)) => *count += 1,
+                    None => votes.push((address, 1)),
+                }
+                if votes.iter().any(|(_, count)| *count >= majority) {
+                    break;
+                }
+            }
+            Err(failure) => failures.push(failure),
+        }
+    }
+    drop(asks);
+    let Some((address, _)) = votes.into_iter().max_by_key(|(_, count)| *count) else {
+        return Err(Error::unavailable(
+            "redis",
+            format!(
+                "no sentinel named the master `{}`: {}",
+                url.master_name,
+                failures.join("; ")
+            ),
+        ));
+    };
+    let role = async {
+        let info = url.server_info(&address)?;
+        let client = super::conn::client(&info, certs.cloned())?;
+        let mut conn = client.get_multiplexed_async_connection().await?;
+        redis::cmd("ROLE").query_async::<Value>(&mut conn).await
+    };
+    match tokio::time::timeout(timeout, role).await {
+        Ok(Ok(Value::Array(items))) if matches!(items.first(), Some(Value::BulkString(role)) if role == b"master") => {
+            Ok(address)
+        }
+        Ok(Ok(_)) => Err(Error::unavailable(
+            "redis",
+            format!(
+                "the sentinels name {address} as master `{}`, but it is not a master (a failover under way?)",
+                url.master_name
+            ),
+        )),
+        Ok(Err(e)) => Err(Error::unavailable(
+            "redis",
+            format!("the master `{}` at {address}: {e}", url.master_name),
+        )),
+        Err(_) => Err(Error::unavailable(
+            "redis",
+            format!(
+                "the master `{}` at {address}: no answer within {timeout:?}",
+                url.master_name
+            ),
+        )),
+    }
+}
+
+/// `host:port`, an IPv6 host in brackets.
+fn host_port(host: &str, port: u16) -> String {
+    if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
+}
+
+/// One connection that follows the master: the current server's connection, and the
+/// master's generation it was made for.
+struct Slot {
+    current: Mutex<(u64, ConnectionManager)>,
+    pushes: Option<UnboundedSender<PushInfo>>,
+}
+
+impl Slot {
+    fn lock(&self) -> std::sync::MutexGuard<'_, (u64, ConnectionManager)> {
+        self.current.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn current(&self) -> (u64, ConnectionManager) {
+        self.lock().clone()
+    }
+}
+
+/// A connection to a Sentinel-managed master, wherever it is (see the module docs).
+#[derive(Clone)]
+pub(crate) struct SentinelConn {
+    slot: Arc<Slot>,
+    sentinels: Arc<Sentinels>,
+}
+
+impl SentinelConn {
+    /// The master's generation this connection talks to now (it grows at each failover).
+    pub(crate) fn generation(&self) -> u64 {
+        self.slot.lock().0
+    }
+
+    /// What an error says about the master: a `READONLY` answer means it was demoted — if
+    /// it is found to have moved, the request (which was not applied) may go again; a
+    /// failed connection or a timeout has it looked for.
+    async fn after_error(&self, generation: u64, error: &redis::RedisError) -> bool {
+        if error.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly) {
+            return self.sentinels.moved_since(generation).await;
+        }
+        if error.is_io_error()
+            || error.is_timeout()
+            || error.is_connection_dropped()
+            || error.is_connection_refusal()
+        {
+            self.sentinels.look_again.notify_one();
+        }
+        false
+    }
+
+    pub(crate) async fn subscribe(&mut self, channel: &str) -> redis::RedisResult<()> {
+        let (generation, mut manager) = self.slot.current();
+        let subscribed = manager.subscribe(channel).await;
+        if let Err(error) = &subscribed {
+            self.after_error(generation, error).await;
+        }
+        subscribed
+    }
+
+    pub(crate) async fn unsubscribe(&mut self, channel: &str) -> redis::RedisResult<()> {
+        let (_, mut manager) = self.slot.current();
+        manager.unsubscribe(channel).await
+    }
+}
+
+impl ConnectionLike for SentinelConn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        Box::pin(async move {
+            let (generation, mut manager) = self.slot.current();
+            let reply = manager.req_packed_command(cmd).await;
+            match reply {
+                Err(error) if self.after_error(generation, &error).await => {
+                    let (_, mut manager) = self.slot.current();
+                    manager.req_packed_command(cmd).await
+                }
+                reply => reply,
+            }
+        })
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        Box::pin(async move {
+            let (generation, mut manager) = self.slot.current();
+            let reply = manager.req_packed_commands(pipeline, offset, count).await;
+            match reply {
+                Err(error) if self.after_error(generation, &error).await => {
+                    let (_, mut manager) = self.slot.current();
+                    manager.req_packed_commands(pipeline, offset, count).await
+                }
+                reply => reply,
+            }
+        })
+    }
+
+    fn get_db(&self) -> i64 {
+        self.sentinels.url.db
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_name_the_sentinels_the_master_and_the_options() {
+        let url = SentinelUrl::parse(
+            "redis+sentinel://app:pw@a:1,b,c:3/mymaster/2?min_replicas=1&replica_timeout=250ms",
+        )
+        .unwrap();
+        assert_eq!(url.sentinels, ["a:1", "b:26379", "c:3"]);
+        assert_eq!(url.master_name, "mymaster");
+        assert_eq!((url.db, url.min_replicas), (2, 1));
+        assert_eq!(url.replica_timeout, Duration::from_millis(250));
+        let server = url.server_info("10.0.0.1:6380").unwrap();
+        assert_eq!(server.redis_settings().db(), 2);
+        assert_eq!(server.redis_settings().username(), Some("app"));
+        assert!(matches!(server.addr(), redis::ConnectionAddr::Tcp(..)));
+        let tls = SentinelUrl::parse("rediss+sentinel://a:1/m").unwrap();
+        assert!(matches!(
+            tls.server_info("h:1").unwrap().addr(),
+            redis::ConnectionAddr::TcpTls { .. }
+        ));
+    }
+
+    #[test]
+    fn bad_urls_say_what_is_wrong() {
+        for (url, says) in [
+            ("redis+sentinel://a:1", "master's name"),
+            ("redis+sentinel://a:1/m/x", "not a database number"),
+            ("redis+sentinel://a:1/m/0/z", "unexpected `/z`"),
+            (
+                "redis+sentinel://a:1/m?min_replicas=two",
+                "min_replicas=two",
+            ),
+            (
+                "redis+sentinel://a:1/m?replica_timeout=0s",
+                "replica_timeout=0",
+            ),
+            ("redis+sentinel://a:1/m?wait=1", "unknown option `wait`"),
+        ] {
+            let error = SentinelUrl::parse(url).unwrap_err().to_string();
+            assert!(error.contains(says), "{url}: {error}");
+        }
+    }
+}
