@@ -107,7 +107,27 @@ async fn sentinel() -> Target<RedisBackend> {
     target(server, url.clone()).await
 }
 
+/// The same over TLS: clients, replication and sentinels.
+async fn sentinel_tls() -> Target<RedisBackend> {
+    static SERVER: OnceCell<Serving> = OnceCell::const_new();
+    let (server, url) = shared(&SERVER, || async {
+        let certs = TestCerts::generate().expect("certificates");
+        let group = RedisSentinels::start_tls(2, &certs)
+            .await
+            .expect("redis sentinels");
+        let url = format!(
+            "{}?min_replicas=1&replica_timeout=500ms&{}",
+            group.url(),
+            certs.url_query()
+        );
+        (Box::new((group, certs)) as Box<dyn Send + Sync>, url)
+    })
+    .await;
+    target(server, url.clone()).await
+}
+
 dlock_core::conformance_tests!(redis_single, single());
+dlock_core::conformance_tests!(redis_sentinel_tls, sentinel_tls());
 dlock_core::conformance_tests!(redis_sentinel, sentinel());
 dlock_core::conformance_tests!(redis_single_tls, single_tls());
 dlock_core::conformance_tests!(redis_cluster_tls, cluster_tls());

@@ -56,8 +56,23 @@ impl RedisServer {
     ///
     /// As [`start`](Self::start).
     pub async fn start_tls(certs: &TestCerts) -> Result<Self> {
+        Self::start_tls_with(certs, &[]).await
+    }
+
+    /// Like [`start_tls`](Self::start_tls), with extra `redis-server` arguments.
+    ///
+    /// # Errors
+    ///
+    /// As [`start`](Self::start).
+    pub async fn start_tls_with(certs: &TestCerts, args: &[&str]) -> Result<Self> {
         let binary = find_binary("redis-server")?;
-        retry_startup(|| Self::launch(&binary, &[], Some(certs), ports::free_port)).await
+        retry_startup(|| Self::launch(&binary, args, Some(certs), ports::free_port)).await
+    }
+
+    /// The TLS port of a server started with [`start_tls`](Self::start_tls).
+    #[must_use]
+    pub const fn tls_port(&self) -> Option<u16> {
+        self.tls_port
     }
 
     /// Starts one server on a port from `pick_port`, without retrying.

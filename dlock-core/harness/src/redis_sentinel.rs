@@ -9,6 +9,7 @@ use super::process::{
     temp_dir,
 };
 use super::redis::RedisServer;
+use super::tls::TestCerts;
 use super::wire::{redis_ping, resp_command};
 use super::{HarnessError, Result, ports};
 
@@ -39,6 +40,7 @@ pub struct RedisSentinels {
 #[derive(Debug)]
 pub struct SentinelServer {
     process: ServerProcess,
+    tls_port: Option<u16>,
     _dir: TempDir,
 }
 
@@ -53,33 +55,65 @@ impl RedisSentinels {
     /// [`HarnessError::MissingBinary`] without `redis-server`; [`HarnessError::Startup`] if a
     /// process did not start or the sentinels did not find each other within 30 s.
     pub async fn start(replicas: usize) -> Result<Self> {
+        Self::launch(replicas, None).await
+    }
+
+    /// Like [`start`](Self::start), everything over TLS with `certs`: clients, replication,
+    /// and the sentinels (which listen for TLS too, and talk TLS to the servers). Each
+    /// process keeps a plain port for the harness's own requests.
+    ///
+    /// # Errors
+    ///
+    /// As [`start`](Self::start).
+    pub async fn start_tls(replicas: usize, certs: &TestCerts) -> Result<Self> {
+        Self::launch(replicas, Some(certs)).await
+    }
+
+    async fn launch(replicas: usize, tls: Option<&TestCerts>) -> Result<Self> {
         let binary = find_binary("redis-server")?;
-        let master = RedisServer::start().await?;
-        let master_port = master.port().to_string();
+        let start = async |args: &[&str]| match tls {
+            Some(certs) => {
+                let mut args = args.to_vec();
+                args.extend(["--tls-replication", "yes"]);
+                RedisServer::start_tls_with(certs, &args).await
+            }
+            None => RedisServer::start_with(args).await,
+        };
+        let master = start(&[]).await?;
+        // Replicas, and sentinels, reach the master where clients do.
+        let master_port = master.tls_port().unwrap_or(master.port());
+        let replica_of = master_port.to_string();
         let mut servers = vec![master];
         for _ in 0..replicas {
-            let args = ["--replicaof", "127.0.0.1", master_port.as_str()];
-            servers.push(RedisServer::start_with(&args).await?);
+            let args = ["--replicaof", "127.0.0.1", replica_of.as_str()];
+            servers.push(start(&args).await?);
         }
         let mut sentinels = Vec::new();
         for _ in 0..3 {
-            let port = servers[0].port();
-            sentinels.push(retry_startup(|| SentinelServer::launch(&binary, port)).await?);
+            sentinels
+                .push(retry_startup(|| SentinelServer::launch(&binary, master_port, tls)).await?);
         }
         let group = Self { servers, sentinels };
         group.wait_until_known(replicas).await?;
         Ok(group)
     }
 
-    /// `redis+sentinel://127.0.0.1:s1,127.0.0.1:s2,127.0.0.1:s3/dlock-master`
+    /// `redis+sentinel://127.0.0.1:s1,127.0.0.1:s2,127.0.0.1:s3/dlock-master`; over TLS
+    /// (a group started with [`start_tls`](Self::start_tls)) `rediss+sentinel://` with the
+    /// sentinels' TLS ports.
     #[must_use]
     pub fn url(&self) -> String {
         let sentinels: Vec<String> = self
             .sentinels
             .iter()
-            .map(|s| format!("127.0.0.1:{}", s.port()))
+            .map(|s| format!("127.0.0.1:{}", s.tls_port.unwrap_or(s.port())))
             .collect();
-        format!("redis+sentinel://{}/{MASTER_NAME}", sentinels.join(","))
+        let scheme = if self.sentinels.iter().any(|s| s.tls_port.is_some()) {
+            "rediss+sentinel"
+        } else {
+            "redis+sentinel"
+        };
+        format!("{scheme}://{}/{MASTER_NAME}", sentinels.join(","))
     }
 
     /// The Redis servers: the master at the start first, then the replicas.
@@ -103,7 +137,7 @@ impl RedisSentinels {
         let port = self.master_port().await?;
         self.servers
             .iter()
-            .find(|server| server.port() == port)
+            .find(|server| announces(server, port))
             .ok_or_else(|| io_error(format!("the sentinels name port {port} as master")))
     }
 
@@ -114,7 +148,11 @@ impl RedisSentinels {
     /// As [`master`](Self::master).
     pub async fn replicas(&self) -> Result<Vec<&RedisServer>> {
         let port = self.master_port().await?;
-        Ok(self.servers.iter().filter(|s| s.port() != port).collect())
+        Ok(self
+            .servers
+            .iter()
+            .filter(|s| !announces(s, port))
+            .collect())
     }
 
     /// Forces a failover (`SENTINEL FAILOVER`) and waits until every sentinel names the new
@@ -124,7 +162,7 @@ impl RedisSentinels {
     ///
     /// [`HarnessError::Io`] if a sentinel refuses, or the failover did not end within 30 s.
     pub async fn failover(&self) -> Result<&RedisServer> {
-        let before = self.master_port().await?;
+        let before = self.master().await?.port();
         let sentinel = self.sentinels[0].port();
         resp_command(sentinel, &["SENTINEL", "FAILOVER", MASTER_NAME])
             .await?
@@ -133,8 +171,8 @@ impl RedisSentinels {
         self.wait_for_new_master(before).await
     }
 
-    /// Waits until every answering sentinel names a master other than the server on port
-    /// `before`, and it says it is one (`ROLE`): after a failover (forced, or caused by a
+    /// Waits until every answering sentinel names a master other than the server whose
+    /// (plain) [`port`](RedisServer::port) is `before`, and it says it is one (`ROLE`): after a failover (forced, or caused by a
     /// killed or frozen master). Returns the new master.
     ///
     /// # Errors
@@ -150,9 +188,9 @@ impl RedisSentinels {
                 }
             }
             if let Some(&port) = named.first()
-                && port != before
                 && named.iter().all(|&p| p == port)
-                && let Some(server) = self.servers.iter().find(|s| s.port() == port)
+                && let Some(server) = self.servers.iter().find(|s| announces(s, port))
+                && server.port() != before
                 && role(server.port()).await.as_deref() == Some("master")
             {
                 return Ok(server);
@@ -226,29 +264,56 @@ impl RedisSentinels {
 
 impl SentinelServer {
     /// Starts one sentinel monitoring the master on `master_port`, without retrying.
-    async fn launch(binary: &std::path::Path, master_port: u16) -> Result<Self> {
+    async fn launch(
+        binary: &std::path::Path,
+        master_port: u16,
+        tls: Option<&TestCerts>,
+    ) -> Result<Self> {
         let port = ports::free_port()?;
         let dir = temp_dir("sentinel")?;
         let config = dir.path().join("sentinel.conf");
-        std::fs::write(
-            &config,
-            format!(
-                "port {port}\nbind 127.0.0.1\nprotected-mode no\ndaemonize no\ndir {dir}\n\
-                 sentinel monitor {MASTER_NAME} 127.0.0.1 {master_port} 2\n\
-                 sentinel down-after-milliseconds {MASTER_NAME} 1000\n\
-                 sentinel failover-timeout {MASTER_NAME} 5000\n\
-                 sentinel parallel-syncs {MASTER_NAME} 2\n",
-                dir = dir.path().display()
-            ),
-        )?;
+        let mut text = format!(
+            "port {port}\nbind 127.0.0.1\nprotected-mode no\ndaemonize no\ndir {dir}\n",
+            dir = dir.path().display()
+        );
+        let tls_port = match tls {
+            Some(certs) => {
+                let tls_port = ports::free_port()?;
+                text.push_str(&format!(
+                    "tls-port {tls_port}\ntls-cert-file {}\ntls-key-file {}\n\
+                     tls-ca-cert-file {}\ntls-auth-clients yes\ntls-replication yes\n",
+                    certs.server_cert_file().display(),
+                    certs.server_key_file().display(),
+                    certs.ca_file().display()
+                ));
+                Some(tls_port)
+            }
+            None => None,
+        };
+        text.push_str(&format!(
+            "sentinel monitor {MASTER_NAME} 127.0.0.1 {master_port} 2\n\
+             sentinel down-after-milliseconds {MASTER_NAME} 1000\n\
+             sentinel failover-timeout {MASTER_NAME} 5000\n\
+             sentinel parallel-syncs {MASTER_NAME} 2\n"
+        ));
+        std::fs::write(&config, text)?;
         let server = format!("redis sentinel on 127.0.0.1:{port}");
         let spec = Spec::new(server, binary, dir.path())
             .args([config.to_string_lossy().as_ref(), "--sentinel"]);
         let process =
             ServerProcess::start(spec, port, probe(move || redis_ping(port)), STARTUP_TIMEOUT)
                 .await?;
-        Ok(Self { process, _dir: dir })
+        Ok(Self {
+            process,
+            tls_port,
+            _dir: dir,
+        })
     }
+}
+
+/// Whether the sentinels know `server` by `port` (its TLS port in a TLS group).
+fn announces(server: &RedisServer, port: u16) -> bool {
+    server.port() == port || server.tls_port() == Some(port)
 }
 
 /// The master's port as the sentinel on `port` names it.
