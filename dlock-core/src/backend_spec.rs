@@ -2,7 +2,14 @@
 
 use std::fmt;
 
-use percent_encoding::{NON_ALPHANUMERIC, utf8_percent_encode};
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
+
+/// What a query option keeps as it is: letters, digits and `-._~` (RFC 3986's unreserved).
+const UNRESERVED: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
 
 use crate::backend::url_text::redact;
 use serde::{Deserialize, Serialize};
@@ -59,12 +66,26 @@ pub enum BackendSpec {
 ///     BackendSpec::Table(table).to_url(),
 ///     "redis+cluster://10.0.0.1:6379,10.0.0.2:6379"
 /// );
+///
+/// // A Sentinel-managed master, in TOML: the sentinels, the master's name, and options.
+/// let config = dlock_core::DlockConfig::from_toml_str(r#"
+///     [backend]
+///     kind = "redis+sentinel"
+///     hosts = ["10.0.0.1:26379", "10.0.0.2:26379", "10.0.0.3:26379"]
+///     path = "mymaster"
+///     options = { min_replicas = "1", replica_timeout = "500ms" }
+/// "#).unwrap();
+/// assert_eq!(
+///     config.backend.to_url(),
+///     "redis+sentinel://10.0.0.1:26379,10.0.0.2:26379,10.0.0.3:26379/mymaster?min_replicas=1&replica_timeout=500ms"
+/// );
 /// ```
 #[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct BackendTable {
-    /// The URL scheme: `memory`, `redis`, `redis+cluster`, `redlock`, `etcd`, `zk`, `postgres`.
+    /// The URL scheme: `memory`, `redis`, `redis+cluster`, `redis+sentinel`, `redlock`,
+    /// `etcd`, `zk`, `postgres`.
     pub kind: String,
     /// `host:port` of every server or node.
     pub hosts: Vec<String>,
@@ -75,6 +96,9 @@ pub struct BackendTable {
     pub username: Option<String>,
     /// The password (kept out of `Debug` output).
     pub password: Option<String>,
+    /// The URL's query options, e.g. a Sentinel URL's `min_replicas` (values percent-encoded
+    /// into the URL).
+    pub options: std::collections::BTreeMap<String, String>,
 }
 
 impl BackendSpec {
@@ -116,6 +140,7 @@ crate::setters::with_setters! {
     with_path(path: Option<String>) = "Some(String::from(\"app1\"))";
     with_username(username: Option<String>) = "Some(String::from(\"app\"))";
     with_password(password: Option<String>) = "Some(String::from(\"s3cret\"))";
+    with_options(options: std::collections::BTreeMap<String, String>) = "[(String::from(\"min_replicas\"), String::from(\"1\"))].into()";
 }
 
 impl BackendTable {
@@ -134,8 +159,21 @@ impl BackendTable {
             .path
             .as_deref()
             .map_or(String::new(), |p| format!("/{}", p.trim_start_matches('/')));
+        let query: Vec<String> = self
+            .options
+            .iter()
+            .map(|(name, value)| {
+                let encode = |s: &str| utf8_percent_encode(s, UNRESERVED).to_string();
+                format!("{}={}", encode(name), encode(value))
+            })
+            .collect();
+        let query = if query.is_empty() {
+            String::new()
+        } else {
+            format!("?{}", query.join("&"))
+        };
         format!(
-            "{}://{credentials}{}{path}",
+            "{}://{credentials}{}{path}{query}",
             self.kind,
             self.hosts.join(",")
         )
@@ -150,6 +188,7 @@ impl fmt::Debug for BackendTable {
             .field("path", &self.path)
             .field("username", &self.username)
             .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .field("options", &self.options)
             .finish()
     }
 }
@@ -166,6 +205,7 @@ mod tests {
             path: Some("/locks".into()),
             username: Some("app".into()),
             password: Some("p@ss word".into()),
+            options: Default::default(),
         };
         assert_eq!(
             BackendSpec::Table(table).to_url(),

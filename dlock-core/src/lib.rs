@@ -31,7 +31,7 @@
 //! | feature       | default | what it adds                                                       |
 //! |---------------|---------|--------------------------------------------------------------------|
 //! | `memory`      | yes     | [`backend::MemoryBackend`], `memory://` URLs                       |
-//! | `redis`       | no      | `backend::RedisBackend`: `redis://`, `redis+cluster://` URLs       |
+//! | `redis`       | no      | `backend::RedisBackend`: `redis://`, `redis+cluster://`, `redis+sentinel://` URLs |
 //! | `etcd`        | no      | `backend::EtcdBackend`: `etcd://` URLs, interoperable with `etcdctl lock` |
 //! | `zookeeper`   | no      | `backend::ZooKeeperBackend`: `zk://` URLs, interoperable with Apache Curator's locks |
 //! | `redlock`     | no      | `backend::RedLockBackend`: `redlock://` URLs, one lock over N Redis masters |

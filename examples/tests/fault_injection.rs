@@ -25,9 +25,10 @@ const HALVES: [(&str, &[&str]); 2] = [
         ],
     ),
     (
-        "redis-cluster,redlock,etcd-3,zk-3",
+        "redis-cluster,redis-sentinel,redlock,etcd-3,zk-3",
         &[
             "Redis Cluster, 3 masters",
+            "Redis Sentinel, 1 master + 2 replicas",
             "RedLock, 5 masters",
             "etcd, 3 members",
             "ZooKeeper, 3 servers",

@@ -116,8 +116,13 @@ impl RedisServer {
         };
         let dir = temp_dir("redis")?;
         let server = format!("redis-server on 127.0.0.1:{port}");
+        // A configuration file of its own, empty at first, so that `CONFIG REWRITE` (which
+        // Sentinel sends after changing a server's role) keeps the role across a restart.
+        let config = dir.path().join("redis.conf");
+        std::fs::write(&config, "")?;
         // Loopback only, no persistence, in the temp dir; `args` may override any of it.
         let spec = Spec::new(server, binary, dir.path())
+            .args([&config])
             .flags([
                 ("--port", &port.to_string()),
                 ("--bind", "127.0.0.1"),

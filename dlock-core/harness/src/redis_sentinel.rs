@@ -55,7 +55,17 @@ impl RedisSentinels {
     /// [`HarnessError::MissingBinary`] without `redis-server`; [`HarnessError::Startup`] if a
     /// process did not start or the sentinels did not find each other within 30 s.
     pub async fn start(replicas: usize) -> Result<Self> {
-        Self::launch(replicas, None).await
+        Self::launch(replicas, None, &[]).await
+    }
+
+    /// Like [`start`](Self::start), every server with extra `redis-server` arguments, e.g.
+    /// `&["--appendonly", "yes"]` for servers that keep their data across a restart.
+    ///
+    /// # Errors
+    ///
+    /// As [`start`](Self::start).
+    pub async fn start_with(replicas: usize, server_args: &[&str]) -> Result<Self> {
+        Self::launch(replicas, None, server_args).await
     }
 
     /// Like [`start`](Self::start), everything over TLS with `certs`: clients, replication,
@@ -66,18 +76,25 @@ impl RedisSentinels {
     ///
     /// As [`start`](Self::start).
     pub async fn start_tls(replicas: usize, certs: &TestCerts) -> Result<Self> {
-        Self::launch(replicas, Some(certs)).await
+        Self::launch(replicas, Some(certs), &[]).await
     }
 
-    async fn launch(replicas: usize, tls: Option<&TestCerts>) -> Result<Self> {
+    async fn launch(
+        replicas: usize,
+        tls: Option<&TestCerts>,
+        server_args: &[&str],
+    ) -> Result<Self> {
         let binary = find_binary("redis-server")?;
-        let start = async |args: &[&str]| match tls {
-            Some(certs) => {
-                let mut args = args.to_vec();
-                args.extend(["--tls-replication", "yes"]);
-                RedisServer::start_tls_with(certs, &args).await
+        let start = async |args: &[&str]| {
+            let mut args = args.to_vec();
+            args.extend(server_args);
+            match tls {
+                Some(certs) => {
+                    args.extend(["--tls-replication", "yes"]);
+                    RedisServer::start_tls_with(certs, &args).await
+                }
+                None => RedisServer::start_with(&args).await,
             }
-            None => RedisServer::start_with(args).await,
         };
         let master = start(&[]).await?;
         // Replicas, and sentinels, reach the master where clients do.
@@ -85,8 +102,17 @@ impl RedisSentinels {
         let replica_of = master_port.to_string();
         let mut servers = vec![master];
         for _ in 0..replicas {
-            let args = ["--replicaof", "127.0.0.1", replica_of.as_str()];
-            servers.push(start(&args).await?);
+            // Made a replica at run time and the role written to its configuration file, as
+            // Sentinel does when it moves roles: a server restarted later keeps the role it
+            // had last (a `--replicaof` argument would bring back the first one).
+            let replica = start(&[]).await?;
+            for command in [
+                &["REPLICAOF", "127.0.0.1", replica_of.as_str()][..],
+                &["CONFIG", "REWRITE"],
+            ] {
+                replica.command(command).await?;
+            }
+            servers.push(replica);
         }
         let mut sentinels = Vec::new();
         for _ in 0..3 {
@@ -199,6 +225,27 @@ impl RedisSentinels {
                 return Err(io_error(format!(
                     "no failover away from port {before} within {FAILOVER_TIMEOUT:?} (sentinels name {named:?})"
                 )));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Waits until the sentinels name a master and it says it is one (`ROLE`): after a
+    /// server came back, or a failover. Returns it.
+    ///
+    /// # Errors
+    ///
+    /// [`HarnessError::Io`] if that did not happen within 30 s.
+    pub async fn wait_for_master(&self) -> Result<&RedisServer> {
+        let give_up = Instant::now() + FAILOVER_TIMEOUT;
+        loop {
+            if let Ok(master) = self.master().await
+                && role(master.port()).await.as_deref() == Some("master")
+            {
+                return Ok(master);
+            }
+            if Instant::now() >= give_up {
+                return Err(io_error(format!("no master within {FAILOVER_TIMEOUT:?}")));
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }

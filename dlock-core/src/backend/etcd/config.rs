@@ -214,6 +214,7 @@ mod tests {
             path: Some("app1/".into()),
             username: Some("app".into()),
             password: Some("p@ss word".into()),
+            options: Default::default(),
         });
         let url = parse(&table.to_url()).unwrap();
         assert_eq!(

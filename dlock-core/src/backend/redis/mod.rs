@@ -1,4 +1,6 @@
-//! The Redis backend: a single server (`redis://`) or a Redis Cluster (`redis+cluster://`).
+//! The Redis backend: a single server (`redis://`), a Redis Cluster (`redis+cluster://`) or a
+//! master with replicas that Redis Sentinel fails over (`redis+sentinel://`: the `sentinel`
+//! module, and the guide's backends chapter).
 //!
 //! Each operation is one round trip:
 //!
@@ -162,7 +164,8 @@ const MAX_TOGETHER: usize = 1000;
 /// Locks in Redis (single server or Cluster).
 ///
 /// Build it with [`RedisBackend::connect`], or through
-/// [`Locker::connect`](crate::Locker::connect) with a `redis://` or `redis+cluster://` URL.
+/// [`Locker::connect`](crate::Locker::connect) with a `redis://`, `redis+cluster://` or
+/// `redis+sentinel://` URL.
 ///
 /// # Examples
 ///
@@ -193,13 +196,14 @@ struct Replicas {
 }
 
 impl RedisBackend {
-    /// Connects to the server or cluster `url` names, with `timeout` bounding every round
-    /// trip (and the connection itself).
+    /// Connects to the server, cluster or Sentinel-managed master `url` names, with
+    /// `timeout` bounding every round trip (and the connection itself).
     ///
     /// # Errors
     ///
-    /// [`Error::Config`] for a URL that is not `redis://`, `rediss://` or
-    /// `redis+cluster://`; [`Error::Unavailable`] / [`Error::Timeout`] when the server cannot be
+    /// [`Error::Config`] for a URL that is not `redis://`, `rediss://`, `redis+cluster://`
+    /// or `redis+sentinel://`, or a Sentinel `replica_timeout` not shorter than `timeout`;
+    /// [`Error::Unavailable`] / [`Error::Timeout`] when the server (or no sentinel) can be
     /// reached within `timeout`.
     pub async fn connect(url: &BackendUrl, timeout: Duration) -> Result<Self> {
         let replicas = match url.redis() {

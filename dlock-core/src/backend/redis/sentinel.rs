@@ -119,6 +119,8 @@ impl SentinelUrl {
         };
         for pair in query.split('&').filter(|p| !p.is_empty()) {
             let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+            let value = percent_encoding::percent_decode_str(value).decode_utf8_lossy();
+            let value = value.as_ref();
             match name {
                 "min_replicas" => {
                     parsed.min_replicas = value.parse().map_err(|_| {
@@ -491,59 +493,76 @@ async fn find_master(
     let mut votes: Vec<(String, usize)> = Vec::new();
     let mut failures = Vec::new();
     let majority = url.sentinels.len() / 2 + 1;
-    while let Some(answer) = asks.next().await {
-        match answer {
-            Ok(address) => {
-                match votes.iter_mut().find(|(a, _)| *a == address) {
+    let mut tried: Vec<String> = Vec::new();
+    loop {
+        let agreed = votes.iter().any(|(_, count)| *count >= majority);
+        if !agreed && let Some(answer) = asks.next().await {
+            match answer {
+                Ok(address) => match votes.iter_mut().find(|(a, _)| *a == address) {
                     Some((_, count)) => *count += 1,
                     None => votes.push((address, 1)),
-                }
-                if votes.iter().any(|(_, count)| *count >= majority) {
-                    break;
-                }
+                },
+                Err(failure) => failures.push(failure),
             }
-            Err(failure) => failures.push(failure),
+            continue;
         }
+        // Every sentinel answered, or a majority agree: the addresses named most first (a
+        // sentinel that missed a failover may name the old master for a while), each taken
+        // only if the server says it is the master.
+        votes.sort_by_key(|(_, count)| std::cmp::Reverse(*count));
+        for (address, _) in &votes {
+            if tried.contains(address) {
+                continue;
+            }
+            tried.push(address.clone());
+            match role_of(url, certs, address, timeout).await {
+                Ok(()) => return Ok(address.clone()),
+                Err(failure) => failures.push(failure),
+            }
+        }
+        if asks.is_empty() {
+            break;
+        }
+        // A majority named a server that is not the master: hear the others out.
+        votes.iter_mut().for_each(|(_, count)| *count = 0);
     }
-    drop(asks);
-    let Some((address, _)) = votes.into_iter().max_by_key(|(_, count)| *count) else {
-        return Err(Error::unavailable(
-            "redis",
-            format!(
-                "no sentinel named the master `{}`: {}",
-                url.master_name,
+    Err(Error::unavailable(
+        "redis",
+        format!(
+            "no master `{}` found: {}",
+            url.master_name,
+            if failures.is_empty() {
+                "no sentinel answered".to_owned()
+            } else {
                 failures.join("; ")
-            ),
-        ));
-    };
+            }
+        ),
+    ))
+}
+
+/// Whether the server at `address` says it is the master (`ROLE`), within `timeout`; else
+/// why not.
+async fn role_of(
+    url: &SentinelUrl,
+    certs: Option<&TlsCertificates>,
+    address: &str,
+    timeout: Duration,
+) -> std::result::Result<(), String> {
     let role = async {
-        let info = url.server_info(&address)?;
+        let info = url.server_info(address)?;
         let client = super::conn::client(&info, certs.cloned())?;
         let mut conn = client.get_multiplexed_async_connection().await?;
         redis::cmd("ROLE").query_async::<Value>(&mut conn).await
     };
     match tokio::time::timeout(timeout, role).await {
         Ok(Ok(Value::Array(items))) if matches!(items.first(), Some(Value::BulkString(role)) if role == b"master") => {
-            Ok(address)
+            Ok(())
         }
-        Ok(Ok(_)) => Err(Error::unavailable(
-            "redis",
-            format!(
-                "the sentinels name {address} as master `{}`, but it is not a master (a failover under way?)",
-                url.master_name
-            ),
+        Ok(Ok(_)) => Err(format!(
+            "a sentinel names {address}, which is not a master (a failover under way?)"
         )),
-        Ok(Err(e)) => Err(Error::unavailable(
-            "redis",
-            format!("the master `{}` at {address}: {e}", url.master_name),
-        )),
-        Err(_) => Err(Error::unavailable(
-            "redis",
-            format!(
-                "the master `{}` at {address}: no answer within {timeout:?}",
-                url.master_name
-            ),
-        )),
+        Ok(Err(e)) => Err(format!("{address}: {e}")),
+        Err(_) => Err(format!("{address}: no answer within {timeout:?}")),
     }
 }
 

@@ -356,6 +356,7 @@ mod tests {
             path: Some("app1".into()),
             username: Some("app".into()),
             password: Some("p@ss word".into()),
+            options: Default::default(),
         });
         let url = parse(&table.to_url()).unwrap();
         assert_eq!(url.hosts, "10.0.0.1:2181,10.0.0.2:2181");

@@ -34,7 +34,7 @@ pub(crate) const OPERATION_TIMEOUT: Duration = Duration::from_secs(1);
 pub(crate) const LIVENESS_BOUND: Duration = Duration::from_secs(13);
 
 const USAGE: &str = "usage: dlock-faults [--short] [--election] [--seconds N] [--seed N] [--workers N] \
-                     [--shapes redis,redis-cluster,redlock,etcd,etcd-3,zk,zk-3,postgres] \
+                     [--shapes redis,redis-cluster,redis-sentinel,redlock,etcd,etcd-3,zk,zk-3,postgres] \
                      [--faults pause-holder,kill-holder,kill-server,pause-server,cut-connection,delay-replies]";
 
 struct Args {
@@ -222,8 +222,8 @@ async fn run(args: &Args, command_line: &[String]) -> Result<bool, String> {
     }
     for (kind, fault) in skipped {
         println!(
-            "- {} under {}: not run (the Redis Cluster client follows the nodes' own \
-             addresses, which a per-worker proxy cannot stand in for).",
+            "- {} under {}: not run (its client follows the addresses the servers or \
+             sentinels give, which a per-worker proxy cannot stand in for).",
             kind.title(),
             fault.name()
         );

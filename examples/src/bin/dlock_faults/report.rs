@@ -39,6 +39,14 @@ pub(crate) fn by_design(shape: ShapeKind, fault: Fault) -> Option<ByDesign> {
                   tokens start again at 1, so the resource refuses new holders until they \
                   catch up (run Redis with `appendonly yes`, `appendfsync always` to keep both)",
         }),
+        (ShapeKind::RedisSentinel, Fault::KillServer) => Some(ByDesign {
+            violations: &[Stalls],
+            aftermath: None,
+            why: "a master killed and restarted within seconds comes back a master while the \
+                  sentinels promote a replica; until they agree again (which took them up to \
+                  25 s here) the replicas follow the other master, so grants asking a replica \
+                  to acknowledge them are refused (`NotReplicated`) rather than risked",
+        }),
         _ => None,
     }
 }

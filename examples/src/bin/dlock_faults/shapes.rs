@@ -4,8 +4,8 @@
 use std::net::SocketAddr;
 
 use dlock_harness::{
-    EtcdCluster, EtcdServer, HarnessError, PostgresServer, RedisCluster, RedisNodes, RedisServer,
-    ZkEnsemble, ZkServer,
+    EtcdCluster, EtcdServer, HarnessError, PostgresServer, RedisCluster, RedisNodes,
+    RedisSentinels, RedisServer, ZkEnsemble, ZkServer,
 };
 use rand::Rng;
 use rand::rngs::StdRng;
@@ -15,6 +15,7 @@ use rand::rngs::StdRng;
 pub(crate) enum ShapeKind {
     Redis,
     RedisCluster,
+    RedisSentinel,
     RedLock,
     Etcd,
     Etcd3,
@@ -24,9 +25,10 @@ pub(crate) enum ShapeKind {
 }
 
 impl ShapeKind {
-    pub(crate) const ALL: [Self; 8] = [
+    pub(crate) const ALL: [Self; 9] = [
         Self::Redis,
         Self::RedisCluster,
+        Self::RedisSentinel,
         Self::RedLock,
         Self::Etcd,
         Self::Etcd3,
@@ -40,6 +42,7 @@ impl ShapeKind {
         match self {
             Self::Redis => "redis",
             Self::RedisCluster => "redis-cluster",
+            Self::RedisSentinel => "redis-sentinel",
             Self::RedLock => "redlock",
             Self::Etcd => "etcd",
             Self::Etcd3 => "etcd-3",
@@ -59,6 +62,7 @@ impl ShapeKind {
         match self {
             Self::Redis => "Redis, 1 server",
             Self::RedisCluster => "Redis Cluster, 3 masters",
+            Self::RedisSentinel => "Redis Sentinel, 1 master + 2 replicas",
             Self::RedLock => "RedLock, 5 masters",
             Self::Etcd => "etcd, 1 member",
             Self::Etcd3 => "etcd, 3 members",
@@ -73,9 +77,10 @@ impl ShapeKind {
     }
 
     /// Whether each worker can reach the servers through proxies of its own. A Redis Cluster
-    /// client follows the addresses the nodes announce, which a proxy cannot stand in for.
+    /// client follows the addresses the nodes announce, and a Sentinel client the address
+    /// the sentinels give, which a proxy cannot stand in for.
     pub(crate) const fn proxied(self) -> bool {
-        !matches!(self, Self::RedisCluster)
+        !matches!(self, Self::RedisCluster | Self::RedisSentinel)
     }
 }
 
@@ -83,6 +88,7 @@ impl ShapeKind {
 pub(crate) enum Shape {
     Redis(RedisServer),
     RedisCluster(RedisCluster),
+    RedisSentinel(RedisSentinels),
     RedLock(RedisNodes),
     Etcd(EtcdServer),
     Etcd3(EtcdCluster),
@@ -96,6 +102,13 @@ impl Shape {
         Ok(match kind {
             ShapeKind::Redis => Self::Redis(RedisServer::start().await?),
             ShapeKind::RedisCluster => Self::RedisCluster(RedisCluster::start(3).await?),
+            // Servers that keep their data (a killed master restarted before a failover
+            // comes back with its locks and fencing counters), and grants acknowledged by a
+            // replica before they are handed out.
+            ShapeKind::RedisSentinel => Self::RedisSentinel(
+                RedisSentinels::start_with(2, &["--appendonly", "yes", "--appendfsync", "always"])
+                    .await?,
+            ),
             ShapeKind::RedLock => Self::RedLock(RedisNodes::start(5).await?),
             ShapeKind::Etcd => Self::Etcd(EtcdServer::start().await?),
             ShapeKind::Etcd3 => Self::Etcd3(EtcdCluster::start(3).await?),
@@ -110,6 +123,9 @@ impl Shape {
         match self {
             Self::Redis(server) => server.url(),
             Self::RedisCluster(cluster) => cluster.url(),
+            Self::RedisSentinel(group) => {
+                format!("{}?min_replicas=1&replica_timeout=500ms", group.url())
+            }
             Self::RedLock(nodes) => nodes.url(),
             Self::Etcd(server) => server.url(),
             Self::Etcd3(cluster) => cluster.url(),
@@ -124,6 +140,7 @@ impl Shape {
         match self {
             Self::Redis(server) => vec![Node::Redis(server)],
             Self::RedisCluster(cluster) => cluster.nodes().iter().map(Node::Redis).collect(),
+            Self::RedisSentinel(group) => group.servers().iter().map(Node::Redis).collect(),
             Self::RedLock(nodes) => nodes.nodes().iter().map(Node::Redis).collect(),
             Self::Etcd(server) => vec![Node::Etcd(server)],
             Self::Etcd3(cluster) => cluster.members().iter().map(Node::Etcd).collect(),
@@ -151,7 +168,7 @@ impl Shape {
     }
 
     /// The server a server fault hits: the leader of an etcd or ZooKeeper ensemble, the Redis
-    /// Cluster master serving `key`, one of RedLock's masters at random, or the only server.
+    /// Cluster master serving `key`, the Sentinel group's master, one of RedLock's masters at random, or the only server.
     pub(crate) async fn fault_target(
         &self,
         key: &str,
@@ -162,6 +179,11 @@ impl Shape {
             Self::Etcd3(cluster) => cluster.leader().await?,
             Self::ZooKeeper3(ensemble) => ensemble.leader().await?,
             Self::RedisCluster(cluster) => master_of(cluster, key).await?,
+            Self::RedisSentinel(group) => {
+                let master = group.master().await?.port();
+                let mut servers = group.servers().iter();
+                servers.position(|s| s.port() == master).unwrap_or(0)
+            }
             _ => rng.random_range(0..nodes.len()),
         };
         Ok(nodes.swap_remove(index))
@@ -171,6 +193,7 @@ impl Shape {
     pub(crate) async fn settle(&self) -> Result<(), HarnessError> {
         match self {
             Self::RedisCluster(cluster) => cluster.wait_until_healthy().await,
+            Self::RedisSentinel(group) => group.wait_for_master().await.map(drop),
             Self::Etcd3(cluster) => cluster.leader().await.map(drop),
             Self::ZooKeeper3(ensemble) => ensemble.leader().await.map(drop),
             _ => Ok(()),

@@ -203,6 +203,12 @@ impl Resource {
 
     /// Tells the resource an acquire or release failed, and how.
     async fn report_error(&mut self, what: &str, error: &dlock_core::Error) -> std::io::Result<()> {
+        if std::env::var_os("DLOCK_FAULTS_TRACE").is_some() {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default();
+            eprintln!("worker {:.2}: {what}: {error}", now.as_secs_f64() % 60.0);
+        }
         self.send(&format!("ERROR {what} {:?}\n", error.kind()))
             .await
     }
