@@ -136,15 +136,6 @@ impl Conn {
         matches!(self, Self::Single(_))
     }
 
-    /// The master's generation this connection talks to: it changes only when a Sentinel
-    /// connection followed a failover (0 otherwise).
-    pub(super) fn generation(&self) -> u64 {
-        match self {
-            Self::Sentinel(c) => c.generation(),
-            _ => 0,
-        }
-    }
-
     pub(super) async fn subscribe(&mut self, channel: &str) -> redis::RedisResult<()> {
         match self {
             Self::Single(c) => c.subscribe(channel).await,
@@ -172,8 +163,8 @@ pub(super) async fn open_pair(
     let certs = url_certificates(url)?;
     if let RedisUrl::Sentinel(sentinel) = redis_settings(url)? {
         let sentinels = Sentinels::connect(sentinel.clone(), certs, timeout).await?;
-        let conn = sentinels.open(None).await?;
-        let subscriber = sentinels.open(Some(pushes)).await?;
+        let conn = sentinels.open(None, sentinel.min_replicas > 0).await?;
+        let subscriber = sentinels.open(Some(pushes), false).await?;
         return Ok((Conn::Sentinel(conn), Conn::Sentinel(subscriber)));
     }
     let conn = open(url, certs.clone(), timeout, None).await?;

@@ -195,6 +195,29 @@ struct Replicas {
     timeout: Duration,
 }
 
+impl Replicas {
+    /// Runs `work` with every command it sends acknowledged (see the `sentinel` module):
+    /// its output, and how many replicas acknowledged its last command.
+    async fn scope<T>(self, work: impl Future<Output = T>) -> (T, u32) {
+        let acknowledged = sentinel::Acknowledged::new(self.wanted, self.timeout);
+        sentinel::ACKNOWLEDGED
+            .scope(acknowledged, async {
+                let output = work.await;
+                (output, sentinel::Acknowledged::last())
+            })
+            .await
+    }
+
+    fn shortfall(self, key: &str, acked: u32) -> Error {
+        Error::NotReplicated {
+            key: key.to_owned(),
+            acked,
+            wanted: self.wanted,
+            waited: self.timeout,
+        }
+    }
+}
+
 impl RedisBackend {
     /// Connects to the server, cluster or Sentinel-managed master `url` names, with
     /// `timeout` bounding every round trip (and the connection itself).
@@ -340,50 +363,53 @@ impl LockBackend for RedisBackend {
         let Some(replicas) = self.replicas else {
             return self.acquire_here(req, deadline).await;
         };
-        let generation = self.node.conn.generation();
-        let outcome = self.acquire_here(req, deadline).await?;
+        let (outcome, acked) = replicas.scope(self.acquire_here(req, deadline)).await;
+        let outcome = outcome?;
         if let AcquireOutcome::Acquired(lease) = &outcome
-            && let Err(error) = self.node.replicated(replicas, &req.key, generation).await
+            && acked < replicas.wanted
         {
             let _ = self.release(lease).await;
-            return Err(error);
+            return Err(replicas.shortfall(&req.key, acked));
         }
         Ok(outcome)
     }
 
     /// One script for the whole set on a single server, when every request is exclusive and
     /// no waiter of this Locker queues for its key (they go first: the set takes the ordered
-    /// path, and joins the line). Not on Cluster (see `capabilities`).
+    /// path, and joins the line). Not on Cluster (see `capabilities`). With `min_replicas`,
+    /// as [`acquire`](Self::acquire).
     async fn acquire_together(
         &self,
         requests: &[AcquireRequest],
     ) -> Result<Option<AcquireAllOutcome>> {
-        let generation = self.node.conn.generation();
-        let outcome = self.acquire_together_here(requests).await?;
-        if let (Some(replicas), Some(AcquireAllOutcome::Acquired(leases))) =
-            (self.replicas, &outcome)
-            && let Err(error) = self
-                .node
-                .replicated(replicas, &requests[0].key, generation)
-                .await
+        let Some(replicas) = self.replicas else {
+            return self.acquire_together_here(requests).await;
+        };
+        let (outcome, acked) = replicas.scope(self.acquire_together_here(requests)).await;
+        let outcome = outcome?;
+        if let Some(AcquireAllOutcome::Acquired(leases)) = &outcome
+            && acked < replicas.wanted
         {
             for lease in leases {
                 let _ = self.release(lease).await;
             }
-            return Err(error);
+            return Err(replicas.shortfall(&requests[0].key, acked));
         }
         Ok(outcome)
     }
 
+    /// With `min_replicas`, a renewal too many replicas did not acknowledge does not count:
+    /// an error, the leases' local deadlines running on from the last one that did.
     async fn renew(&self, leases: &[Lease]) -> Result<Vec<RenewOutcome>> {
-        let generation = self.node.conn.generation();
-        let renewed = self.renew_here(leases).await?;
-        if let (Some(replicas), Some(lease)) = (self.replicas, leases.first()) {
-            // Not acknowledged: this renewal does not count (the lease's local deadline keeps
-            // running from the last one that did).
-            self.node
-                .replicated(replicas, &lease.key, generation)
-                .await?;
+        let Some(replicas) = self.replicas else {
+            return self.renew_here(leases).await;
+        };
+        let (renewed, acked) = replicas.scope(self.renew_here(leases)).await;
+        let renewed = renewed?;
+        if acked < replicas.wanted
+            && let Some(lease) = leases.first()
+        {
+            return Err(replicas.shortfall(&lease.key, acked));
         }
         Ok(renewed)
     }

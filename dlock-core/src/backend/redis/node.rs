@@ -93,43 +93,6 @@ impl Node {
         Box::pin(within("redis", operation, self.timeout, round_trip)).await
     }
 
-    /// Waits (`WAIT`) until `replicas.wanted` replicas acknowledged every write this
-    /// connection sent so far — the grant or renewal just made for `key` — on the master of
-    /// `generation`.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::NotReplicated`] when fewer acknowledged within `replicas.timeout`, or the
-    /// master moved meanwhile (the write went to the old one); the connection's errors.
-    pub(super) async fn replicated(
-        &self,
-        replicas: super::Replicas,
-        key: &str,
-        generation: u64,
-    ) -> Result<()> {
-        let mut wait = conn::command("WAIT");
-        wait.arg(replicas.wanted).arg(millis(replicas.timeout));
-        let mut conn = self.conn.clone();
-        let acked: i64 = self
-            .within_timeout("acquire", wait.query_async(&mut conn))
-            .await?
-            .map_err(|e| self.failed("acquire", e))?;
-        let acked = u32::try_from(acked).unwrap_or(0);
-        if acked >= replicas.wanted && self.conn.generation() == generation {
-            return Ok(());
-        }
-        Err(Error::NotReplicated {
-            key: key.to_owned(),
-            acked: if self.conn.generation() == generation {
-                acked
-            } else {
-                0
-            },
-            wanted: replicas.wanted,
-            waited: replicas.timeout,
-        })
-    }
-
     pub(crate) fn timed_out(&self, operation: &'static str) -> Error {
         Error::timeout("redis", operation, self.timeout)
     }

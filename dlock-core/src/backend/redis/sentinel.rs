@@ -1,6 +1,8 @@
 //! Redis Sentinel (`redis+sentinel://s1:26379,s2:26379/<master>[/db]`): the Redis backend on
-//! a master that can move. The sentinels are asked where the master is (most of them must
-//! agree, and the server must say `ROLE` master); the backend's connections then follow it:
+//! a master that can move. The sentinels are asked where the master is (the address most of
+//! them give first; another one only if that server does not say `ROLE` master and this one
+//! does, as the Sentinel client protocol takes the first confirmed answer); the backend's
+//! connections then follow it:
 //! every sentinel's `+switch-master` announcement, a `READONLY` answer (the server was
 //! demoted), a dropped connection or a timeout has the sentinels asked again, and when the
 //! master moved, the command connection and the subscription move with it. A command that got
@@ -8,11 +10,18 @@
 //! with [`Error::Unavailable`] within the operation timeout and the next request goes to the
 //! new master.
 //!
+//! With `min_replicas`, each command of a grant or renewal (sent inside [`ACKNOWLEDGED`]'s
+//! scope) goes down a connection of its own followed by `WAIT` in the same write, so the
+//! acknowledgement counts that very command (a reconnect cannot come between them) and a
+//! `WAIT` for slow replicas holds up no other request of the backend.
+//!
 //! The redis crate's own Sentinel client (its `sentinel` feature) resolves the master at
 //! connect time only (redis-rs#1438) and asks the sentinels one after another with no bound
 //! for each, so a frozen sentinel would hold every resolution up; the few requests of the
 //! Sentinel client protocol are written here instead.
 
+use std::cell::Cell;
+use std::collections::HashSet;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
@@ -20,7 +29,8 @@ use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
 use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::{
-    Client, Cmd, IntoConnectionInfo, PushInfo, PushKind, RedisFuture, TlsCertificates, Value,
+    Client, Cmd, IntoConnectionInfo, PushInfo, PushKind, RedisFuture, ServerErrorKind,
+    TlsCertificates, Value,
 };
 use tokio::sync::{Notify, mpsc::UnboundedSender, watch};
 use tokio_util::sync::CancellationToken;
@@ -34,6 +44,41 @@ const SWITCH_MASTER: &str = "+switch-master";
 
 /// The longest pause between two attempts to find the master after a failed one.
 const MAX_BACKOFF: Duration = Duration::from_secs(1);
+
+tokio::task_local! {
+    /// Set around a grant or a renewal that replicas must acknowledge: each command a
+    /// Sentinel connection sends meanwhile is followed by `WAIT` (see the module docs), and
+    /// the acknowledgements of the last one are kept here.
+    pub(crate) static ACKNOWLEDGED: Acknowledged;
+}
+
+/// How many replicas must acknowledge, for how long `WAIT` waits, and how many did for the
+/// last command sent.
+pub(crate) struct Acknowledged {
+    wanted: u32,
+    timeout: Duration,
+    last: Cell<Option<u32>>,
+}
+
+impl Acknowledged {
+    pub(crate) const fn new(wanted: u32, timeout: Duration) -> Self {
+        Self {
+            wanted,
+            timeout,
+            last: Cell::new(None),
+        }
+    }
+
+    /// How many replicas acknowledged the last command sent in the current scope (0 if none
+    /// was sent, or none answered).
+    pub(crate) fn last() -> u32 {
+        ACKNOWLEDGED
+            .try_with(|scope| scope.last.get())
+            .ok()
+            .flatten()
+            .unwrap_or(0)
+    }
+}
 
 /// What a `redis+sentinel://` URL says.
 #[derive(Debug, Clone)]
@@ -271,10 +316,28 @@ impl Sentinels {
     /// # Errors
     ///
     /// [`Error::Unavailable`] when the master cannot be reached within the timeout.
+    ///
+    /// With `acknowledged`, the connection has a second one for the commands sent in
+    /// [`ACKNOWLEDGED`]'s scope.
     pub(crate) async fn open(
         self: &Arc<Self>,
         pushes: Option<UnboundedSender<PushInfo>>,
+        acknowledged: bool,
     ) -> Result<SentinelConn> {
+        let slot = self.open_slot(pushes).await?;
+        let replicated = if acknowledged {
+            Some(self.open_slot(None).await?)
+        } else {
+            None
+        };
+        Ok(SentinelConn {
+            slot,
+            replicated,
+            sentinels: Arc::clone(self),
+        })
+    }
+
+    async fn open_slot(&self, pushes: Option<UnboundedSender<PushInfo>>) -> Result<Arc<Slot>> {
         let master = self.lock_master().clone();
         let client = self.client(&master.address)?;
         let config = super::conn::manager_config(self.timeout, pushes.clone());
@@ -293,16 +356,14 @@ impl Sentinels {
         let slot = Arc::new(Slot {
             current: Mutex::new((master.generation, manager)),
             pushes,
+            channels: Mutex::new(HashSet::new()),
         });
         self.lock_slots().push(Arc::downgrade(&slot));
-        // The master may have moved while this connected.
+        // The master may have moved while this connected: the next look re-points it.
         if self.lock_master().generation != master.generation {
             self.look_again.notify_one();
         }
-        Ok(SentinelConn {
-            slot,
-            sentinels: Arc::clone(self),
-        })
+        Ok(slot)
     }
 
     /// A client for the server at `address`, with the URL's TLS files.
@@ -315,46 +376,69 @@ impl Sentinels {
             .map_err(|e| Error::config("backend", address.to_owned(), e.to_string()))
     }
 
-    /// The master moved to `address`: every connection following it moves too.
-    fn moved_to(&self, address: String) {
-        let generation = {
+    /// The master is at `address`: every connection made for an earlier master's address
+    /// (or left behind by a failed move) moves there.
+    fn found_at(&self, address: String) {
+        let (generation, moved) = {
             let mut master = self.lock_master();
-            if master.address == address {
-                return;
+            let moved = master.address != address;
+            if moved {
+                master.address.clone_from(&address);
+                master.generation += 1;
             }
-            master.address.clone_from(&address);
-            master.generation += 1;
-            master.generation
+            (master.generation, moved)
         };
-        tracing::warn!(
-            master = %self.url.master_name,
-            %address,
-            "dlock: the Redis master moved (Sentinel failover); following it"
-        );
+        if moved {
+            tracing::warn!(
+                master = %self.url.master_name,
+                %address,
+                "dlock: the Redis master moved (Sentinel failover); following it"
+            );
+        }
         let slots: Vec<Arc<Slot>> = {
             let mut slots = self.lock_slots();
             slots.retain(|slot| slot.strong_count() > 0);
             slots.iter().filter_map(Weak::upgrade).collect()
         };
         for slot in slots {
-            let Ok(client) = self.client(&address) else {
-                continue;
-            };
-            let config = super::conn::manager_config(self.timeout, slot.pushes.clone());
-            let Ok(manager) = ConnectionManager::new_lazy_with_config(client, config) else {
-                continue;
-            };
-            *slot.lock() = (generation, manager);
-            if let Some(pushes) = &slot.pushes {
-                // What was published on the old master is unknown, and nothing is
-                // subscribed on the new one: subscribers subscribe again and look.
-                let _ = pushes.send(PushInfo {
-                    kind: PushKind::Disconnection,
-                    data: Vec::new(),
-                });
+            if slot.lock().0 < generation {
+                self.repoint(&slot, generation, &address);
             }
         }
-        self.moved.send_replace(generation);
+        if moved {
+            self.moved.send_replace(generation);
+        }
+    }
+
+    /// Points `slot` at the master at `address` (of `generation`); if that fails, it stays
+    /// behind and the next look tries again.
+    fn repoint(&self, slot: &Slot, generation: u64, address: &str) {
+        let Ok(client) = self.client(address) else {
+            return;
+        };
+        let config = super::conn::manager_config(self.timeout, slot.pushes.clone());
+        let Ok(manager) = ConnectionManager::new_lazy_with_config(client, config) else {
+            return;
+        };
+        *slot.lock() = (generation, manager.clone());
+        let Some(pushes) = &slot.pushes else {
+            return;
+        };
+        // What was published on the old master is unknown: subscribers re-check, and every
+        // channel is subscribed again on the new one (each confirmation wakes its waiters).
+        let _ = pushes.send(PushInfo {
+            kind: PushKind::Disconnection,
+            data: Vec::new(),
+        });
+        let channels: Vec<String> = slot.channels().iter().cloned().collect();
+        if !channels.is_empty() {
+            let mut manager = manager;
+            tokio::spawn(async move {
+                for channel in channels {
+                    let _ = manager.subscribe(&channel).await;
+                }
+            });
+        }
     }
 
     /// Has the master looked for, and waits (at most the timeout) until it is found to have
@@ -390,7 +474,7 @@ async fn follow(sentinels: Weak<Sentinels>, asked: Arc<Notify>, stop: Cancellati
             };
             let found = find_master(&strong.url, strong.certs.as_ref(), strong.timeout).await;
             if let Ok(address) = found {
-                strong.moved_to(address);
+                strong.found_at(address);
                 break;
             }
             drop(strong);
@@ -580,11 +664,17 @@ fn host_port(host: &str, port: u16) -> String {
 struct Slot {
     current: Mutex<(u64, ConnectionManager)>,
     pushes: Option<UnboundedSender<PushInfo>>,
+    /// The channels subscribed through it, subscribed again on a new master.
+    channels: Mutex<HashSet<String>>,
 }
 
 impl Slot {
     fn lock(&self) -> std::sync::MutexGuard<'_, (u64, ConnectionManager)> {
         self.current.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn channels(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
+        self.channels.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     fn current(&self) -> (u64, ConnectionManager) {
@@ -596,20 +686,17 @@ impl Slot {
 #[derive(Clone)]
 pub(crate) struct SentinelConn {
     slot: Arc<Slot>,
+    /// The connection of commands that replicas must acknowledge, if any.
+    replicated: Option<Arc<Slot>>,
     sentinels: Arc<Sentinels>,
 }
 
 impl SentinelConn {
-    /// The master's generation this connection talks to now (it grows at each failover).
-    pub(crate) fn generation(&self) -> u64 {
-        self.slot.lock().0
-    }
-
     /// What an error says about the master: a `READONLY` answer means it was demoted — if
     /// it is found to have moved, the request (which was not applied) may go again; a
     /// failed connection or a timeout has it looked for.
     async fn after_error(&self, generation: u64, error: &redis::RedisError) -> bool {
-        if error.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly) {
+        if error.kind() == redis::ErrorKind::Server(ServerErrorKind::ReadOnly) {
             return self.sentinels.moved_since(generation).await;
         }
         if error.is_io_error()
@@ -623,6 +710,7 @@ impl SentinelConn {
     }
 
     pub(crate) async fn subscribe(&mut self, channel: &str) -> redis::RedisResult<()> {
+        self.slot.channels().insert(channel.to_owned());
         let (generation, mut manager) = self.slot.current();
         let subscribed = manager.subscribe(channel).await;
         if let Err(error) = &subscribed {
@@ -632,23 +720,96 @@ impl SentinelConn {
     }
 
     pub(crate) async fn unsubscribe(&mut self, channel: &str) -> redis::RedisResult<()> {
+        self.slot.channels().remove(channel);
         let (_, mut manager) = self.slot.current();
         manager.unsubscribe(channel).await
+    }
+
+    /// Sends `pipeline`'s commands `offset..offset + count` (a single command as a pipeline
+    /// of one): on the connection that follows `WAIT` with them inside [`ACKNOWLEDGED`]'s
+    /// scope, else on the shared one; once more to a new master after a `READONLY` answer.
+    async fn send(&self, request: Request<'_>) -> redis::RedisResult<Vec<Value>> {
+        let acknowledged = ACKNOWLEDGED.try_with(|s| (s.wanted, s.timeout)).ok();
+        let slot = match (acknowledged, &self.replicated) {
+            (Some(_), Some(replicated)) => replicated,
+            _ => &self.slot,
+        };
+        let (generation, manager) = slot.current();
+        let replies = request.send(manager, acknowledged).await;
+        let error = match &replies {
+            Err(error) => Some(error.clone()),
+            // A server's error comes back as a value: the first command's tells whether
+            // the server is a replica now (then no command of the request was applied).
+            Ok(values) => match values.first() {
+                Some(Value::ServerError(error)) => Some(error.clone().into()),
+                _ => None,
+            },
+        };
+        if let Some(error) = error
+            && self.after_error(generation, &error).await
+        {
+            let (_, manager) = slot.current();
+            return request.send(manager, acknowledged).await;
+        }
+        replies
+    }
+}
+
+/// One request of a [`SentinelConn`]: a command, or some of a pipeline's.
+#[derive(Clone, Copy)]
+enum Request<'a> {
+    Command(&'a Cmd),
+    Pipeline(&'a redis::Pipeline, usize, usize),
+}
+
+impl Request<'_> {
+    /// Sends it on `manager`, followed by `WAIT` when `acknowledged` says how many replicas
+    /// for how long (whose count is kept in [`ACKNOWLEDGED`]). The replies of the request's
+    /// commands.
+    async fn send(
+        self,
+        mut manager: ConnectionManager,
+        acknowledged: Option<(u32, Duration)>,
+    ) -> redis::RedisResult<Vec<Value>> {
+        let Some((wanted, timeout)) = acknowledged else {
+            return match self {
+                Self::Command(cmd) => manager.req_packed_command(cmd).await.map(|v| vec![v]),
+                Self::Pipeline(pipeline, offset, count) => {
+                    manager.req_packed_commands(pipeline, offset, count).await
+                }
+            };
+        };
+        let (mut pipeline, offset, count) = match self {
+            Self::Command(cmd) => {
+                let mut pipeline = redis::Pipeline::with_capacity(2);
+                pipeline.add_command(cmd.clone());
+                (pipeline, 0, 1)
+            }
+            Self::Pipeline(pipeline, offset, count) => (pipeline.clone(), offset, count),
+        };
+        pipeline
+            .cmd("WAIT")
+            .arg(wanted)
+            .arg(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX));
+        let mut replies = manager
+            .req_packed_commands(&pipeline, offset, count + 1)
+            .await?;
+        let acked = match replies.pop() {
+            Some(Value::Int(acked)) => u32::try_from(acked).unwrap_or(0),
+            _ => 0,
+        };
+        let _ = ACKNOWLEDGED.try_with(|scope| scope.last.set(Some(acked)));
+        Ok(replies)
     }
 }
 
 impl ConnectionLike for SentinelConn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         Box::pin(async move {
-            let (generation, mut manager) = self.slot.current();
-            let reply = manager.req_packed_command(cmd).await;
-            match reply {
-                Err(error) if self.after_error(generation, &error).await => {
-                    let (_, mut manager) = self.slot.current();
-                    manager.req_packed_command(cmd).await
-                }
-                reply => reply,
-            }
+            let mut replies = self.send(Request::Command(cmd)).await?;
+            replies.pop().ok_or_else(|| {
+                redis::RedisError::from((redis::ErrorKind::Client, "no reply to a command"))
+            })
         })
     }
 
@@ -658,17 +819,7 @@ impl ConnectionLike for SentinelConn {
         offset: usize,
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
-        Box::pin(async move {
-            let (generation, mut manager) = self.slot.current();
-            let reply = manager.req_packed_commands(pipeline, offset, count).await;
-            match reply {
-                Err(error) if self.after_error(generation, &error).await => {
-                    let (_, mut manager) = self.slot.current();
-                    manager.req_packed_commands(pipeline, offset, count).await
-                }
-                reply => reply,
-            }
-        })
+        Box::pin(self.send(Request::Pipeline(pipeline, offset, count)))
     }
 
     fn get_db(&self) -> i64 {

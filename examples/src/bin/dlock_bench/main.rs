@@ -106,7 +106,7 @@ fn parse_args() -> Result<Option<Args>, String> {
                     s.contended_rounds,
                     s.watchdog_locks,
                     s.watchdog_for,
-                ) = (1, 200, 2_000, 20, 1_000, Duration::from_secs(2));
+                ) = (1, 100, 500, 10, 200, Duration::from_secs(1));
                 s.held = vec![1_000, 10_000];
                 s.min_measured = Duration::ZERO;
             }
