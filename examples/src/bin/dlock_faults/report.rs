@@ -39,13 +39,24 @@ pub(crate) fn by_design(shape: ShapeKind, fault: Fault) -> Option<ByDesign> {
                   tokens start again at 1, so the resource refuses new holders until they \
                   catch up (run Redis with `appendonly yes`, `appendfsync always` to keep both)",
         }),
+        (ShapeKind::RedisSentinel, Fault::PauseServer) => Some(ByDesign {
+            violations: &[DuplicateTokens],
+            aftermath: Some(TTL * 2),
+            why: "a master frozen past the sentinels' patience is failed over to a replica \
+                  they pick by the replication offsets they last saw, which need not be the \
+                  replica that acknowledged the newest grants: fencing tokens then repeat, and \
+                  the resource refuses them (replication is asynchronous; `WAIT` narrows the \
+                  window only)",
+        }),
         (ShapeKind::RedisSentinel, Fault::KillServer) => Some(ByDesign {
-            violations: &[Stalls],
+            violations: &[DuplicateTokens, Stalls],
             aftermath: None,
             why: "a master killed and restarted within seconds comes back a master while the \
                   sentinels promote a replica; until they agree again (which took them up to \
-                  25 s here) the replicas follow the other master, so grants asking a replica \
-                  to acknowledge them are refused (`NotReplicated`) rather than risked",
+                  25 s here) the replicas may follow either master, so grants are refused \
+                  (`NotReplicated`), and writes a replica acknowledged can still be lost when \
+                  another replica is promoted: fencing tokens then repeat, and the resource \
+                  refuses them (replication is asynchronous; `WAIT` narrows the window only)",
         }),
         _ => None,
     }
