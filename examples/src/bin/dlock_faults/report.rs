@@ -41,7 +41,8 @@ pub(crate) fn by_design(shape: ShapeKind, fault: Fault) -> Option<ByDesign> {
         }),
         (ShapeKind::RedisSentinel, Fault::PauseServer) => Some(ByDesign {
             violations: &[DuplicateTokens],
-            aftermath: Some(TTL * 2),
+            // Tokens repeat until the new master's counter catches up.
+            aftermath: None,
             why: "a master frozen past the sentinels' patience is failed over to a replica \
                   they pick by the replication offsets they last saw, which need not be the \
                   replica that acknowledged the newest grants: fencing tokens then repeat, and \
