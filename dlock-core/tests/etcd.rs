@@ -1000,3 +1000,67 @@ async fn shutdown_with_watched_keys_leaves_no_watcher_lease_or_key() {
     .await;
     drop(guards);
 }
+
+/// Watch streams etcd has opened so far.
+async fn etcd_watch_streams(endpoint: &str) -> f64 {
+    etcd_metric(
+        endpoint,
+        "grpc_server_started_total",
+        &["grpc_method=\"Watch\"", "etcdserverpb.Watch"],
+    )
+    .await
+}
+
+/// The waiters of one name in one backend share one watch on it: 40 hand-offs between two
+/// Lockers, each acquire queued behind the other's hold (`inspect` shows it waiting before the
+/// holder releases), open one watch per Locker, not one per wait (the old waiter opened a
+/// stream of its own each time: 40 here). The shared watch closes a little after its last
+/// waiter left, and a shutdown leaves no watcher.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_of_one_name_share_one_watch() {
+    let server = EtcdServer::start().await.expect("etcd");
+    let endpoint = server.endpoint();
+    let ttl = Duration::from_secs(10);
+    let (a, backend_a) = locker(&server.url(), "", ttl).await;
+    let (b, _) = locker(&server.url(), "", ttl).await;
+    let watchers = || etcd_metric(&endpoint, "etcd_debugging_mvcc_watcher_total", &[]);
+    let streams_before = etcd_watch_streams(&endpoint).await;
+
+    let mut held = a.lock("hot").await.expect("first grant");
+    for round in 0..40 {
+        let next = if round % 2 == 0 { &b } else { &a };
+        let waiter = spawn_waiter(next, "hot");
+        until_queued(&backend_a, "hot", 1).await;
+        held.release().await.expect("release");
+        let (guard, _) = waiter.await.expect("waiter");
+        held = guard.expect("the waiter's grant");
+    }
+    held.release().await.expect("release");
+
+    let opened = etcd_watch_streams(&endpoint).await - streams_before;
+    assert!(
+        opened < 2.5,
+        "{opened} watch streams opened for 40 waits on one name by two Lockers"
+    );
+    eventually(
+        "the name's watch closes after its last waiter",
+        Duration::from_secs(6),
+        async || watchers().await < 0.5,
+    )
+    .await;
+
+    // Again, and shut down while the watch lingers.
+    let held = a.lock("hot").await.expect("grant");
+    let waiter = spawn_waiter(&b, "hot");
+    until_queued(&backend_a, "hot", 1).await;
+    held.release().await.expect("release");
+    let (guard, _) = waiter.await.expect("waiter");
+    guard.expect("grant").release().await.expect("release");
+    assert!(watchers().await > 0.5, "the watch lingers");
+    b.shutdown().await.expect("shutdown");
+    a.shutdown().await.expect("shutdown");
+    eventually("no watcher is left", Duration::from_secs(1), async || {
+        watchers().await < 0.5
+    })
+    .await;
+}

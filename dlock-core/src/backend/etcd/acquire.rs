@@ -4,14 +4,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use etcd_client::{
-    Compare, CompareOp, EventType, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp,
-    TxnOpResponse, TxnResponse, WatchFilterType, WatchOptions,
+    Compare, CompareOp, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse,
+    TxnResponse,
 };
 
 use super::errors;
 use super::keys::LockName;
+use super::name_watch::{Deletion, Since};
 use super::session::Session;
-use super::watch::Watch;
 use super::{Delete, EtcdGrant, Inner, call};
 use crate::lease::{AcquireOutcome, AcquireRequest, Lease};
 use crate::{Error, LockMode, Result};
@@ -63,33 +63,31 @@ enum Watched {
 }
 
 impl Watched {
-    /// Whether `event` is the one to wake for (a deletion of the key; for permits, of the last
-    /// older key too many): permits count the deletions of older keys down, so a release
-    /// wakes only the waiter it lets in, not every waiting permit.
-    fn wakes_on(&mut self, event: &etcd_client::Event) -> bool {
-        if event.event_type() != EventType::Delete {
-            return false;
-        }
+    /// Whether `deletion` (of some key under the name) is the one to wake for: the deletion
+    /// of the key; for permits, of the last older permit key too many. Permits count the
+    /// deletions of older keys down, so a release wakes only the waiter it lets in, not
+    /// every waiting permit.
+    fn wakes_on(&mut self, deletion: &Deletion) -> bool {
         match self {
-            Self::Key(..) => true,
+            Self::Key(key, created) => {
+                *key == deletion.key && deletion.created.is_none_or(|c| c == *created)
+            }
             Self::Permits {
+                range: (start, end),
                 older,
                 ours,
                 limit,
                 counted_through,
-                ..
             } => {
-                if event
-                    .kv()
-                    .is_some_and(|kv| kv.mod_revision() <= *counted_through)
-                {
+                let in_range = deletion.key.as_slice() >= start.as_slice() && deletion.key < *end;
+                if !in_range || deletion.revision <= *counted_through {
                     return false;
                 }
                 // Without the key's previous state, re-check to be safe.
-                let was_older = event
-                    .prev_kv()
-                    .is_none_or(|kv| kv.create_revision() < *ours);
-                if was_older {
+                let Some(created) = deletion.created else {
+                    return true;
+                };
+                if created < *ours {
                     *older = older.saturating_sub(1);
                 }
                 *older < *limit
@@ -472,7 +470,10 @@ impl Inner {
                 },
             };
             fresh = None; // stale by the time our turn comes
-            match self.wait_deleted(watched, seen, &session, deadline).await {
+            match self
+                .wait_deleted(name, watched, seen, &session, deadline)
+                .await
+            {
                 Wake::Recheck => {}
                 // Our queued key goes before the caller hears Busy: a process that exits
                 // next must not leave it to block the lock until its lease runs out. (The
@@ -525,9 +526,10 @@ impl Inner {
     }
 
     /// Waits (bounded by the deadline, the session, and one ttl) until `watched` sees the
-    /// deletion it waits for after revision `seen`.
+    /// deletion it waits for after revision `seen`, following the name's shared watch.
     async fn wait_deleted(
         &self,
+        name: &LockName,
         mut watched: Watched,
         seen: i64,
         session: &Session,
@@ -542,119 +544,45 @@ impl Inner {
         tokio::pin!(until_deadline);
         let recheck = tokio::time::sleep(session.effective_ttl());
         tokio::pin!(recheck);
-        let watch = || {
-            let mut watcher = self.client.watch_client();
-            // From now, not from `seen + 1`: etcd serves a watch that starts in the past from
-            // a catch-up loop that runs every 100 ms — under load nearly every waiter's
-            // wake-up came up to 100 ms late. What happened between `seen` and the watch's
-            // start is read once instead, when etcd says from which revision it watches.
-            let options = WatchOptions::new().with_filters([WatchFilterType::NoPut]);
-            let (key, options) = match &watched {
-                Watched::Key(key, _) => (key.clone(), options),
-                Watched::Permits {
-                    range: (start, end),
-                    ..
-                } => (
-                    start.clone(),
-                    options.with_range(end.clone()).with_prev_key(),
-                ),
-            };
-            async move { watcher.watch(key, Some(options)).await }
-        };
-        let opened = tokio::select! {
+        let started = Instant::now();
+        let followed = tokio::select! {
             () = session.lost() => return Wake::SessionLost,
             () = &mut until_deadline => return Wake::Deadline,
-            opened = call(self.timeout, "watch", watch) => opened,
+            followed = self.name_watches.follow(name) => followed,
         };
-        let mut stream = match opened {
-            Ok(stream) => Watch::new(stream, self.timeout, self.background.clone()),
-            Err(error) => {
-                tracing::debug!(%error, "dlock: etcd watch failed; re-checking");
-                // Do not spin on a failing watch: wait a little before the re-check.
-                tokio::select! {
-                    () = session.lost() => return Wake::SessionLost,
-                    () = &mut until_deadline => return Wake::Deadline,
-                    () = tokio::time::sleep(Duration::from_millis(50)) => return Wake::Recheck,
-                }
-            }
-        };
-        let opened_at = Instant::now();
-        loop {
-            let broken = tokio::select! {
-                () = session.lost() => return Wake::SessionLost,
-                () = &mut until_deadline => return Wake::Deadline,
-                () = &mut recheck => return Wake::Recheck,
-                message = stream.message() => match message {
-                    Ok(Some(response)) if response.canceled() => true,
-                    Ok(Some(response)) => {
+        let mut after = seen;
+        if let Some(mut follower) = followed {
+            loop {
+                match follower.since(after) {
+                    Since::Deletions(deletions) => {
                         let mut wake = false;
-                        let watches_after = response.header().map_or(seen, |h| h.revision());
-                        if response.created() && watches_after > seen {
-                            wake |= self.caught_up(&mut watched).await.unwrap_or(true);
-                        }
-                        for event in response.events() {
-                            wake |= watched.wakes_on(event);
+                        for deletion in &deletions {
+                            wake |= watched.wakes_on(deletion);
+                            after = after.max(deletion.revision);
                         }
                         if wake {
                             return Wake::Recheck;
                         }
-                        false
                     }
-                    Ok(None) | Err(_) => true,
-                },
-            };
-            if broken {
-                // The watch ended (cancelled by etcd, or its stream broke): re-check, but not
-                // in a tight loop if watches keep failing at once.
+                    // The watch opened (or its log was trimmed) after our read: read again.
+                    Since::Behind => return Wake::Recheck,
+                    Since::Ended => break,
+                }
                 tokio::select! {
                     () = session.lost() => return Wake::SessionLost,
                     () = &mut until_deadline => return Wake::Deadline,
-                    () = tokio::time::sleep_until((opened_at + Duration::from_millis(50)).into()) => {
-                        return Wake::Recheck;
-                    }
+                    () = &mut recheck => return Wake::Recheck,
+                    () = follower.changed() => {}
                 }
             }
         }
-    }
-
-    /// After a watch started later than the last read: whether what it waits for happened in
-    /// between (one read); for permits, counts the older ones again as of that read.
-    async fn caught_up(&self, watched: &mut Watched) -> Result<bool> {
-        match watched {
-            Watched::Key(key, created) => {
-                let found = call(self.timeout, "acquire", || {
-                    let mut kv = self.client.kv_client();
-                    let key = key.clone();
-                    async move { kv.get(key, Some(GetOptions::new().with_keys_only())).await }
-                })
-                .await?;
-                // Gone, or gone and put again: either way the one we waited for is deleted.
-                Ok(!found
-                    .kvs()
-                    .iter()
-                    .any(|kv| kv.create_revision() == *created))
-            }
-            Watched::Permits {
-                range: (start, end),
-                older,
-                ours,
-                limit,
-                counted_through,
-            } => {
-                let found = call(self.timeout, "acquire", || {
-                    let mut kv = self.client.kv_client();
-                    let options = GetOptions::new()
-                        .with_range(end.clone())
-                        .with_keys_only()
-                        .with_max_create_revision(*ours - 1);
-                    let start = start.clone();
-                    async move { kv.get(start, Some(options)).await }
-                })
-                .await?;
-                *older = found.kvs().len();
-                *counted_through = found.header().map_or(0, |h| h.revision());
-                Ok(*older < *limit)
-            }
+        // The watch could not be opened, or it ended: re-check, but not in a tight loop if
+        // watches keep failing.
+        tracing::debug!("dlock: etcd name watch unavailable; re-checking");
+        tokio::select! {
+            () = session.lost() => Wake::SessionLost,
+            () = &mut until_deadline => Wake::Deadline,
+            () = tokio::time::sleep_until((started + Duration::from_millis(50)).into()) => Wake::Recheck,
         }
     }
 

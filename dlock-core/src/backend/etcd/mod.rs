@@ -2,8 +2,9 @@
 //! that dlock, `etcdctl lock` and Go's `concurrency.Mutex` exclude each other on one name.
 //!
 //! Modules: [`config`] (URL, connection), [`keys`] (key layout), [`session`] (shared leases
-//! and their keepalive), [`acquire`] (enqueue and watch the predecessor), [`watch`] (a watch
-//! closed without resets), [`key_watch`] (held keys watched for their deletion), [`release`]
+//! and their keepalive), [`acquire`] (enqueue and wait for the predecessor), [`name_watch`]
+//! (one watch per lock name, shared by its waiters), [`watch`] (a watch closed without
+//! resets), [`key_watch`] (held keys watched for their deletion), [`release`]
 //! (renew, release, force release, background deletes),
 //! [`inspect`] (holders and waiters, for operators). The user-facing documentation is on
 //! [`EtcdBackend`].
@@ -15,6 +16,7 @@ mod errors;
 mod inspect;
 mod key_watch;
 mod keys;
+mod name_watch;
 mod release;
 mod session;
 mod together;
@@ -31,6 +33,7 @@ use tokio_util::sync::CancellationToken;
 
 pub(crate) use self::config::EtcdUrl;
 use self::key_watch::KeyWatches;
+use self::name_watch::NameWatches;
 use self::session::Session;
 use crate::backend::BackendUrl;
 use crate::backend::background::Background;
@@ -72,14 +75,17 @@ const RENEW_BATCH: usize = 128;
 ///   (the first `L` by create revision hold). The limit is part of every permit key's name;
 ///   a caller whose limit differs from the oldest permit key's gets
 ///   [`Error::PermitLimitMismatch`](crate::Error::PermitLimitMismatch).
-/// * **Waiting** watches only the key with the next-lower create revision (no herd): when it
-///   is deleted, the waiter checks that its own key still exists (etcd #11456: a waiter whose
-///   lease expired must not think it holds the lock) and that no lower key remains. A waiter
-///   also re-checks once per ttl in case a watch stalled. Cancelling a waiting acquire deletes
-///   its key in the background; a `try_lock` (wait of zero) writes only if the range is empty.
-///   A permit waiting for other permits watches the deletions of the permit range instead (a
-///   permit frees whichever of the older ones goes first): every waiting permit re-checks
-///   on each release, one read each.
+/// * **Waiting** waits for the deletion of only the key with the next-lower create revision
+///   (no herd): when it is deleted, the waiter checks that its own key still exists (etcd
+///   #11456: a waiter whose lease expired must not think it holds the lock) and that no lower
+///   key remains. The deletions come from **one watch per lock name** that all of the
+///   backend's waiters on that name share, opened by the first of them and closed shortly
+///   after the last leaves (a waiter joining late catches up from the watch's log of
+///   deletions, so no wait costs a watch of its own). A waiter also re-checks once per ttl in
+///   case a watch stalled. Cancelling a waiting acquire deletes its key in the background; a
+///   `try_lock` (wait of zero) writes only if the range is empty. A permit waiting for other
+///   permits counts the deletions of older permit keys down and re-checks only when few
+///   enough are left for it to hold.
 /// * **Leases.** All locks of one backend with the same ttl share one etcd lease (like Go's
 ///   `Session`), kept alive by a keepalive stream every ttl/3 and revoked as soon as its last
 ///   lock is released or the backend is dropped. etcd leases are whole seconds, and at least
@@ -189,6 +195,8 @@ pub(super) struct Inner {
     keys: Mutex<Keys>,
     /// Watches on long-held keys, so that renewing them reads nothing.
     key_watches: KeyWatches,
+    /// One watch per lock name with waiters, which they share.
+    name_watches: NameWatches,
     shutdown: CancellationToken,
     background: Background,
 }
@@ -348,6 +356,12 @@ impl EtcdBackend {
         let inner = Arc::new(Inner {
             sessions: Sessions::new("etcd", timeout, background.clone()),
             key_watches: KeyWatches::start(client.clone(), timeout, shutdown.clone()),
+            name_watches: NameWatches::new(
+                client.clone(),
+                timeout,
+                background.clone(),
+                shutdown.clone(),
+            ),
             client,
             namespace: url.namespace,
             timeout,
