@@ -1064,3 +1064,56 @@ async fn waiters_of_one_name_share_one_watch() {
     })
     .await;
 }
+
+/// A writer queued behind readers waits, from the name's shared watch, for every one of them
+/// to go and then holds without reading the name again (the log of deletions showed its turn):
+/// six readers leaving newest first cost etcd their six release transactions and nothing
+/// from the writer (which read the name again after each reader: six more).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_behind_readers_holds_when_the_last_leaves_without_reading_again() {
+    let server = EtcdServer::start().await.expect("etcd");
+    let endpoint = server.endpoint();
+    let ttl = Duration::from_secs(30);
+    let (readers, backend) = locker(&server.url(), "", ttl).await;
+    let (writers, _) = locker(&server.url(), "", ttl).await;
+    let mut guards = Vec::new();
+    for _ in 0..6 {
+        let guard = readers
+            .read_lock("ledger")
+            .reentrant(false)
+            .await
+            .expect("read lock");
+        guards.push(guard);
+    }
+    let writer = {
+        let writers = writers.clone();
+        tokio::spawn(async move {
+            writers
+                .write_lock("ledger")
+                .wait(Duration::from_secs(30))
+                .await
+        })
+    };
+    until_queued(&backend, "ledger", 1).await;
+
+    let before = etcd_txns(&endpoint).await;
+    while let Some(guard) = guards.pop() {
+        guard.release().await.expect("release");
+    }
+    let held = writer.await.expect("writer").expect("the writer's grant");
+    let during = etcd_txns(&endpoint).await - before;
+    assert!(
+        during < 6.5,
+        "{during} transactions for six reader releases and the writer's wait"
+    );
+    assert_eq!(
+        backend
+            .inspect("ledger")
+            .await
+            .expect("inspect")
+            .holders
+            .len(),
+        1
+    );
+    held.release().await.expect("release");
+}

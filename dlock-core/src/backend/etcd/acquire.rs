@@ -37,22 +37,38 @@ enum Turn {
 enum Ahead {
     /// Nothing: the grant is ours.
     Nothing,
-    /// The deletion of this key (with this create revision): the newest one created before
-    /// ours that must go first.
-    Key(Vec<u8>, i64),
+    /// The deletion of these keys (each with its create revision): the newest ones created
+    /// before ours that must go first — all of them if `all`, else the newest
+    /// [`BLOCKERS_READ`].
+    Keys {
+        keys: Vec<(Vec<u8>, i64)>,
+        all: bool,
+    },
     /// Deletions among the permits: `older` permit keys (at least the semaphore's `limit`)
     /// are older than ours.
     Permits { older: usize, limit: usize },
 }
 
-/// What a waiter watches.
-enum Watched {
-    /// This key, created at this revision, until it is deleted. (A Locker may put a key of
-    /// the same name again later: the revision tells them apart.)
-    Key(Vec<u8>, i64),
+/// What a waiter waits for, and what its own key is.
+struct Watched {
+    what: Awaited,
+    /// The waiter's own key and its create revision: its deletion sends the waiter back to
+    /// read (its lease ended: etcd #11456).
+    own: (Vec<u8>, i64),
+}
+
+/// The deletions a waiter waits for.
+enum Awaited {
+    /// These keys, each created at its revision, until every one is deleted. (A Locker may
+    /// put a key of the same name again later: the revision tells them apart.) If `all`, they
+    /// are every key that must go before ours: once they are gone, the turn is ours.
+    Keys {
+        keys: Vec<(Vec<u8>, i64)>,
+        all: bool,
+    },
     /// The permit range `[start, end)`, until fewer than `limit` of the `older` permit keys
     /// created before `ours` are left (deletions up to revision `counted_through` are counted
-    /// in `older` already).
+    /// in `older` already). Nothing else is ahead: new keys are always younger than ours.
     Permits {
         range: (Vec<u8>, Vec<u8>),
         older: usize,
@@ -62,17 +78,42 @@ enum Watched {
     },
 }
 
+/// What a deletion means to a waiter.
+#[derive(Debug, PartialEq, Eq)]
+enum Seen {
+    /// Nothing yet.
+    Waiting,
+    /// Every key that had to go first is gone: the turn is ours, with no read to confirm it
+    /// (the log that said so lists every deletion under the name since our last read, our
+    /// own key's too).
+    Turn,
+    /// Read the name again: what it waited for went, but more may be ahead; or the log said
+    /// too little.
+    Recheck,
+}
+
 impl Watched {
-    /// Whether `deletion` (of some key under the name) is the one to wake for: the deletion
-    /// of the key; for permits, of the last older permit key too many. Permits count the
-    /// deletions of older keys down, so a release wakes only the waiter it lets in, not
-    /// every waiting permit.
-    fn wakes_on(&mut self, deletion: &Deletion) -> bool {
-        match self {
-            Self::Key(key, created) => {
-                *key == deletion.key && deletion.created.is_none_or(|c| c == *created)
+    /// What `deletion` (of some key under the name) means. A writer behind several readers
+    /// waits until the last of them went, not once per reader; permits count the deletions
+    /// of older keys down, so a release wakes only the waiter it lets in, not every waiting
+    /// permit.
+    fn on(&mut self, deletion: &Deletion) -> Seen {
+        let (own_key, own_created) = &self.own;
+        if *own_key == deletion.key && deletion.created.is_none_or(|c| c == *own_created) {
+            return Seen::Recheck;
+        }
+        match &mut self.what {
+            Awaited::Keys { keys, all } => {
+                keys.retain(|(key, created)| {
+                    *key != deletion.key || deletion.created.is_some_and(|c| c != *created)
+                });
+                match (keys.is_empty(), *all) {
+                    (false, _) => Seen::Waiting,
+                    (true, true) => Seen::Turn,
+                    (true, false) => Seen::Recheck,
+                }
             }
-            Self::Permits {
+            Awaited::Permits {
                 range: (start, end),
                 older,
                 ours,
@@ -81,16 +122,20 @@ impl Watched {
             } => {
                 let in_range = deletion.key.as_slice() >= start.as_slice() && deletion.key < *end;
                 if !in_range || deletion.revision <= *counted_through {
-                    return false;
+                    return Seen::Waiting;
                 }
                 // Without the key's previous state, re-check to be safe.
                 let Some(created) = deletion.created else {
-                    return true;
+                    return Seen::Recheck;
                 };
                 if created < *ours {
                     *older = older.saturating_sub(1);
                 }
-                *older < *limit
+                if *older < *limit {
+                    Seen::Turn
+                } else {
+                    Seen::Waiting
+                }
             }
         }
     }
@@ -100,6 +145,8 @@ impl Watched {
 enum Wake {
     /// The watched key was deleted, the watch broke, or it is time for the periodic re-check.
     Recheck,
+    /// The log showed every key ahead deleted, and ours not.
+    Turn,
     Deadline,
     SessionLost,
 }
@@ -167,6 +214,11 @@ pub(super) fn revision(response: &TxnResponse) -> Result<i64> {
         .ok_or_else(|| Error::refused("etcd", "a transaction reply without header"))
 }
 
+/// How many of the keys a writer or reader waits behind one read lists: it waits for all of
+/// them to go before it reads again (a writer behind a few readers reads once more, not once
+/// per reader), at the price of a few more keys in the answer.
+const BLOCKERS_READ: i64 = 16;
+
 /// Keys only, newest first (by create revision), at most `limit` (the caller sets the range).
 fn newest(limit: i64) -> GetOptions {
     GetOptions::new()
@@ -189,7 +241,7 @@ fn blocker_reads(name: &LockName, mode: LockMode, below: Option<i64>) -> Vec<Txn
             let end = name.blockers_end(mode == LockMode::Shared);
             vec![TxnOp::get(
                 name.prefix(),
-                Some(older(newest(1 + own).with_range(end))),
+                Some(older(newest(BLOCKERS_READ + own).with_range(end))),
             )]
         }
         LockMode::Permit { .. } => {
@@ -231,9 +283,18 @@ fn ahead(
     };
     let LockMode::Permit { limit } = req.mode else {
         let first = reads.first().map_or(&[][..], Vec::as_slice);
-        return Ok(
-            newest_older(first).map_or(Ahead::Nothing, |(revision, key)| Ahead::Key(key, revision))
-        );
+        let keys: Vec<_> = first
+            .iter()
+            .filter(|kv| kv.create_revision() < create_revision)
+            .map(|kv| (kv.key().to_vec(), kv.create_revision()))
+            .collect();
+        // Fewer than the read could list: they are all there are.
+        let all = keys.len() < usize::try_from(BLOCKERS_READ).unwrap_or(usize::MAX);
+        return Ok(if keys.is_empty() {
+            Ahead::Nothing
+        } else {
+            Ahead::Keys { keys, all }
+        });
     };
     let [writers, readers, permits] = reads else {
         return Err(Error::refused(
@@ -255,7 +316,11 @@ fn ahead(
         .flatten()
         .max_by_key(|(revision, _)| *revision);
     if let Some((revision, key)) = other_kind {
-        return Ok(Ahead::Key(key, revision));
+        // Only the newest writer and reader were read.
+        return Ok(Ahead::Keys {
+            keys: vec![(key, revision)],
+            all: false,
+        });
     }
     let older_permits = permits
         .iter()
@@ -460,8 +525,11 @@ impl Inner {
                         valid_from,
                     )));
                 }
-                Ahead::Key(key, revision) => Watched::Key(key.clone(), *revision),
-                Ahead::Permits { older, limit } => Watched::Permits {
+                Ahead::Keys { keys, all } => Awaited::Keys {
+                    keys: keys.clone(),
+                    all: *all,
+                },
+                Ahead::Permits { older, limit } => Awaited::Permits {
                     range: name.permits(),
                     older: *older,
                     ours: create_revision,
@@ -469,12 +537,20 @@ impl Inner {
                     limit: *limit,
                 },
             };
+            let watched = Watched {
+                what: watched,
+                own: (key.as_bytes().to_vec(), create_revision),
+            };
             fresh = None; // stale by the time our turn comes
             match self
                 .wait_deleted(name, watched, seen, &session, deadline)
                 .await
             {
                 Wake::Recheck => {}
+                Wake::Turn => {
+                    predecessor = Ahead::Nothing;
+                    continue;
+                }
                 // Our queued key goes before the caller hears Busy: a process that exits
                 // next must not leave it to block the lock until its lease runs out. (The
                 // core answers within its wait slack anyway: a delete still running then is
@@ -555,13 +631,13 @@ impl Inner {
             loop {
                 match follower.since(after) {
                     Since::Deletions(deletions) => {
-                        let mut wake = false;
                         for deletion in &deletions {
-                            wake |= watched.wakes_on(deletion);
                             after = after.max(deletion.revision);
-                        }
-                        if wake {
-                            return Wake::Recheck;
+                            match watched.on(deletion) {
+                                Seen::Waiting => {}
+                                Seen::Turn => return Wake::Turn,
+                                Seen::Recheck => return Wake::Recheck,
+                            }
                         }
                     }
                     // The watch opened (or its log was trimmed) after our read: read again.

@@ -75,14 +75,17 @@ const RENEW_BATCH: usize = 128;
 ///   (the first `L` by create revision hold). The limit is part of every permit key's name;
 ///   a caller whose limit differs from the oldest permit key's gets
 ///   [`Error::PermitLimitMismatch`](crate::Error::PermitLimitMismatch).
-/// * **Waiting** waits for the deletion of only the key with the next-lower create revision
-///   (no herd): when it is deleted, the waiter checks that its own key still exists (etcd
-///   #11456: a waiter whose lease expired must not think it holds the lock) and that no lower
-///   key remains. The deletions come from **one watch per lock name** that all of the
-///   backend's waiters on that name share, opened by the first of them and closed shortly
-///   after the last leaves (a waiter joining late catches up from the watch's log of
-///   deletions, so no wait costs a watch of its own). A waiter also re-checks once per ttl in
-///   case a watch stalled. Cancelling a waiting acquire deletes its key in the background; a
+/// * **Waiting** waits for the deletion of the keys its rule puts ahead of it (no herd: a
+///   reader is not woken by another reader, a permit only when few enough older permits are
+///   left). The deletions come from **one watch per lock name** that all of the backend's
+///   waiters on that name share, opened by the first of them and closed shortly after the
+///   last leaves; a waiter joining late catches up from the watch's log of deletions, so no
+///   wait costs a watch of its own. That log lists every deletion under the name since the
+///   waiter's last read, its own key's too (etcd #11456: a waiter whose lease expired must
+///   not think it holds the lock), so when the last key ahead goes the turn is known without
+///   reading the name again (it is read again when the first read listed only the newest 16
+///   keys ahead, or the log cannot reach back). A waiter also re-checks once per ttl in case a
+///   watch stalled. Cancelling a waiting acquire deletes its key in the background; a
 ///   `try_lock` (wait of zero) writes only if the range is empty. A permit waiting for other
 ///   permits counts the deletions of older permit keys down and re-checks only when few
 ///   enough are left for it to hold.

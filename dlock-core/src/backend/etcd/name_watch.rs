@@ -283,13 +283,11 @@ impl Follower {
         if after < log.base {
             return Since::Behind;
         }
-        Since::Deletions(
-            log.deletions
-                .iter()
-                .filter(|deletion| deletion.revision > after)
-                .cloned()
-                .collect(),
-        )
+        // The log is in revision order.
+        let first = log
+            .deletions
+            .partition_point(|deletion| deletion.revision <= after);
+        Since::Deletions(log.deletions.range(first..).cloned().collect())
     }
 
     /// Resolves when the log changed (a deletion, or the watch ended).
