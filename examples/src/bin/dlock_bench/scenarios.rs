@@ -496,7 +496,10 @@ async fn annotated(locker: &Locker, i: usize) -> Result<usize, dlock_core::Error
 /// What `annotated` does, written with the core API: acquire, run the body under the guard
 /// (cancelled if the lease is lost), release.
 async fn by_hand(locker: &Locker, i: usize) -> Result<usize, dlock_core::Error> {
-    let key = format!("bench:macro:{i}");
+    // Keys of its own, as fresh as the annotated fn's (on ZooKeeper a fresh name costs its
+    // parent node: timing the same names again would time the second run on parents the
+    // first one made).
+    let key = format!("bench:hand_:{i}");
     let guard = locker.lock(&key).await?;
     let output = guard.run(async { Ok::<_, dlock_core::Error>(i) }).await??;
     guard.release().await?;
