@@ -301,7 +301,11 @@ pub(crate) async fn contended(target: &Target, s: &Settings) -> Row {
     let mut runs = Vec::new();
     let mut handoffs = Vec::new();
     let (mut held_total, mut held_count) = (Duration::ZERO, 0_u32);
+    let mut commands_before = None;
     for rep in 0..=s.reps {
+        if rep == 1 {
+            commands_before = target.server_commands().await;
+        }
         let key = format!("bench:c:{rep}");
         let waits = Arc::new(Mutex::new(Vec::new()));
         let handoff = Arc::new(Mutex::new((None::<Instant>, Vec::new())));
@@ -358,6 +362,10 @@ pub(crate) async fn contended(target: &Target, s: &Settings) -> Row {
             });
         }
     }
+    let commands = match (commands_before, target.server_commands().await) {
+        (Some(before), Some(after)) => per_grant(&before, &after, held_count),
+        _ => String::new(),
+    };
     let run = median_run(runs);
     let mut all_handoffs = Samples::default();
     for h in handoffs {
@@ -374,6 +382,7 @@ pub(crate) async fn contended(target: &Target, s: &Settings) -> Row {
         all_handoffs.percentile(50.0).as_secs_f64() * 1e6,
         all_handoffs.percentile(99.0).as_secs_f64() * 1e6,
     );
+    note.push_str(&commands);
     if let Some(raw) = target
         .raw_contended_handoffs(TASKS, s.contended_rounds, s.hold)
         .await
@@ -406,6 +415,31 @@ pub(crate) async fn contended(target: &Target, s: &Settings) -> Row {
     }
     note.push_str("; floor 1/(measured hold + 2 RTT)");
     Row::new(target.name(), "contended", &run, floor, note)
+}
+
+/// What the server ran per grant between two samples of its command counts, e.g.
+/// `; per grant the server ran evalsha ×2.00, publish ×1.00` (Redis counts a script and the
+/// commands it calls: the scripts and the commands sent alone are the requests, each one round
+/// trip unless pipelined).
+fn per_grant(
+    before: &std::collections::BTreeMap<String, u64>,
+    after: &std::collections::BTreeMap<String, u64>,
+    grants: u32,
+) -> String {
+    let grants = f64::from(grants.max(1));
+    let ran: Vec<String> = after
+        .iter()
+        .filter_map(|(name, calls)| {
+            let more = calls - before.get(name).copied().unwrap_or(0);
+            #[allow(clippy::cast_precision_loss)] // counts far below 2^52
+            let rate = more as f64 / grants;
+            (rate >= 0.005).then(|| format!("{name} ×{rate:.2}"))
+        })
+        .collect();
+    if ran.is_empty() {
+        return String::new();
+    }
+    format!("; per grant the server ran {}", ran.join(", "))
 }
 
 /// Nested acquire + release of a key the task already holds: no round trip.
