@@ -14,6 +14,14 @@
 //! | `release <id>` | `released <id>` (a leader gives up its leadership: its `takeLeadership` returns; a latch is closed) |
 //! | `leader <path>` | `leader <participant id or -> participants <id,id,...>`, as `LeaderSelector.getLeader()` / `getParticipants()` read them |
 //! | `latch <path>` | the same, as `LeaderLatch.getLeader()` / `getParticipants()` read them |
+//! | `load <rw\|sem> <path> <clients> <threads> <rounds> <hold µs> <permits>` | `load <elapsed ns> <wait ns>,<wait ns>,...` once done: the bench's load on Curator (see below) |
+//!
+//! `load` is the benchmark's peer (`dlock-bench`'s read-mostly and semaphore scenarios): that
+//! many threads over that many clients of their own take, `rounds` times each, a lease of
+//! `InterProcessSemaphoreV2(path, permits)` (`sem`) or a lock of
+//! `InterProcessReadWriteLock(path)` (`rw`: the write lock when `thread + round` is a multiple
+//! of ten, else the read lock), hold it, and give it back; it answers with the wall time and
+//! every wait (request to grant).
 //!
 //! Each lock is taken and given back by a thread of its own (Curator's mutexes belong to the
 //! thread that took them), so one driver holds and awaits many locks at once. Errors are
@@ -50,6 +58,8 @@ import java.io.*;
 import java.util.Collection;
 import java.util.Map;
 import java.util.concurrent.*;
+import java.util.concurrent.atomic.AtomicReference;
+import java.util.concurrent.locks.LockSupport;
 import org.apache.curator.framework.CuratorFramework;
 import org.apache.curator.framework.CuratorFrameworkFactory;
 import org.apache.curator.framework.recipes.leader.*;
@@ -70,12 +80,71 @@ public class CuratorDriver {
         say("leader " + (leader.isLeader() ? leader.getId() : "-") + " participants " + all);
     }
 
-    public static void main(String[] args) throws Exception {
+    static CuratorFramework connect(String connectString) throws Exception {
         CuratorFramework client = CuratorFrameworkFactory.builder()
-            .connectString(args[0]).sessionTimeoutMs(10000).connectionTimeoutMs(10000)
+            .connectString(connectString).sessionTimeoutMs(10000).connectionTimeoutMs(10000)
             .retryPolicy(new RetryOneTime(100)).build();
         client.start();
         client.blockUntilConnected();
+        return client;
+    }
+
+    // load <rw|sem> <path> <clients> <threads> <rounds> <hold us> <permits>
+    static String load(String connectString, String[] w) throws Exception {
+        String kind = w[1], path = w[2];
+        int clients = Integer.parseInt(w[3]), threads = Integer.parseInt(w[4]);
+        int rounds = Integer.parseInt(w[5]), permits = Integer.parseInt(w[7]);
+        long holdNs = Long.parseLong(w[6]) * 1000;
+        CuratorFramework[] cs = new CuratorFramework[clients];
+        for (int i = 0; i < clients; i++) cs[i] = connect(connectString);
+        long[][] waits = new long[threads][rounds];
+        AtomicReference<Exception> failed = new AtomicReference<>();
+        Thread[] workers = new Thread[threads];
+        long started = System.nanoTime();
+        for (int t = 0; t < threads; t++) {
+            final int task = t;
+            workers[t] = new Thread(() -> {
+                try {
+                    CuratorFramework c = cs[task % clients];
+                    InterProcessReadWriteLock rw = new InterProcessReadWriteLock(c, path);
+                    InterProcessSemaphoreV2 sem = new InterProcessSemaphoreV2(c, path, permits);
+                    for (int r = 0; r < rounds; r++) {
+                        long asked = System.nanoTime();
+                        Unlock unlock;
+                        if (kind.equals("sem")) {
+                            Lease lease = sem.acquire();
+                            unlock = () -> sem.returnLease(lease);
+                        } else {
+                            InterProcessMutex m = (task + r) % 10 == 0 ? rw.writeLock() : rw.readLock();
+                            m.acquire();
+                            unlock = m::release;
+                        }
+                        waits[task][r] = System.nanoTime() - asked;
+                        LockSupport.parkNanos(holdNs);
+                        unlock.run();
+                    }
+                } catch (Exception e) {
+                    failed.set(e);
+                }
+            });
+            workers[t].start();
+        }
+        for (Thread t : workers) t.join();
+        long elapsed = System.nanoTime() - started;
+        for (CuratorFramework c : cs) c.close();
+        if (failed.get() != null) throw failed.get();
+        StringBuilder out = new StringBuilder("load ").append(elapsed).append(' ');
+        for (int t = 0; t < threads; t++) {
+            for (int r = 0; r < rounds; r++) {
+                if (t > 0 || r > 0) out.append(',');
+                out.append(waits[t][r]);
+            }
+        }
+        return out.toString();
+    }
+
+    public static void main(String[] args) throws Exception {
+        CuratorFramework client = connect(args[0]);
         Map<String, CountDownLatch> releases = new ConcurrentHashMap<>();
         BufferedReader in = new BufferedReader(new InputStreamReader(System.in));
         say("ready");
@@ -163,6 +232,12 @@ public class CuratorDriver {
                     sayLeader(reader.getLeader(), reader.getParticipants());
                 } catch (Exception e) {
                     say("error latch " + e);
+                }
+            } else if (w[0].equals("load")) {
+                try {
+                    say(load(args[0], w));
+                } catch (Exception e) {
+                    say("error load " + e);
                 }
             } else if (w[0].equals("release")) {
                 CountDownLatch release = releases.remove(w[1]);

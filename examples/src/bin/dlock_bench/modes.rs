@@ -4,6 +4,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use dlock_core::{LockMode, Locker};
+use dlock_harness::Curator;
 
 use crate::scenarios::{Settings, timed_tasks};
 use crate::stats::{Row, Samples, median_run};
@@ -106,10 +107,21 @@ pub(crate) async fn read_mostly(target: &Target, s: &Settings) -> Row {
     const TASKS: usize = 8;
     let lockers = [target.locker(TTL).await, target.locker(TTL).await];
     let load = (TASKS, s.contended_rounds);
+    let mut curator = Peer::start(target).await;
     let (mut mixed, mut exclusive, mut floor) = (Vec::new(), Vec::new(), Vec::new());
+    let mut peer_runs = Vec::new();
     for rep in 0..=s.reps {
         let key = format!("bench:rm:{rep}");
         let run = on_one_key(&lockers, &key, load, s.hold, one_write_in_ten).await;
+        let peer = curator
+            .load(
+                "rw",
+                &format!("/dlock-bench/curator-rm-{rep}"),
+                load,
+                &run.holds,
+                0,
+            )
+            .await;
         let key = format!("bench:rmx:{rep}");
         let all_exclusive =
             on_one_key(&lockers, &key, load, s.hold, |_, _| LockMode::Exclusive).await;
@@ -118,14 +130,21 @@ pub(crate) async fn read_mostly(target: &Target, s: &Settings) -> Row {
             mixed.push(run.waits);
             exclusive.push(all_exclusive.waits);
             floor.push(raw);
+            peer_runs.extend(peer);
         }
     }
     let (run, exclusive, floor) = (median_run(mixed), median_run(exclusive), median_run(floor));
     let note = format!(
-        "wait percentiles; {TASKS} tasks / 2 Lockers on one key, 1 write lock in 10, hold {:?}; every lock exclusive instead: {:.0} ops/s ({:.2} of the floor); floor: the raw commands with the same holds, each task on its own key (nobody waits)",
+        "wait percentiles; {TASKS} tasks / 2 Lockers on one key, 1 write lock in 10, hold {:?}; every lock exclusive instead: {:.0} ops/s ({:.2} of the floor); floor: the raw commands with the same holds, each task on its own key (nobody waits){}",
         s.hold,
         exclusive.ops_per_sec(),
         exclusive.ops_per_sec() / floor.ops_per_sec(),
+        curator.note(
+            "InterProcessReadWriteLock",
+            peer_runs,
+            &run,
+            floor.ops_per_sec()
+        ),
     );
     Row::new(
         target.name(),
@@ -146,16 +165,27 @@ pub(crate) async fn semaphore(target: &Target, s: &Settings) -> Row {
     let lockers = [target.locker(TTL).await, target.locker(TTL).await];
     let cycle = target.lock_cycle().await;
     let load = (TASKS, s.contended_rounds / 2);
-    let (mut runs, mut holds) = (Vec::new(), Vec::new());
+    let mut curator = Peer::start(target).await;
+    let (mut runs, mut holds, mut peer_runs) = (Vec::new(), Vec::new(), Vec::new());
     for rep in 0..=s.reps {
         let key = format!("bench:s:{rep}");
         let run = on_one_key(&lockers, &key, load, s.hold, |_, _| LockMode::Permit {
             limit: PERMITS,
         })
         .await;
+        let peer = curator
+            .load(
+                "sem",
+                &format!("/dlock-bench/curator-s-{rep}"),
+                load,
+                &run.holds,
+                PERMITS,
+            )
+            .await;
         if rep > 0 {
             runs.push(run.waits);
             holds.extend(run.holds);
+            peer_runs.extend(peer);
         }
     }
     let run = median_run(runs);
@@ -163,10 +193,102 @@ pub(crate) async fn semaphore(target: &Target, s: &Settings) -> Row {
     let mean_hold = holds.iter().sum::<Duration>() / count;
     let floor = f64::from(PERMITS) / (mean_hold + cycle).as_secs_f64();
     let note = format!(
-        "wait percentiles; {TASKS} tasks / 2 Lockers, {PERMITS} permits, hold {:?} (measured {:.2} ms); floor {PERMITS}/(measured hold + raw lock+unlock {:.0} µs)",
+        "wait percentiles; {TASKS} tasks / 2 Lockers, {PERMITS} permits, hold {:?} (measured {:.2} ms); floor {PERMITS}/(measured hold + raw lock+unlock {:.0} µs){}",
         s.hold,
         mean_hold.as_secs_f64() * 1e3,
         cycle.as_secs_f64() * 1e6,
+        curator.note("InterProcessSemaphoreV2", peer_runs, &run, floor),
     );
     Row::new(target.name(), "semaphore", &run, floor, note)
+}
+
+/// Apache Curator running the same load on the same ZooKeeper (the peer a ZooKeeper user
+/// would pick), in a JVM the harness starts; absent on other backends, or when it cannot
+/// start (the note says why).
+struct Peer {
+    curator: Option<Curator>,
+    /// Why there is no Curator on ZooKeeper.
+    missing: Option<String>,
+}
+
+impl Peer {
+    async fn start(target: &Target) -> Self {
+        let Some(hosts) = target.zookeeper_hosts() else {
+            return Self {
+                curator: None,
+                missing: None,
+            };
+        };
+        match Curator::start(&hosts).await {
+            Ok(curator) => Self {
+                curator: Some(curator),
+                missing: None,
+            },
+            Err(error) => Self {
+                curator: None,
+                missing: Some(error.to_string()),
+            },
+        }
+    }
+
+    /// Curator's recipe `kind` (`rw` or `sem` with `permits`) at `path` under `load`, each
+    /// lock held as long as dlock's were held on average in the same repetition.
+    async fn load(
+        &mut self,
+        kind: &str,
+        path: &str,
+        (tasks, rounds): (usize, usize),
+        holds: &[Duration],
+        permits: u32,
+    ) -> Option<Samples> {
+        let curator = self.curator.as_mut()?;
+        let count = u32::try_from(holds.len()).unwrap_or(u32::MAX).max(1);
+        let hold = holds.iter().sum::<Duration>() / count;
+        let command = format!(
+            "load {kind} {path} 2 {tasks} {rounds} {} {permits}",
+            hold.as_micros()
+        );
+        let answer = match curator.send(&command).await {
+            Ok(()) => curator.next_line(Duration::from_secs(600)).await,
+            Err(_) => None,
+        };
+        let parsed = answer.as_deref().and_then(|line| {
+            let (elapsed, waits) = line.strip_prefix("load ")?.split_once(' ')?;
+            let waits: Option<Vec<Duration>> = waits
+                .split(',')
+                .map(|ns| ns.parse().ok().map(Duration::from_nanos))
+                .collect();
+            Some(Samples {
+                latencies: waits?,
+                elapsed: Duration::from_nanos(elapsed.parse().ok()?),
+                ..Samples::default()
+            })
+        });
+        if parsed.is_none() {
+            self.missing = Some(format!("Curator answered {answer:?}"));
+            self.curator = None;
+        }
+        parsed
+    }
+
+    /// The note's part on the peer: its throughput against dlock's and the floor's, and its
+    /// waits.
+    fn note(&self, recipe: &str, runs: Vec<Samples>, dlock: &Samples, floor_ops: f64) -> String {
+        if let Some(why) = &self.missing {
+            return format!("; Curator not measured: {why}");
+        }
+        if runs.is_empty() {
+            return String::new();
+        }
+        let peer = median_run(runs);
+        format!(
+            "; Apache Curator's {recipe} (the peer), same server, load and holds: {:.0} ops/s ({:.2} of the floor; dlock {:.2}× Curator), wait p50 {:.1} ms p99 {:.1} ms max {:.1} ms",
+            peer.ops_per_sec(),
+            peer.ops_per_sec() / floor_ops,
+            dlock.ops_per_sec() / peer.ops_per_sec(),
+            peer.percentile(50.0).as_secs_f64() * 1e3,
+            peer.percentile(99.0).as_secs_f64() * 1e3,
+            peer.percentile(100.0).as_secs_f64() * 1e3,
+        )
+    }
 }

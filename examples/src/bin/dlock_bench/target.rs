@@ -236,6 +236,18 @@ impl Target {
         })
     }
 
+    /// The ZooKeeper servers as a connect string (`host:port,...`, without chroot), for a
+    /// peer client on the same ensemble; `None` on other backends and over TLS.
+    pub(crate) fn zookeeper_hosts(&self) -> Option<String> {
+        let Self::ZooKeeper { url, .. } = self else {
+            return None;
+        };
+        let rest = url.strip_prefix("zk://")?;
+        let hosts = rest.split('/').next()?;
+        let hosts = hosts.rsplit('@').next()?; // no credentials
+        Some(hosts.to_owned())
+    }
+
     pub(crate) fn name(&self) -> &'static str {
         match self {
             Self::Memory(_) => "memory",
