@@ -155,7 +155,7 @@ impl Inner {
             )
             .await?;
         let mut checked = false;
-        let (valid_from, children) = loop {
+        let valid_from = loop {
             let sent = Instant::now();
             let (children, _, watcher) = timed(
                 self.timeout,
@@ -166,39 +166,26 @@ impl Inner {
             if !children.contains(&lease) {
                 return Err(session_gone(&session));
             }
-            if children.len() <= limit as usize {
-                break (Some(sent), children);
-            }
-            // Full: a permit of another limit is told so now, not after its wait.
-            if !checked {
+            if !checked && children.len() > 1 {
                 self.check_limit(&session, &leases, &children, &lease, limit, &req.key)
                     .await?;
                 checked = true;
             }
+            if children.len() <= limit as usize {
+                break Some(sent);
+            }
             if deadline.is_some_and(|d| Instant::now() >= d) {
-                break (None, children);
+                break None;
             }
             tokio::select! {
                 _ = watcher.changed() => {}
-                () = until(deadline) => break (None, children),
+                () = until(deadline) => break None,
                 () = session.lost() => return Err(session_gone(&session)),
             }
         };
-        // The semaphore's mutex goes back while the limit is checked (the next permit does
-        // not wait for that read: the mutex is held for three round trips, as Curator holds
-        // it); a permit of another limit is refused before it reaches the caller.
         let mutex_path = format!("{locks}/{mutex}");
-        let check = async {
-            if checked || children.len() < 2 || valid_from.is_none() {
-                return Ok(());
-            }
-            self.check_limit(&session, &leases, &children, &lease, limit, &req.key)
-                .await
-        };
-        let (deleted, limit_ok) = tokio::join!(self.delete(&session, &mutex_path), check);
-        deleted?;
+        self.delete(&session, &mutex_path).await?;
         nodes.keep(&mutex_path); // deleted: nothing left to clean up
-        limit_ok?;
         Ok(valid_from.map(|valid_from| Granted {
             path: format!("{leases}/{lease}"),
             czxid: stat.czxid,
