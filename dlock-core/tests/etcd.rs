@@ -1117,3 +1117,37 @@ async fn a_writer_behind_readers_holds_when_the_last_leaves_without_reading_agai
     );
     held.release().await.expect("release");
 }
+
+/// etcd #11456 through the shared watch: a waiter whose own key goes in the same revision as
+/// the key ahead of it (their lease revoked: two tasks of one Locker share it, and etcd
+/// deletes the holder's `k/<lease>` just before the waiter's `k/<lease>.1`) is not granted
+/// on a key that no longer exists. It queues again and holds with a key of its own, which
+/// etcd shows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_whose_key_goes_with_the_one_ahead_is_not_granted_without_a_key() {
+    let server = EtcdServer::start().await.expect("etcd");
+    let endpoint = server.endpoint();
+    let (locker, backend) = locker(&server.url(), "", Duration::from_secs(10)).await;
+    let holder = locker.lock("k").await.expect("grant");
+    let waiter = spawn_waiter(&locker, "k");
+    until_queued(&backend, "k", 1).await;
+    let keys = etcd_keys(&endpoint, "k/").await;
+    assert_eq!(keys.len(), 2, "{keys:?}");
+    let leases = etcd_leases(&endpoint).await;
+    assert_eq!(leases.len(), 1, "one lease for both: {leases:?}");
+
+    let revoked = etcdctl(&endpoint)
+        .args(["lease", "revoke", &leases[0]])
+        .output()
+        .await
+        .expect("etcdctl");
+    assert!(revoked.status.success(), "{revoked:?}");
+    let (guard, _) = waiter.await.expect("waiter");
+    let guard = guard.expect("the waiter's grant, on a key of its own");
+    let keys = etcd_keys(&endpoint, "k/").await;
+    assert_eq!(keys.len(), 1, "the grant's key must exist: {keys:?}");
+    let info = backend.inspect("k").await.expect("inspect");
+    assert_eq!(info.holders.len(), 1);
+    drop(holder);
+    guard.release().await.expect("release");
+}

@@ -631,13 +631,24 @@ impl Inner {
             loop {
                 match follower.since(after) {
                     Since::Deletions(deletions) => {
+                        // A turn holds only once the whole revision that made it is seen: a
+                        // lease's end or a range delete removes our own key in the same
+                        // revision, possibly after the key ahead (the log keeps each
+                        // revision's deletions together).
+                        let mut turn_at = None;
                         for deletion in &deletions {
+                            if turn_at.is_some_and(|at| at != deletion.revision) {
+                                return Wake::Turn;
+                            }
                             after = after.max(deletion.revision);
                             match watched.on(deletion) {
                                 Seen::Waiting => {}
-                                Seen::Turn => return Wake::Turn,
+                                Seen::Turn => turn_at = Some(deletion.revision),
                                 Seen::Recheck => return Wake::Recheck,
                             }
+                        }
+                        if turn_at.is_some() {
+                            return Wake::Turn;
                         }
                     }
                     // The watch opened (or its log was trimmed) after our read: read again.

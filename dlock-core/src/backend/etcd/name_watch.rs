@@ -125,6 +125,9 @@ impl NameWatches {
     /// Follows the watch on `name`, opening it if no waiter of this backend has (bounded by
     /// the operation timeout). `None` if it could not be opened.
     pub(super) async fn follow(&self, name: &LockName) -> Option<Follower> {
+        if self.stop.is_cancelled() {
+            return None; // shut down: no new watch
+        }
         let prefix = name.prefix().to_owned();
         let shared = {
             let mut names = lock(&self.names);
