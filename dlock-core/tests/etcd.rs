@@ -1146,6 +1146,10 @@ async fn a_waiter_whose_key_goes_with_the_one_ahead_is_not_granted_without_a_key
     let guard = guard.expect("the waiter's grant, on a key of its own");
     let keys = etcd_keys(&endpoint, "k/").await;
     assert_eq!(keys.len(), 1, "the grant's key must exist: {keys:?}");
+    assert!(
+        !keys[0].starts_with(&format!("k/{}", leases[0])),
+        "the grant's key is on a new lease, not the revoked one: {keys:?}"
+    );
     let info = backend.inspect("k").await.expect("inspect");
     assert_eq!(info.holders.len(), 1);
     drop(holder);

@@ -631,23 +631,20 @@ impl Inner {
             loop {
                 match follower.since(after) {
                     Since::Deletions(deletions) => {
-                        // A turn holds only once the whole revision that made it is seen: a
-                        // lease's end or a range delete removes our own key in the same
-                        // revision, possibly after the key ahead (the log keeps each
-                        // revision's deletions together).
-                        let mut turn_at = None;
+                        // A turn holds only if our own key is not among the deletions seen
+                        // with it: a lease's end or a range delete removes it in the same
+                        // revision as the key ahead, possibly just after it (the log keeps
+                        // each revision's deletions together).
+                        let mut turn = false;
                         for deletion in &deletions {
-                            if turn_at.is_some_and(|at| at != deletion.revision) {
-                                return Wake::Turn;
-                            }
                             after = after.max(deletion.revision);
                             match watched.on(deletion) {
                                 Seen::Waiting => {}
-                                Seen::Turn => turn_at = Some(deletion.revision),
+                                Seen::Turn => turn = true,
                                 Seen::Recheck => return Wake::Recheck,
                             }
                         }
-                        if turn_at.is_some() {
+                        if turn {
                             return Wake::Turn;
                         }
                     }
