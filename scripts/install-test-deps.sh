@@ -2,7 +2,9 @@
 # Installs what dlock's build and test suite need beyond Rust, from Debian/Ubuntu packages:
 # protoc and its well-known .proto files (etcd-client's build), the servers and clients the
 # tests start (Redis, etcd, ZooKeeper on Java, PostgreSQL), and Apache Curator with javac (the
-# ZooKeeper interop tests compile a small Java program against it).
+# ZooKeeper interop tests compile a small Java program against it); then, from PyPI, the
+# Python clients the interop tests run (kazoo) in a virtualenv of their own under
+# $DLOCK_TEST_PEERS (default /opt/dlock-test-peers), where the test harness looks for them.
 #
 # Every piece is checked by what it is used for — a binary that runs, the files it reads (e.g.
 # protoc *and* google/protobuf/descriptor.proto, ZooKeeper's jar *and* a JVM that loads it) —
@@ -150,6 +152,17 @@ check_faketime() {
     [[ $shifted =~ ^[0-9]+$ ]] && ((shifted - now >= 25))
 }
 
+# virtualenv: the Python peers are installed into one, with pip.
+PYTHON=/usr/bin/python3
+check_python_venv() {
+    local dir status
+    dir=$(mktemp -d)
+    quietly "$PYTHON" -m venv "$dir/venv" && quietly "$dir/venv/bin/python" -m pip --version \
+        && status=0 || status=$?
+    rm -rf "$dir"
+    return "$status"
+}
+
 # Each piece: "the check function|the Debian package that provides it|what it is".
 PIECES=(
     "check_protoc|protobuf-compiler|protoc (etcd-client's build)"
@@ -166,7 +179,64 @@ PIECES=(
     "check_psql|postgresql-client|psql"
     "check_setpriv|util-linux|setpriv (ties a shared test server's life to its test binary)"
     "check_faketime|faketime|libfaketime ($FAKETIME_LIB: the scheduled-jobs skew test shifts worker processes' clocks)"
+    "check_python_venv|python3-venv|Python 3 with venv and pip ($PYTHON, for the Python peers' virtualenv)"
 )
+
+# --- Peers from PyPI: the clients of other languages the interop tests run, pinned, in a
+# --- virtualenv the harness finds at $DLOCK_TEST_PEERS/python (dlock_harness::peers).
+PEERS_DIR=${DLOCK_TEST_PEERS:-/opt/dlock-test-peers}
+PYTHON_VENV=$PEERS_DIR/python
+PYTHON_PEERS=(kazoo==2.11.0)
+
+# kazoo's lock recipes import, at the pinned version, with the venv's own interpreter.
+check_kazoo() {
+    quietly "$PYTHON_VENV/bin/python" -c '
+import kazoo.version
+from kazoo.client import KazooClient
+from kazoo.recipe.lock import Lock, ReadLock, WriteLock
+assert kazoo.version.__version__ == "2.11.0", kazoo.version.__version__'
+}
+
+# Each peer: "the check function|what it is".
+PEERS=(
+    "check_kazoo|kazoo 2.11.0 (Python's ZooKeeper client) in $PYTHON_VENV"
+)
+
+missing_peers() {
+    local peer check what
+    for peer in "${PEERS[@]}"; do
+        IFS='|' read -r check what <<<"$peer"
+        "$check" || printf '%s\n' "$what"
+    done
+}
+
+# Creates the virtualenv (if it has no interpreter) and installs the pinned Python peers.
+install_python_peers() {
+    log "installing ${PYTHON_PEERS[*]} from PyPI into $PYTHON_VENV"
+    as_root mkdir -p "$PEERS_DIR"
+    [[ -x $PYTHON_VENV/bin/python ]] || as_root "$PYTHON" -m venv "$PYTHON_VENV"
+    as_root "$PYTHON_VENV/bin/python" -m pip install --quiet --disable-pip-version-check \
+        "${PYTHON_PEERS[@]}"
+}
+
+# Installs the peers that are missing (the Debian pieces they need are in place), then checks.
+peers() {
+    local check_only=$1 missing what
+    mapfile -t missing < <(missing_peers)
+    [[ ${#missing[@]} -eq 0 ]] && return 0
+    for what in "${missing[@]}"; do log "missing: $what"; done
+    if $check_only; then
+        log "${#missing[@]} peer(s) missing: run scripts/install-test-deps.sh to install them"
+        exit 1
+    fi
+    install_python_peers
+    mapfile -t missing < <(missing_peers)
+    if [[ ${#missing[@]} -ne 0 ]]; then
+        for what in "${missing[@]}"; do log "still missing after the install: $what"; done
+        exit 1
+    fi
+    log "installed the peers: ${PYTHON_PEERS[*]}"
+}
 
 # Prints "package|what" for every piece whose check fails.
 missing_pieces() {
@@ -231,7 +301,8 @@ main() {
     local missing packages
     mapfile -t missing < <(missing_pieces)
     if [[ ${#missing[@]} -eq 0 ]]; then
-        log "everything the build and the tests need is installed; nothing to do"
+        peers "$check_only"
+        log "everything the build and the tests need is installed"
         return 0
     fi
     report "${missing[@]}"
@@ -255,6 +326,7 @@ main() {
         exit 1
     fi
     log "done: installed ${packages[*]}; their system services are not running"
+    peers false
 }
 
 main "$@"

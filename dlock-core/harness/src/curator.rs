@@ -28,13 +28,12 @@
 //! answered `error <id> <what>`.
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::Duration;
 
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
-use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+use tokio::process::Command;
 use tokio::sync::OnceCell;
 
+use super::peer::{PeerProcess, io};
 use super::process::find_binary;
 use super::{HarnessError, Result};
 
@@ -49,9 +48,6 @@ const CLASSPATH: [&str; 8] = [
     "/usr/share/java/slf4j-api.jar",
     "/usr/share/java/slf4j-nop.jar",
 ];
-
-/// How long the JVM may take to start and connect.
-const START_TIMEOUT: Duration = Duration::from_secs(60);
 
 const DRIVER: &str = r#"
 import java.io.*;
@@ -255,11 +251,7 @@ static COMPILED: OnceCell<PathBuf> = OnceCell::const_new();
 
 /// A running Curator client (a JVM), killed when dropped.
 #[derive(Debug)]
-pub struct Curator {
-    child: Child,
-    stdin: ChildStdin,
-    stdout: Lines<BufReader<ChildStdout>>,
-}
+pub struct Curator(PeerProcess);
 
 impl Curator {
     /// Compiles the driver (once per process) and starts it against `connect_string`
@@ -274,30 +266,13 @@ impl Curator {
         let java = find_binary("java")?;
         let classes = COMPILED.get_or_try_init(compile).await?;
         let classpath = format!("{}:{}", classes.display(), CLASSPATH.join(":"));
-        let mut child = Command::new(java)
+        let mut command = Command::new(java);
+        command
             .args(["-Xshare:auto", "-XX:TieredStopAtLevel=1", "-cp", &classpath])
             .arg("CuratorDriver")
-            .arg(connect_string)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .kill_on_drop(true)
-            .spawn()?;
-        let stdin = child.stdin.take().ok_or_else(|| io("no stdin"))?;
-        let stdout = BufReader::new(child.stdout.take().ok_or_else(|| io("no stdout"))?).lines();
-        let mut curator = Self {
-            child,
-            stdin,
-            stdout,
-        };
-        match curator.next_line(START_TIMEOUT).await {
-            Some(line) if line == "ready" => Ok(curator),
-            other => Err(HarnessError::Startup {
-                server: format!("Curator driver for {connect_string}"),
-                reason: format!("said {other:?} instead of `ready`"),
-                log_tail: String::new(),
-            }),
-        }
+            .arg(connect_string);
+        let what = format!("Curator driver for {connect_string}");
+        PeerProcess::start(command, &what).await.map(Self)
     }
 
     /// Sends one command line.
@@ -306,19 +281,12 @@ impl Curator {
     ///
     /// [`HarnessError::Io`] if the driver is gone.
     pub async fn send(&mut self, command: &str) -> Result<()> {
-        self.stdin
-            .write_all(format!("{command}\n").as_bytes())
-            .await?;
-        self.stdin.flush().await?;
-        Ok(())
+        self.0.send(command).await
     }
 
     /// The next line the driver says, or `None` if it says nothing within `within` (or exited).
     pub async fn next_line(&mut self, within: Duration) -> Option<String> {
-        tokio::time::timeout(within, self.stdout.next_line())
-            .await
-            .ok()
-            .and_then(|line| line.ok().flatten())
+        self.0.next_line(within).await
     }
 
     /// Kills the JVM (as a crash: its session lives until it expires).
@@ -327,13 +295,8 @@ impl Curator {
     ///
     /// [`HarnessError::Io`] if the signal cannot be sent.
     pub async fn kill(&mut self) -> Result<()> {
-        self.child.kill().await?;
-        Ok(())
+        self.0.kill().await
     }
-}
-
-fn io(what: &str) -> HarnessError {
-    HarnessError::Io(std::io::Error::other(what.to_owned()))
 }
 
 /// The compiled driver, in one directory per version of its source under the system's temp

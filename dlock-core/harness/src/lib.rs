@@ -19,7 +19,8 @@
 //! [`restart`](RedisServer::restart) (same ports, same data directory) its process.
 //!
 //! Peer clients that share a backend's layout run as real processes too: [`Curator`] (Apache
-//! Curator's lock recipes, in a JVM). A [`TcpProxy`] between a client and a server cuts the
+//! Curator's lock recipes, in a JVM) and [`Kazoo`] (Python's kazoo, in the virtualenv the
+//! install script makes), with a [`SharedCounter`] both sides increment under one lock. A [`TcpProxy`] between a client and a server cuts the
 //! connection, or drops the server's replies, on command.
 //!
 //! A server can also be [`shared`] by every test of a test binary: started once, it dies with
@@ -28,9 +29,12 @@
 //! A missing binary is an error ([`HarnessError::MissingBinary`]) that names
 //! `scripts/install-test-deps.sh`, never a silent skip.
 
+mod counter;
 mod curator;
 mod error;
 mod etcd;
+mod kazoo;
+mod peer;
 mod ports;
 mod postgres;
 mod process;
@@ -43,9 +47,11 @@ mod tls;
 mod wire;
 mod zookeeper;
 
+pub use counter::SharedCounter;
 pub use curator::Curator;
 pub use error::HarnessError;
 pub use etcd::{EtcdCluster, EtcdServer};
+pub use kazoo::Kazoo;
 pub use postgres::{PostgresServer, PsqlSession};
 pub use proxy::{Proxies, ProxyMode, TcpProxy};
 pub use redis::{RedisNodes, RedisServer};

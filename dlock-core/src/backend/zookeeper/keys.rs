@@ -1,6 +1,7 @@
 //! Where locks live in ZooKeeper: a key's lock path, Apache Curator's node names, and
 //! Curator's order of the contenders under one path (`LockInternals`,
-//! `StandardLockInternalsDriver` and `InterProcessReadWriteLock` of Curator 5.4).
+//! `StandardLockInternalsDriver` and `InterProcessReadWriteLock` of Curator 5.4), which also
+//! counts kazoo's lock nodes (Python's ZooKeeper client) among the contenders.
 
 use crate::lease::AcquireRequest;
 use crate::mode::LockKind;
@@ -108,8 +109,8 @@ pub(super) fn lock_path(full_key: &str) -> Result<String> {
             }
             _ if index > 0 && is_lock_node_name(segment) => {
                 return Err(invalid(
-                    "a segment named like a lock node (`…-lock-0000000001`, `…-latch-…`, `…__READ__1`) \
-                     would pose as a contender of the lock above it",
+                    "a segment named like a lock node (`…-lock-0000000001`, `…-latch-…`, `…__READ__…`, \
+                     kazoo's `…__lock__…`) would pose as a contender of the lock above it",
                 ));
             }
             _ => {}
@@ -156,33 +157,50 @@ struct Contender<'a> {
     exclusive: bool,
 }
 
+/// The lock names a contender's node may carry before its sequence number, each with whether
+/// it excludes every other node: Curator's (the kinds dlock creates) and kazoo's, whose `Lock`
+/// and `WriteLock` create `<uuid hex>__lock__<seq>` and whose `ReadLock` creates
+/// `<uuid hex>__rlock__<seq>` (`kazoo/recipe/lock.py`). Every node under a path takes its
+/// sequence number from the parent's one counter, so the families interleave in creation
+/// order, and kazoo sorts its contenders by that number as Curator and dlock do.
+const LOCK_NAMES: [(&str, bool); 6] = [
+    (NodeKind::Mutex.lock_name(), true),
+    (NodeKind::Read.lock_name(), false),
+    (NodeKind::Write.lock_name(), true),
+    (NodeKind::Latch.lock_name(), true),
+    (KAZOO_LOCK, true),
+    (KAZOO_READ_LOCK, false),
+];
+
+/// kazoo's `Lock` and `WriteLock` node name (before the sequence number).
+const KAZOO_LOCK: &str = "__lock__";
+/// kazoo's `ReadLock` node name.
+const KAZOO_READ_LOCK: &str = "__rlock__";
+
 /// Reads `child` as a lock node of a mutex or read-write lock, or `None` for another child
 /// (a container of a nested lock path, a semaphore's `locks`/`leases`).
 fn contender(child: &str) -> Option<Contender<'_>> {
-    [
-        NodeKind::Mutex,
-        NodeKind::Read,
-        NodeKind::Write,
-        NodeKind::Latch,
-    ]
-    .into_iter()
-    .filter_map(|kind| {
-        let at = child.rfind(kind.lock_name())?;
-        Some((at, kind))
-    })
-    .max_by_key(|(at, _)| *at)
-    .and_then(|(at, kind)| {
-        let sequence = &child[at + kind.lock_name().len()..];
-        // ZooKeeper 3.x prints the parent's cversion with `%010d`: past 2^31 it turns
-        // negative (`-2147483648`). Curator sorts that text as it is, and so does dlock.
-        // A sequence has at least ZooKeeper's 10 digits: a shorter number is a user's name.
-        let digits = sequence.strip_prefix('-').unwrap_or(sequence);
-        (digits.len() >= 10 && digits.bytes().all(|b| b.is_ascii_digit())).then_some(Contender {
-            name: child,
-            sequence,
-            exclusive: kind != NodeKind::Read,
+    LOCK_NAMES
+        .into_iter()
+        .filter_map(|(name, exclusive)| {
+            let at = child.rfind(name)?;
+            Some((at + name.len(), exclusive))
         })
-    })
+        .max_by_key(|(end, _)| *end)
+        .and_then(|(end, exclusive)| {
+            let sequence = &child[end..];
+            // ZooKeeper 3.x prints the parent's cversion with `%010d`: past 2^31 it turns
+            // negative (`-2147483648`). Curator sorts that text as it is, and so does dlock.
+            // A sequence has at least ZooKeeper's 10 digits: a shorter number is a user's name.
+            let digits = sequence.strip_prefix('-').unwrap_or(sequence);
+            (digits.len() >= 10 && digits.bytes().all(|b| b.is_ascii_digit())).then_some(
+                Contender {
+                    name: child,
+                    sequence,
+                    exclusive,
+                },
+            )
+        })
 }
 
 /// The lock nodes among `children`, in Curator's order: by the text after the last lock name.
@@ -207,8 +225,9 @@ pub(super) enum Standing {
 }
 
 /// Where `ours` stands among `children` of its lock path, by Curator's rules, with every lock
-/// node sorted by the text after its last lock name (`lock-`, `__READ__`, `__WRIT__`: one
-/// sequence counter per parent, so mutex, read and write nodes interleave in creation order):
+/// node sorted by the text after its last lock name (`lock-`, `__READ__`, `__WRIT__`, kazoo's
+/// `__lock__` and `__rlock__`: one sequence counter per parent, so mutex, read and write nodes
+/// interleave in creation order):
 ///
 /// * a mutex or write node holds when it is first, else watches the node just before it
 ///   (`StandardLockInternalsDriver`: `ourIndex < maxLeases`, watch `ourIndex - 1`);
@@ -218,6 +237,8 @@ pub(super) enum Standing {
 /// Curator sorts other children (not lock nodes) among them by their whole name; dlock leaves
 /// them out. The two orders differ only for a child whose name sorts before a sequence number
 /// (a nested lock path starting with a digit or punctuation), which Curator would wait for.
+/// kazoo's nodes are such children to Curator: it sorts them by their uuid, after its own, and
+/// so does not wait for a kazoo holder. dlock waits for both, and each waits for dlock.
 pub(super) fn standing(children: &[String], ours: &str, reader: bool) -> Standing {
     let nodes = contenders(children);
     let Some(index) = nodes.iter().position(|node| node.name == ours) else {
@@ -326,6 +347,8 @@ mod tests {
             "job/x-lock-0000000001",
             "job/x-lock--2147483648",
             "job/x__WRIT__0000000007",
+            "job/0b0e5e4e8c564a5b9a578f0c0a2f1e01__lock__0000000003",
+            "job/x__rlock__0000000004",
         ] {
             let error = lock_path(bad).unwrap_err();
             assert!(matches!(error, Error::InvalidKey { .. }), "{bad}: {error}");
@@ -384,6 +407,55 @@ mod tests {
         assert_eq!(holders(&children), vec![r1]);
     }
 
+    /// kazoo's nodes (`<uuid hex>__lock__<seq>`, `__rlock__`) are contenders like Curator's,
+    /// in one order by sequence number: a kazoo lock or write node excludes, a kazoo read node
+    /// shares with readers.
+    #[test]
+    fn kazoos_nodes_are_contenders_in_sequence_order() {
+        let kazoo_writer = "6f1d2a8e1f474a9a8f330c9d7e7b2a02__lock__0000000001".to_owned();
+        let dlock_reader = node(A, NodeKind::Read, 2);
+        let kazoo_reader = "0b0e5e4e8c564a5b9a578f0c0a2f1e01__rlock__0000000003".to_owned();
+        let dlock_writer = node(B, NodeKind::Write, 4);
+        let children = vec![
+            dlock_writer.clone(),
+            kazoo_reader.clone(),
+            dlock_reader.clone(),
+            kazoo_writer.clone(),
+        ];
+        assert_eq!(holders(&children), vec![kazoo_writer.clone()]);
+        assert_eq!(
+            standing(&children, &dlock_reader, true),
+            Standing::Waits {
+                watch: kazoo_writer.clone()
+            }
+        );
+        assert_eq!(
+            standing(&children, &dlock_writer, false),
+            Standing::Waits {
+                watch: kazoo_reader.clone()
+            }
+        );
+        // With kazoo's writer gone, both readers hold, kazoo's among them.
+        let children = vec![
+            dlock_writer.clone(),
+            kazoo_reader.clone(),
+            dlock_reader.clone(),
+        ];
+        assert_eq!(holders(&children), vec![dlock_reader.clone(), kazoo_reader]);
+        assert_eq!(standing(&children, &dlock_reader, true), Standing::Holds);
+        // A mutex waits for kazoo's `Lock` node before it.
+        let kazoo_lock = "00aa__lock__0000000007".to_owned();
+        let dlock_mutex = node(A, NodeKind::Mutex, 8);
+        let children = vec![dlock_mutex.clone(), kazoo_lock.clone()];
+        assert_eq!(
+            standing(&children, &dlock_mutex, false),
+            Standing::Waits { watch: kazoo_lock }
+        );
+        // Names that only end like them are not contenders.
+        assert!(contender("x__lock__12").is_none());
+        assert!(contender("x_lock__0000000001").is_none());
+    }
+
     #[test]
     fn sequences_sort_as_text_like_curator() {
         // Sequence texts past i32::MAX (19 digits from some clients, a negative number from
@@ -415,7 +487,7 @@ mod tests {
         use proptest::prelude::*;
         let segment = prop_oneof![
             "[a-z:.{}%-]{0,6}",
-            "[a-z_]{0,4}(-lock-|__READ__|__WRIT__|-lease-)-?[0-9]{0,10}",
+            "[a-z_]{0,4}(-lock-|__READ__|__WRIT__|-lease-|__lock__|__rlock__)-?[0-9]{0,10}",
             Just(SEMAPHORE_LOCKS.to_owned()),
             Just(SEMAPHORE_LEASES.to_owned()),
             Just("zookeeper".to_owned()),

@@ -70,6 +70,14 @@ const RENEW_BATCH: usize = 128;
 ///   lock of one key exclude each other in dlock; Curator's mutex and read-write lock are two
 ///   recipes that must not share a path, so use `lock` with Curator's `InterProcessMutex` and
 ///   `write_lock`/`read_lock` with its `InterProcessReadWriteLock`.
+/// * **kazoo** (Python): its `Lock` and `WriteLock` nodes `K/<uuid hex>__lock__<seq>` and its
+///   `ReadLock` nodes `K/<uuid hex>__rlock__<seq>` are contenders in the same order (the
+///   sequence number), exclusive and shared; kazoo waits for dlock's nodes when told their
+///   names: `Lock(…, extra_lock_patterns=["-lock-"])`, `ReadLock(…, ["__WRIT__"])`,
+///   `WriteLock(…, ["__READ__", "__WRIT__"])`. Curator does not see kazoo's nodes, so a
+///   path shared by all three keeps Curator and kazoo apart only through dlock's order, not
+///   from each other. kazoo's `Semaphore` has a layout of its own (a sibling `K-__lock__`
+///   mutex, leases `K/<uuid hex>`) that dlock's semaphore, Curator's, does not meet.
 /// * **Leader election** ([`Locker::campaign`](crate::Locker::campaign)): by default
 ///   Curator's `LeaderSelector` layout, a mutex node `K/_c_<uuid>-lock-<seq>` whose data is
 ///   the candidate's value (Curator's participant id); with `?election=latch` in the URL,

@@ -1,0 +1,118 @@
+//! A counter in files that two processes of different languages increment under one lock, with
+//! the markers that show two holders at once: the non-atomic read-sleep-write of the interop
+//! tests. The kazoo driver ([`Kazoo`](crate::Kazoo)'s `count`) runs the same section on the
+//! same files.
+//!
+//! In a directory: `counter` holds the count; a writer creates `writer` exclusively
+//! (`O_EXCL`), checks that no `reader-<id>` file exists, reads the count, sleeps, writes it
+//! plus one, checks again, and removes `writer`; a reader creates its `reader-<id>`, checks
+//! that `writer` is absent, reads the count, sleeps, and checks that the count is unchanged and
+//! `writer` still absent. Each failed check is an overlap.
+
+use std::fs;
+use std::io::ErrorKind;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tempfile::TempDir;
+
+use super::Result;
+
+/// A shared counter in a temp directory of its own, removed when dropped.
+#[derive(Debug)]
+pub struct SharedCounter {
+    dir: TempDir,
+}
+
+impl SharedCounter {
+    /// A counter at 0.
+    ///
+    /// # Errors
+    ///
+    /// [`HarnessError::Io`](crate::HarnessError::Io) if the directory cannot be made.
+    pub fn new() -> Result<Self> {
+        let dir = tempfile::Builder::new()
+            .prefix("dlock-counter-")
+            .tempdir()?;
+        fs::write(dir.path().join("counter"), "0")?;
+        Ok(Self { dir })
+    }
+
+    /// The directory (what the peer's driver is given).
+    #[must_use]
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The count.
+    ///
+    /// # Panics
+    ///
+    /// If the counter file cannot be read as a number.
+    #[must_use]
+    pub fn value(&self) -> u64 {
+        read(self.dir()).parse().expect("a count")
+    }
+
+    /// A writer's section: increments the count, pausing `pause` between the read and the
+    /// write. Returns the overlaps seen (0 when the lock held).
+    ///
+    /// # Panics
+    ///
+    /// On an I/O error other than the writer marker already existing.
+    pub async fn write(&self, pause: Duration) -> u32 {
+        let mut bad = 0;
+        let marker = self.dir().join("writer");
+        match fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&marker)
+        {
+            Ok(_) => {}
+            Err(error) if error.kind() == ErrorKind::AlreadyExists => bad += 1,
+            Err(error) => panic!("writer marker: {error}"),
+        }
+        bad += u32::from(self.any_reader());
+        let value: u64 = read(self.dir()).parse().unwrap_or(0);
+        tokio::time::sleep(pause).await;
+        fs::write(self.dir().join("counter"), (value + 1).to_string()).expect("write the count");
+        bad += u32::from(self.any_reader());
+        let _ = fs::remove_file(&marker);
+        bad
+    }
+
+    /// A reader's section: reads the count, pauses, and checks no writer came in. Returns the
+    /// overlaps seen.
+    ///
+    /// # Panics
+    ///
+    /// On an I/O error.
+    pub async fn read(&self, pause: Duration) -> u32 {
+        let mut bad = 0;
+        static READERS: AtomicU64 = AtomicU64::new(0);
+        let id = READERS.fetch_add(1, Ordering::Relaxed);
+        let marker: PathBuf = self
+            .dir()
+            .join(format!("reader-rust-{}-{id}", std::process::id()));
+        fs::write(&marker, "").expect("reader marker");
+        let writer = self.dir().join("writer");
+        bad += u32::from(writer.exists());
+        let before = read(self.dir());
+        tokio::time::sleep(pause).await;
+        bad += u32::from(read(self.dir()) != before || writer.exists());
+        fs::remove_file(&marker).expect("remove the reader marker");
+        bad
+    }
+
+    fn any_reader(&self) -> bool {
+        fs::read_dir(self.dir())
+            .expect("list the counter's directory")
+            .filter_map(std::result::Result::ok)
+            .any(|entry| entry.file_name().to_string_lossy().starts_with("reader-"))
+    }
+}
+
+fn read(dir: &Path) -> String {
+    fs::read_to_string(dir.join("counter")).expect("read the count")
+}

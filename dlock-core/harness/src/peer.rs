@@ -1,0 +1,73 @@
+//! A peer client's driver process, shared by [`Curator`](crate::Curator) and
+//! [`Kazoo`](crate::Kazoo): commands go to its stdin one per line, answers come on its stdout,
+//! and it says `ready` once its client is connected.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
+use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+
+use super::{HarnessError, Result};
+
+/// How long a driver may take to start and connect (a JVM's start included).
+const START_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A running driver, killed when dropped.
+#[derive(Debug)]
+pub(crate) struct PeerProcess {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: Lines<BufReader<ChildStdout>>,
+}
+
+impl PeerProcess {
+    /// Starts `command` and returns once it says `ready`; `what` names it in errors.
+    pub(crate) async fn start(mut command: Command, what: &str) -> Result<Self> {
+        let mut child = command
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()?;
+        let stdin = child.stdin.take().ok_or_else(|| io("no stdin"))?;
+        let stdout = BufReader::new(child.stdout.take().ok_or_else(|| io("no stdout"))?).lines();
+        let mut peer = Self {
+            child,
+            stdin,
+            stdout,
+        };
+        match peer.next_line(START_TIMEOUT).await {
+            Some(line) if line == "ready" => Ok(peer),
+            other => Err(HarnessError::Startup {
+                server: what.to_owned(),
+                reason: format!("said {other:?} instead of `ready`"),
+                log_tail: String::new(),
+            }),
+        }
+    }
+
+    pub(crate) async fn send(&mut self, command: &str) -> Result<()> {
+        self.stdin
+            .write_all(format!("{command}\n").as_bytes())
+            .await?;
+        self.stdin.flush().await?;
+        Ok(())
+    }
+
+    pub(crate) async fn next_line(&mut self, within: Duration) -> Option<String> {
+        tokio::time::timeout(within, self.stdout.next_line())
+            .await
+            .ok()
+            .and_then(|line| line.ok().flatten())
+    }
+
+    pub(crate) async fn kill(&mut self) -> Result<()> {
+        self.child.kill().await?;
+        Ok(())
+    }
+}
+
+pub(crate) fn io(what: &str) -> HarnessError {
+    HarnessError::Io(std::io::Error::other(what.to_owned()))
+}
