@@ -2,9 +2,10 @@
 # Installs what dlock's build and test suite need beyond Rust, from Debian/Ubuntu packages:
 # protoc and its well-known .proto files (etcd-client's build), the servers and clients the
 # tests start (Redis, etcd, ZooKeeper on Java, PostgreSQL), and Apache Curator with javac (the
-# ZooKeeper interop tests compile a small Java program against it); then, from PyPI, the
-# Python clients the interop tests run (kazoo) in a virtualenv of their own under
-# $DLOCK_TEST_PEERS (default /opt/dlock-test-peers), where the test harness looks for them.
+# ZooKeeper interop tests compile a small Java program against it); then the clients of other
+# languages the interop tests run, pinned, under $DLOCK_TEST_PEERS (default
+# /opt/dlock-test-peers), where the test harness looks for them: from PyPI, kazoo and redis-py
+# in a virtualenv (python/); from npm, node-redlock and ioredis (node/).
 #
 # Every piece is checked by what it is used for — a binary that runs, the files it reads (e.g.
 # protoc *and* google/protobuf/descriptor.proto, ZooKeeper's jar *and* a JVM that loads it) —
@@ -163,6 +164,9 @@ check_python_venv() {
     return "$status"
 }
 
+# node and npm: the Node peers are installed with npm and run with node.
+check_node() { quietly node --version && quietly npm --version; }
+
 # Each piece: "the check function|the Debian package that provides it|what it is".
 PIECES=(
     "check_protoc|protobuf-compiler|protoc (etcd-client's build)"
@@ -180,13 +184,17 @@ PIECES=(
     "check_setpriv|util-linux|setpriv (ties a shared test server's life to its test binary)"
     "check_faketime|faketime|libfaketime ($FAKETIME_LIB: the scheduled-jobs skew test shifts worker processes' clocks)"
     "check_python_venv|python3-venv|Python 3 with venv and pip ($PYTHON, for the Python peers' virtualenv)"
+    "check_node|npm|node and npm (the Node peers)"
 )
 
-# --- Peers from PyPI: the clients of other languages the interop tests run, pinned, in a
-# --- virtualenv the harness finds at $DLOCK_TEST_PEERS/python (dlock_harness::peers).
+# --- Peers from PyPI and npm: the clients of other languages the interop tests run, pinned,
+# --- where the harness finds them: $DLOCK_TEST_PEERS/python (a virtualenv) and
+# --- $DLOCK_TEST_PEERS/node (node_modules).
 PEERS_DIR=${DLOCK_TEST_PEERS:-/opt/dlock-test-peers}
 PYTHON_VENV=$PEERS_DIR/python
-PYTHON_PEERS=(kazoo==2.11.0)
+PYTHON_PEERS=(kazoo==2.11.0 redis==8.1.0)
+NODE_DIR=$PEERS_DIR/node
+NODE_PEERS=(redlock@5.0.0-beta.2 ioredis@5.11.1)
 
 # kazoo's lock recipes import, at the pinned version, with the venv's own interpreter.
 check_kazoo() {
@@ -197,9 +205,29 @@ from kazoo.recipe.lock import Lock, ReadLock, WriteLock
 assert kazoo.version.__version__ == "2.11.0", kazoo.version.__version__'
 }
 
+# redis-py's lock imports, at the pinned version.
+check_redis_py() {
+    quietly "$PYTHON_VENV/bin/python" -c '
+import redis
+from redis.lock import Lock
+assert redis.__version__ == "8.1.0", redis.__version__'
+}
+
+# node-redlock and ioredis load with node, at the pinned versions.
+check_node_redlock() {
+    NODE_PATH=$NODE_DIR/node_modules quietly node -e '
+const Redlock = require("redlock").default;
+const Redis = require("ioredis");
+const fs = require("fs");
+const version = (name) => JSON.parse(fs.readFileSync(process.env.NODE_PATH + "/" + name + "/package.json")).version;
+if (typeof Redlock !== "function" || version("redlock") !== "v5.0.0-beta.2" || version("ioredis") !== "5.11.1") process.exit(1);'
+}
+
 # Each peer: "the check function|what it is".
 PEERS=(
     "check_kazoo|kazoo 2.11.0 (Python's ZooKeeper client) in $PYTHON_VENV"
+    "check_redis_py|redis-py 8.1.0 (Python's Redis client) in $PYTHON_VENV"
+    "check_node_redlock|node-redlock 5.0.0-beta.2 and ioredis 5.11.1 in $NODE_DIR"
 )
 
 missing_peers() {
@@ -219,6 +247,14 @@ install_python_peers() {
         "${PYTHON_PEERS[@]}"
 }
 
+# Installs the pinned Node peers into their own directory.
+install_node_peers() {
+    log "installing ${NODE_PEERS[*]} from npm into $NODE_DIR"
+    as_root mkdir -p "$NODE_DIR"
+    as_root npm install --prefix "$NODE_DIR" --no-audit --no-fund --no-save --silent \
+        "${NODE_PEERS[@]}"
+}
+
 # Installs the peers that are missing (the Debian pieces they need are in place), then checks.
 peers() {
     local check_only=$1 missing what
@@ -229,13 +265,14 @@ peers() {
         log "${#missing[@]} peer(s) missing: run scripts/install-test-deps.sh to install them"
         exit 1
     fi
-    install_python_peers
+    check_kazoo && check_redis_py || install_python_peers
+    check_node_redlock || install_node_peers
     mapfile -t missing < <(missing_peers)
     if [[ ${#missing[@]} -ne 0 ]]; then
         for what in "${missing[@]}"; do log "still missing after the install: $what"; done
         exit 1
     fi
-    log "installed the peers: ${PYTHON_PEERS[*]}"
+    log "installed the peers: ${PYTHON_PEERS[*]} ${NODE_PEERS[*]}"
 }
 
 # Prints "package|what" for every piece whose check fails.

@@ -1,5 +1,6 @@
 //! The conformance suite against real Redis: one `redis-server`, and a 3-master Redis Cluster,
-//! each in plain text and over mutual TLS, and a Sentinel-managed master with two replicas,
+//! each in plain text and over mutual TLS, and in the plain layout (`?layout=plain`), and a
+//! Sentinel-managed master with two replicas,
 //! started by the harness once and shared by every
 //! test of this binary (each test keys its locks apart), ending with it.
 
@@ -44,6 +45,15 @@ async fn target<S: Send + Sync + 'static>(server: S, url: String) -> Target<Redi
 }
 
 async fn single() -> Target<RedisBackend> {
+    single_with("").await
+}
+
+/// The single server, in the plain layout (`?layout=plain`: redis-py's and node-redlock's).
+async fn single_plain() -> Target<RedisBackend> {
+    single_with("?layout=plain").await
+}
+
+async fn single_with(query: &str) -> Target<RedisBackend> {
     static SERVER: OnceCell<Serving> = OnceCell::const_new();
     let (server, url) = shared(&SERVER, || async {
         let server = RedisServer::start().await.expect("redis-server");
@@ -51,10 +61,19 @@ async fn single() -> Target<RedisBackend> {
         (Box::new(server) as Box<dyn Send + Sync>, url)
     })
     .await;
-    target(server, url.clone()).await
+    target(server, format!("{url}{query}")).await
 }
 
 async fn cluster() -> Target<RedisBackend> {
+    cluster_with("").await
+}
+
+/// The cluster in the plain layout: each lock's own key decides its slot.
+async fn cluster_plain() -> Target<RedisBackend> {
+    cluster_with("?layout=plain").await
+}
+
+async fn cluster_with(query: &str) -> Target<RedisBackend> {
     static SERVER: OnceCell<Serving> = OnceCell::const_new();
     let (server, url) = shared(&SERVER, || async {
         let cluster = RedisCluster::start(3).await.expect("redis cluster");
@@ -62,7 +81,7 @@ async fn cluster() -> Target<RedisBackend> {
         (Box::new(cluster) as Box<dyn Send + Sync>, url)
     })
     .await;
-    target(server, url.clone()).await
+    target(server, format!("{url}{query}")).await
 }
 
 /// The server's TLS port, trusting the test CA and presenting a client certificate (the
@@ -132,6 +151,8 @@ dlock_core::conformance_tests!(redis_sentinel, sentinel());
 dlock_core::conformance_tests!(redis_single_tls, single_tls());
 dlock_core::conformance_tests!(redis_cluster_tls, cluster_tls());
 dlock_core::conformance_tests!(redis_cluster, cluster());
+dlock_core::conformance_tests!(redis_plain, single_plain());
+dlock_core::conformance_tests!(redis_cluster_plain, cluster_plain());
 
 /// [`killed_sessions_campaign_again`](dlock_core::conformance::killed_sessions_campaign_again)
 /// on a server of its own, every candidate through a proxy that cuts every connection for

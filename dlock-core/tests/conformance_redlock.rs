@@ -18,6 +18,11 @@ type Serving = (Box<dyn Send + Sync>, String);
 /// A target whose clients are new `RedLockBackend`s (a Locker each: its own connections and
 /// subscriptions on every master) over `count` servers (5 or 3), shared by every test here.
 async fn masters(count: usize) -> Target<RedLockBackend> {
+    masters_with(count, "").await
+}
+
+/// As [`masters`], the URL ending with `query`.
+async fn masters_with(count: usize, query: &str) -> Target<RedLockBackend> {
     static FIVE: OnceCell<Serving> = OnceCell::const_new();
     static THREE: OnceCell<Serving> = OnceCell::const_new();
     let cell = if count == 5 { &FIVE } else { &THREE };
@@ -27,7 +32,7 @@ async fn masters(count: usize) -> Target<RedLockBackend> {
         (Box::new(nodes) as Box<dyn Send + Sync>, url)
     })
     .await;
-    target(server, url.clone()).await
+    target(server, format!("{url}{query}")).await
 }
 
 /// Three masters reached over TLS, trusting the test CA and presenting a client certificate
@@ -82,3 +87,5 @@ async fn target<S: Send + Sync + 'static>(nodes: S, url: String) -> Target<RedLo
 dlock_core::conformance_tests!(redlock_five, masters(5));
 dlock_core::conformance_tests!(redlock_three, masters(3));
 dlock_core::conformance_tests!(redlock_tls, tls_masters());
+// node-redlock's layout on each master (`?layout=plain`).
+dlock_core::conformance_tests!(redlock_plain, masters_with(3, "?layout=plain"));

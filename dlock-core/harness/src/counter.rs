@@ -19,6 +19,83 @@ use tempfile::TempDir;
 
 use super::Result;
 
+/// The same section in Python, for the Python peers' drivers (prefixed to their source):
+/// `section(directory, writer, pause)` returns the overlaps it saw.
+pub(crate) const PYTHON_SECTION: &str = r#"
+import os, time, uuid
+
+def read_counter(directory):
+    with open(os.path.join(directory, "counter")) as f:
+        return f.read()
+
+def section(directory, writer, pause):
+    bad = 0
+    writer_marker = os.path.join(directory, "writer")
+    if writer:
+        try:
+            os.close(os.open(writer_marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            bad += 1
+        if any(n.startswith("reader-") for n in os.listdir(directory)):
+            bad += 1
+        try:
+            value = int(read_counter(directory))
+        except ValueError:  # another writer's write half done: an overlap
+            value, bad = 0, bad + 1
+        time.sleep(pause)
+        with open(os.path.join(directory, "counter"), "w") as f:
+            f.write(str(value + 1))
+        if any(n.startswith("reader-") for n in os.listdir(directory)):
+            bad += 1
+        try:
+            os.unlink(writer_marker)
+        except FileNotFoundError:  # another writer inside removed it: an overlap
+            bad += 1
+    else:
+        marker = os.path.join(directory, "reader-" + uuid.uuid4().hex)
+        open(marker, "w").close()
+        if os.path.exists(writer_marker):
+            bad += 1
+        before = read_counter(directory)
+        time.sleep(pause)
+        if read_counter(directory) != before or os.path.exists(writer_marker):
+            bad += 1
+        os.unlink(marker)
+    return bad
+"#;
+
+/// The writer's section in JavaScript, for the Node peers' drivers (prefixed to their source):
+/// `await section(directory, pause)` returns the overlaps it saw.
+pub(crate) const JS_SECTION: &str = r#"
+const fs = require("fs");
+const path = require("path");
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+const anyReader = (directory) => fs.readdirSync(directory).some((n) => n.startsWith("reader-"));
+async function section(directory, pause) {
+  let bad = 0;
+  const marker = path.join(directory, "writer");
+  try {
+    fs.closeSync(fs.openSync(marker, "wx"));
+  } catch (e) {
+    if (e.code !== "EEXIST") throw e;
+    bad += 1;
+  }
+  if (anyReader(directory)) bad += 1;
+  let value = parseInt(fs.readFileSync(path.join(directory, "counter"), "utf8"), 10);
+  if (Number.isNaN(value)) { value = 0; bad += 1; }
+  await sleep(pause);
+  fs.writeFileSync(path.join(directory, "counter"), String(value + 1));
+  if (anyReader(directory)) bad += 1;
+  try {
+    fs.unlinkSync(marker);
+  } catch (e) {
+    if (e.code !== "ENOENT") throw e;
+    bad += 1;
+  }
+  return bad;
+}
+"#;
+
 /// A shared counter in a temp directory of its own, removed when dropped.
 #[derive(Debug)]
 pub struct SharedCounter {

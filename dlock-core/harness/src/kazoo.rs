@@ -23,16 +23,16 @@
 //! critical section of [`SharedCounter`](crate::SharedCounter) on the files in `dir`, as a
 //! dlock task does at the same time. Errors are answered `error <id> <what>`.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use tokio::process::Command;
 
-use super::peer::PeerProcess;
-use super::{HarnessError, Result};
+use super::Result;
+use super::counter::PYTHON_SECTION;
+use super::peer::{PeerProcess, python};
 
 const DRIVER: &str = r#"
-import os, sys, threading, time, uuid
+import sys, threading
 from kazoo.client import KazooClient
 from kazoo.recipe.lock import Lock, ReadLock, WriteLock
 
@@ -69,45 +69,6 @@ def hold(ident, kind, path, blocking):
         say("released " + ident)
     except Exception as e:
         say("error %s %r" % (ident, e))
-
-def read_counter(directory):
-    with open(os.path.join(directory, "counter")) as f:
-        return f.read()
-
-def section(directory, writer, pause):
-    bad = 0
-    writer_marker = os.path.join(directory, "writer")
-    if writer:
-        try:
-            os.close(os.open(writer_marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-        except FileExistsError:
-            bad += 1
-        if any(n.startswith("reader-") for n in os.listdir(directory)):
-            bad += 1
-        try:
-            value = int(read_counter(directory))
-        except ValueError:  # another writer's write half done: an overlap
-            value, bad = 0, bad + 1
-        time.sleep(pause)
-        with open(os.path.join(directory, "counter"), "w") as f:
-            f.write(str(value + 1))
-        if any(n.startswith("reader-") for n in os.listdir(directory)):
-            bad += 1
-        try:
-            os.unlink(writer_marker)
-        except FileNotFoundError:  # another writer inside removed it: an overlap
-            bad += 1
-    else:
-        marker = os.path.join(directory, "reader-" + uuid.uuid4().hex)
-        open(marker, "w").close()
-        if os.path.exists(writer_marker):
-            bad += 1
-        before = read_counter(directory)
-        time.sleep(pause)
-        if read_counter(directory) != before or os.path.exists(writer_marker):
-            bad += 1
-        os.unlink(marker)
-    return bad
 
 def count(kind, path, threads, rounds, directory, pause):
     overlaps = [0]
@@ -160,14 +121,6 @@ for line in sys.stdin:
 client.stop()
 "#;
 
-/// The virtualenv's interpreter: `$DLOCK_TEST_PEERS/python/bin/python`, by default under
-/// `/opt/dlock-test-peers` (where `scripts/install-test-deps.sh` puts it).
-fn python() -> PathBuf {
-    let peers = std::env::var_os("DLOCK_TEST_PEERS")
-        .map_or_else(|| PathBuf::from("/opt/dlock-test-peers"), PathBuf::from);
-    peers.join("python/bin/python")
-}
-
 /// A running kazoo client (a Python process), killed when dropped.
 #[derive(Debug)]
 pub struct Kazoo(PeerProcess);
@@ -181,18 +134,12 @@ impl Kazoo {
     /// [`HarnessError::MissingBinary`] when the virtualenv's Python is missing (the hint names
     /// the install script); [`HarnessError::Startup`] when kazoo does not import or connect.
     pub async fn start(connect_string: &str) -> Result<Self> {
-        let python = python();
-        if !python.is_file() {
-            return Err(HarnessError::MissingBinary {
-                binary: python.display().to_string(),
-                hint: format!(
-                    "kazoo's virtualenv is missing: {}",
-                    super::error::INSTALL_HINT
-                ),
-            });
-        }
-        let mut command = Command::new(python);
-        command.arg("-u").arg("-c").arg(DRIVER).arg(connect_string);
+        let mut command = Command::new(python("kazoo")?);
+        command
+            .arg("-u")
+            .arg("-c")
+            .arg(format!("{PYTHON_SECTION}{DRIVER}"))
+            .arg(connect_string);
         let what = format!("kazoo driver for {connect_string}");
         PeerProcess::start(command, &what).await.map(Self)
     }

@@ -19,8 +19,9 @@
 //! [`restart`](RedisServer::restart) (same ports, same data directory) its process.
 //!
 //! Peer clients that share a backend's layout run as real processes too: [`Curator`] (Apache
-//! Curator's lock recipes, in a JVM) and [`Kazoo`] (Python's kazoo, in the virtualenv the
-//! install script makes), with a [`SharedCounter`] both sides increment under one lock. A [`TcpProxy`] between a client and a server cuts the
+//! Curator's lock recipes, in a JVM), [`Kazoo`] and [`RedisPy`] (Python's kazoo and redis-py,
+//! in the virtualenv the install script makes) and [`NodeRedlock`] (node-redlock, from npm),
+//! with a [`SharedCounter`] both sides increment under one lock. A [`TcpProxy`] between a client and a server cuts the
 //! connection, or drops the server's replies, on command.
 //!
 //! A server can also be [`shared`] by every test of a test binary: started once, it dies with
@@ -34,6 +35,7 @@ mod curator;
 mod error;
 mod etcd;
 mod kazoo;
+mod node_redlock;
 mod peer;
 mod ports;
 mod postgres;
@@ -41,6 +43,7 @@ mod process;
 mod proxy;
 mod redis;
 mod redis_cluster;
+mod redis_py;
 mod redis_sentinel;
 mod shared;
 mod tls;
@@ -52,10 +55,12 @@ pub use curator::Curator;
 pub use error::HarnessError;
 pub use etcd::{EtcdCluster, EtcdServer};
 pub use kazoo::Kazoo;
+pub use node_redlock::NodeRedlock;
 pub use postgres::{PostgresServer, PsqlSession};
 pub use proxy::{Proxies, ProxyMode, TcpProxy};
 pub use redis::{RedisNodes, RedisServer};
 pub use redis_cluster::RedisCluster;
+pub use redis_py::RedisPy;
 pub use redis_sentinel::{MASTER_NAME as SENTINEL_MASTER_NAME, RedisSentinels, SentinelServer};
 pub use shared::shared;
 pub use tls::{SERVER_NAME, TestCerts};

@@ -2,6 +2,7 @@
 //! [`Kazoo`](crate::Kazoo): commands go to its stdin one per line, answers come on its stdout,
 //! and it says `ready` once its client is connected.
 
+use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -65,6 +66,45 @@ impl PeerProcess {
     pub(crate) async fn kill(&mut self) -> Result<()> {
         self.child.kill().await?;
         Ok(())
+    }
+}
+
+/// Where `scripts/install-test-deps.sh` puts the peers of other languages:
+/// `$DLOCK_TEST_PEERS`, by default `/opt/dlock-test-peers`.
+fn peers_dir() -> PathBuf {
+    std::env::var_os("DLOCK_TEST_PEERS")
+        .map_or_else(|| PathBuf::from("/opt/dlock-test-peers"), PathBuf::from)
+}
+
+/// The Python peers' virtualenv interpreter (`<peers>/python/bin/python`); `peer` names the
+/// client in the error when it is missing.
+pub(crate) fn python(peer: &str) -> Result<PathBuf> {
+    let python = peers_dir().join("python/bin/python");
+    if python.is_file() {
+        Ok(python)
+    } else {
+        Err(HarnessError::MissingBinary {
+            binary: python.display().to_string(),
+            hint: format!(
+                "the virtualenv with {peer} is missing: {}",
+                super::error::INSTALL_HINT
+            ),
+        })
+    }
+}
+
+/// The Node peers' packages (`<peers>/node/node_modules`, for `NODE_PATH`), and `node`;
+/// `peer` names the package in the error when it is missing.
+pub(crate) fn node_modules(peer: &str) -> Result<(PathBuf, PathBuf)> {
+    let modules = peers_dir().join("node/node_modules");
+    let node = super::process::find_binary("node")?;
+    if modules.join(peer).is_dir() {
+        Ok((node, modules))
+    } else {
+        Err(HarnessError::MissingBinary {
+            binary: modules.join(peer).display().to_string(),
+            hint: format!("npm's {peer} is missing: {}", super::error::INSTALL_HINT),
+        })
     }
 }
 

@@ -236,8 +236,9 @@ impl Eq for BackendUrl {}
 enum Settings {
     /// `memory://name`: the table's name.
     Memory { table: String },
+    /// The connection settings, and where the locks live (`?layout=plain`).
     #[cfg(feature = "redis")]
-    Redis(super::redis::RedisUrl),
+    Redis(super::redis::RedisUrl, super::redis::Layout),
     #[cfg(feature = "redlock")]
     RedLock(super::redlock::RedLockUrl),
     #[cfg(feature = "etcd")]
@@ -298,7 +299,8 @@ impl BackendUrl {
             },
             #[cfg(feature = "redis")]
             BackendKind::Redis | BackendKind::RedisCluster | BackendKind::RedisSentinel => {
-                Settings::Redis(super::redis::RedisUrl::parse(url, kind)?)
+                let (layout, url) = super::redis::Layout::take_from_query(url)?;
+                Settings::Redis(super::redis::RedisUrl::parse(&url, kind)?, layout)
             }
             #[cfg(feature = "redlock")]
             BackendKind::RedLock => Settings::RedLock(super::redlock::RedLockUrl::parse(url)?),
@@ -368,8 +370,17 @@ impl BackendUrl {
     #[cfg(feature = "redis")]
     pub(crate) const fn redis(&self) -> Option<&super::redis::RedisUrl> {
         match &self.settings {
-            Settings::Redis(settings) => Some(settings),
+            Settings::Redis(settings, _) => Some(settings),
             _ => None,
+        }
+    }
+
+    /// Where a `redis://`, `redis+cluster://` or `redis+sentinel://` URL's locks live.
+    #[cfg(feature = "redis")]
+    pub(crate) const fn redis_layout(&self) -> super::redis::Layout {
+        match &self.settings {
+            Settings::Redis(_, layout) => *layout,
+            _ => super::redis::Layout::Dlock,
         }
     }
 

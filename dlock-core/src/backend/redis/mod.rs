@@ -128,6 +128,7 @@ mod errors;
 mod keys;
 mod node;
 mod notify;
+mod plain;
 mod scripts;
 mod sentinel;
 mod shares;
@@ -146,6 +147,9 @@ pub(crate) use self::node::{AllAttempt, Attempt, Node};
 #[cfg(feature = "redlock")]
 pub(crate) use self::notify::MAX_SERVERS as MAX_SUBSCRIPTION_SERVERS;
 pub(crate) use self::notify::{Waiters, channel_of};
+pub(crate) use self::plain::Layout;
+#[cfg(feature = "redlock")]
+pub(crate) use self::plain::LookAgain;
 use self::shares::WriterMark;
 use crate::backend::BackendUrl;
 use crate::backend::{Capabilities, Fencing, LockBackend};
@@ -251,6 +255,7 @@ impl RedisBackend {
         let (conn, subscriber) = conn::open_pair(url, timeout, pushes_tx).await?;
         let mut backend = Self::start(conn, subscriber, pushes_rx, timeout).await;
         backend.replicas = replicas;
+        backend.node = backend.node.with_layout(url.redis_layout());
         Ok(backend)
     }
 
@@ -503,6 +508,10 @@ impl LockBackend for RedisBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
+        if self.node.plain {
+            // The mutex only: nothing but the lock's own key is written.
+            return Capabilities::new(Layout::Plain.name("redis")).max_renew_batch(usize::MAX);
+        }
         Capabilities::new("redis")
             .fencing(Fencing::Volatile)
             .keeps(true)
@@ -524,6 +533,9 @@ impl RedisBackend {
         req: &AcquireRequest,
         deadline: Option<Instant>,
     ) -> Result<AcquireOutcome> {
+        if self.node.plain {
+            return Box::pin(self.acquire_plain(req, deadline)).await;
+        }
         if req.mode != LockMode::Exclusive {
             // Boxed: keeps the writer's (and the plain lock's) future small.
             return Box::pin(self.acquire_share(req, deadline)).await;
@@ -669,27 +681,33 @@ impl RedisBackend {
                 return Ok(AcquireOutcome::Busy { retry_after });
             }
         }
-        self.wait_in_queue(req, deadline, retry_after, first_asked)
+        self.wait_in_queue(req, deadline, retry_after, Queued::Share { first_asked })
             .await
     }
 
-    /// A reader or permit: queues locally (subscribing to the release channel first), then
-    /// tries whenever this waiter is at the head and woken: by a release, by becoming head, or
-    /// at the holder's expiry (also at half its ttl, renewing its waited-for mark).
-    /// `first_asked`: its first attempt (server µs), 0 if it made none.
+    /// A reader, a permit or a plain-layout lock: queues locally (subscribing to the release
+    /// channel first), then tries whenever this waiter is at the head and woken: by a
+    /// release, by becoming head, or at the holder's expiry (a share: also at half its ttl,
+    /// renewing its waited-for mark).
     async fn wait_in_queue(
         &self,
         req: &AcquireRequest,
         deadline: Option<Instant>,
         mut retry_after: Option<Duration>,
-        mut first_asked: u64,
+        mut queued: Queued,
     ) -> Result<AcquireOutcome> {
         let ticket = self.waiters.enqueue(&channel_of(&req.key)).await?;
         loop {
             if ticket.is_head() {
                 // The script also says how long the holder keeps the lock, for the re-check.
                 let sent = Instant::now();
-                match self.attempt_share(req, true, &mut first_asked).await? {
+                let attempt = match &mut queued {
+                    Queued::Share { first_asked } => {
+                        self.attempt_share(req, true, first_asked).await?
+                    }
+                    Queued::Plain(_) => self.node.attempt_plain(req).await?,
+                };
+                match attempt {
                     Attempt::Granted(token) => return Ok(Self::lease(req, sent, token)),
                     Attempt::Held(wait) | Attempt::WriterWaits(wait) => retry_after = wait,
                     Attempt::Taken => {}
@@ -699,10 +717,15 @@ impl RedisBackend {
             if deadline.is_some_and(|d| d <= now) {
                 return Ok(AcquireOutcome::Busy { retry_after });
             }
-            // A holder without expiry (not ours) is re-checked at our own ttl.
-            let recheck = ticket
-                .is_head()
-                .then(|| now + retry_after.unwrap_or(req.ttl) + Duration::from_millis(1));
+            // A holder without expiry (not ours) is re-checked at our own ttl; in the plain
+            // layout, sooner (a foreign release is not published).
+            let recheck = ticket.is_head().then(|| {
+                let wait = match &mut queued {
+                    Queued::Plain(look_again) => look_again.after(retry_after),
+                    Queued::Share { .. } => retry_after.unwrap_or(req.ttl),
+                };
+                now + wait + Duration::from_millis(1)
+            });
             ticket.wait_until_sooner(recheck, deadline).await;
         }
     }
@@ -750,6 +773,14 @@ impl RedisBackend {
             }
         }
     }
+}
+
+/// Who waits in a Locker's queue ([`RedisBackend::wait_in_queue`]), and how it asks.
+enum Queued {
+    /// A reader or permit; `first_asked`: its first attempt (server µs), 0 if it made none.
+    Share { first_asked: u64 },
+    /// A lock in the plain layout, and when it looks again on its own.
+    Plain(plain::LookAgain),
 }
 
 fn millis(duration: Duration) -> u64 {

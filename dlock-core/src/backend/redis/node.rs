@@ -48,6 +48,8 @@ pub(crate) struct Node {
     /// Writers wait in a line on the server, served first come first served (a single server
     /// or Cluster); `false` on a RedLock master, whose waiters queue in their Lockers.
     fair: bool,
+    /// The plain layout (the `plain` module): the exclusive lock's round trips are its own.
+    pub(crate) plain: bool,
 }
 
 /// How long a writer handed the lock from the line has to claim it before it loses its place
@@ -61,6 +63,7 @@ impl Node {
             conn,
             timeout,
             fair: true,
+            plain: false,
         }
     }
 
@@ -72,7 +75,14 @@ impl Node {
             conn,
             timeout,
             fair: false,
+            plain: false,
         }
+    }
+
+    /// This node in `layout`.
+    pub(crate) const fn with_layout(mut self, layout: super::Layout) -> Self {
+        self.plain = matches!(layout, super::Layout::Plain);
+        self
     }
 
     /// Bounds `round_trip` by the operation timeout, leaving its Redis error to the caller.
@@ -91,6 +101,17 @@ impl Node {
         }
         // Boxed: the timer would make every call's future larger, single server too.
         Box::pin(within("redis", operation, self.timeout, round_trip)).await
+    }
+
+    /// What the plain layout cannot do (its capabilities say so: the core never asks).
+    const fn refuse_in_plain(&self, operation: &'static str) -> Result<()> {
+        if self.plain {
+            return Err(Error::Unsupported {
+                backend: "redis (layout=plain)",
+                operation,
+            });
+        }
+        Ok(())
     }
 
     pub(crate) fn timed_out(&self, operation: &'static str) -> Error {
@@ -147,6 +168,9 @@ impl Node {
     /// attempt burns a token, which keeps tokens strictly increasing per grant. Anything
     /// unusual (a fence that is not a counter) is settled by the script.
     pub(crate) async fn attempt(&self, req: &AcquireRequest) -> Result<Attempt> {
+        if self.plain {
+            return self.attempt_plain(req).await;
+        }
         if req.value.is_some() {
             // A campaign: the script also records the leader and tells observers.
             return self.attempt_scripted(req, false).await;
@@ -226,6 +250,9 @@ impl Node {
         req: &AcquireRequest,
         queued: bool,
     ) -> Result<Attempt> {
+        if self.plain {
+            return self.attempt_plain(req).await;
+        }
         let key = &*req.key;
         let flag = |on: bool| if on { "1" } else { "0" };
         // A campaign's grant also writes the leader record (the seventh key, the fifth
@@ -286,6 +313,7 @@ impl Node {
     /// One attempt at every lock of `requests` together ([`scripts::ACQUIRE_ALL`]): all
     /// taken, or none. The locks' names must share a slot (always, on a single server).
     pub(crate) async fn attempt_all(&self, requests: &[AcquireRequest]) -> Result<AllAttempt> {
+        self.refuse_in_plain("lock_all in one step")?;
         let flag = |on: bool| if on { "1" } else { "0" };
         let reply: Value = self
             .run(
@@ -339,6 +367,7 @@ impl Node {
     /// each lock waited for handed to the first writer in its line: per lease, how many
     /// subscribers heard its hand-off, or -1 if it was not held. A single server only.
     pub(crate) async fn release_all(&self, leases: &[Lease]) -> Result<Vec<i64>> {
+        self.refuse_in_plain("release of a lock set in one step")?;
         self.run("release", &scripts::RELEASE_ALL, 4 * leases.len(), |cmd| {
             for lease in leases {
                 keys::line_keys(cmd, &lease.key);
@@ -356,7 +385,9 @@ impl Node {
     /// `owner` did not hold the lock. An uncontended release gets what the raw
     /// compare-and-delete gets.
     pub(crate) async fn release_owned(&self, owner: &str, key: &str) -> Result<i64> {
-        if self.fair {
+        if self.plain {
+            self.release_plain(owner, key).await
+        } else if self.fair {
             self.run("release", &scripts::RELEASE_FAIR, 4, |cmd| {
                 keys::line_keys(cmd, key);
                 cmd.arg(owner).arg(millis(CLAIM_WINDOW));
@@ -380,6 +411,7 @@ impl Node {
         keep: Duration,
         kept: Kept,
     ) -> Result<i64> {
+        self.refuse_in_plain("hold_at_least")?;
         self.run("release", &scripts::RELEASE_KEEPING, 1, |cmd| {
             cmd.arg(RedisName::lock(key))
                 .arg(owner)
@@ -392,6 +424,9 @@ impl Node {
     /// One renewal script over the writers' locks `leases` (in one slot on Cluster: called
     /// with one); 1 or 0 per lease.
     pub(crate) async fn renew_batch(&self, leases: &[&Lease]) -> Result<Vec<i64>> {
+        if self.plain {
+            return self.renew_plain(leases).await;
+        }
         self.run("renew", &scripts::RENEW, leases.len(), |cmd| {
             for lease in leases {
                 cmd.arg(RedisName::lock(&lease.key));
@@ -409,6 +444,9 @@ impl Node {
     /// Deletes the lock of `key` (and a semaphore's limit) whoever holds it; whether it
     /// existed.
     pub(crate) async fn force_release(&self, key: &str) -> Result<bool> {
+        if self.plain {
+            return self.force_release_plain(key).await;
+        }
         let removed: i64 = self
             .run("force_release", &scripts::FORCE_RELEASE, 2, |cmd| {
                 cmd.arg(RedisName::lock(key)).arg(RedisName::limit(key));
@@ -420,6 +458,7 @@ impl Node {
     /// Shows `value` as the leader's of the election `key` if `owner` leads it; whether it
     /// does.
     pub(crate) async fn proclaim(&self, owner: &str, key: &str, value: &str) -> Result<bool> {
+        self.refuse_in_plain("proclaim")?;
         let proclaimed: i64 = self
             .run("proclaim", &scripts::PROCLAIM, 2, |cmd| {
                 cmd.arg(RedisName::lock(key))
@@ -439,6 +478,9 @@ impl Node {
     ///
     /// [`Error::Refused`] when the lock's name holds another application's value.
     pub(crate) async fn inspect(&self, key: &str) -> Result<LockInfo> {
+        if self.plain {
+            return self.inspect_plain(key).await;
+        }
         let reply: Vec<Value> = self
             .run("inspect", &scripts::INSPECT, 5, |cmd| {
                 cmd.arg(RedisName::lock(key))

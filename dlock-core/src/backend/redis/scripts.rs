@@ -17,7 +17,7 @@ pub(super) struct Lua {
 }
 
 impl Lua {
-    fn new(code: &'static str) -> Self {
+    pub(super) fn new(code: &'static str) -> Self {
         Self {
             code,
             hash: redis::Script::new(code).get_hash().to_owned(),

@@ -6,7 +6,7 @@ use std::time::Duration;
 use redis::ConnectionInfo;
 
 use crate::backend::BackendKind;
-use crate::backend::redis::RedisUrl;
+use crate::backend::redis::{Layout, RedisUrl};
 use crate::backend::url_text::{redact, redact_userinfo};
 use crate::{Error, Result};
 
@@ -35,6 +35,8 @@ pub(crate) struct RedLockUrl {
     pub(crate) nodes: Vec<ConnectionInfo>,
     /// How long one master may take to answer one request.
     pub(crate) node_timeout: NodeTimeout,
+    /// Where the locks live on each master (`?layout=plain`: node-redlock's own layout).
+    pub(crate) layout: Layout,
 }
 
 /// The per-master bound on one request: a share of the lock's ttl, or a fixed time.
@@ -58,7 +60,7 @@ impl NodeTimeout {
 }
 
 impl RedLockUrl {
-    /// Parses `redlock://[user:password@]h1:p1,[user:password@]h2:p2,...[/db][?node_timeout=5%]`.
+    /// Parses `redlock://[user:password@]h1:p1,[user:password@]h2:p2,...[/db][?node_timeout=5%][&layout=plain]`.
     /// Credentials belong to the master they precede; `/db` and the query apply to all.
     ///
     /// # Errors
@@ -79,9 +81,11 @@ impl RedLockUrl {
         let (authority, tail) = rest.split_at(authority_end);
         let (path, query) = tail.split_once('?').unwrap_or((tail, ""));
         let mut node_timeout = NodeTimeout::ShareOfTtl(DEFAULT_NODE_SHARE);
+        let mut layout = Layout::Dlock;
         let mut passed_on = Vec::new();
         for pair in query.split('&').filter(|p| !p.is_empty()) {
             match pair.split_once('=') {
+                Some(("layout", value)) => layout = Layout::parse(value)?,
                 Some(("node_timeout", value)) => {
                     node_timeout = parse_node_timeout(value)
                         .map_err(|reason| Error::config("backend.node_timeout", value, reason))?;
@@ -123,6 +127,7 @@ impl RedLockUrl {
         Ok(Self {
             nodes,
             node_timeout,
+            layout,
         })
     }
 

@@ -16,7 +16,9 @@ use tokio::task::JoinHandle;
 pub(crate) use self::config::RedLockUrl;
 use self::quorum::{Answer, Verdict, decide};
 use crate::backend::background::Background;
-use crate::backend::redis::{Attempt, Node, Waiters, certificates, channel_of, open_lazy};
+use crate::backend::redis::{
+    Attempt, Layout, LookAgain, Node, Waiters, certificates, channel_of, open_lazy,
+};
 use crate::backend::{BackendUrl, Capabilities, LockBackend};
 use crate::error::within;
 use crate::lease::{
@@ -126,10 +128,10 @@ impl RedLockBackend {
         let certs = certificates(&settings.nodes, url.tls())?;
         for info in &settings.nodes {
             let (pushes_tx, pushes_rx) = tokio::sync::mpsc::unbounded_channel();
-            nodes.push(Node::master(
-                open_lazy(info, certs.clone(), timeout, None)?,
-                timeout,
-            ));
+            nodes.push(
+                Node::master(open_lazy(info, certs.clone(), timeout, None)?, timeout)
+                    .with_layout(settings.layout),
+            );
             subscribers.push(open_lazy(info, certs.clone(), timeout, Some(pushes_tx))?);
             pushes.push(pushes_rx);
         }
@@ -363,6 +365,7 @@ impl RedLockBackend {
         mut retry: Retry,
     ) -> Result<AcquireOutcome> {
         let channel = channel_of(&req.key);
+        let mut look_again = self.plain().then(LookAgain::new);
         let ticket = loop {
             // No master confirmed the subscription: as a round nobody answered.
             match self.waiters.enqueue(&channel).await {
@@ -400,11 +403,19 @@ impl RedLockBackend {
                 tokio::time::sleep_until(deadline.map_or(pause, |d| d.min(pause)).into()).await;
                 continue;
             }
-            let recheck = ticket
-                .is_head()
-                .then(|| now + retry_after.unwrap_or(req.ttl) + Self::jitter(req.ttl));
+            // In the plain layout a foreign holder's release is not published: look sooner.
+            let wait = match &mut look_again {
+                Some(look_again) if ticket.is_head() => look_again.after(retry_after),
+                _ => retry_after.unwrap_or(req.ttl),
+            };
+            let recheck = ticket.is_head().then(|| now + wait + Self::jitter(req.ttl));
             ticket.wait_until_sooner(recheck, deadline).await;
         }
+    }
+
+    /// Whether the masters hold locks in the plain layout (node-redlock's).
+    fn plain(&self) -> bool {
+        self.nodes.first().is_some_and(|node| node.plain)
     }
 
     /// A random delay of up to `most`.
@@ -665,9 +676,16 @@ impl LockBackend for RedLockBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::new("redlock")
+        let plain = self.plain();
+        let name = if plain {
+            Layout::Plain.name("redlock")
+        } else {
+            "redlock"
+        };
+        // The plain layout writes nothing but each master's lock key: no kept record.
+        Capabilities::new(name)
             .max_renew_batch(usize::MAX)
-            .keeps(true)
+            .keeps(!plain)
     }
 }
 
