@@ -443,6 +443,38 @@ async fn a_waiter_cancelled_mid_round_leaves_no_key() {
     taken.release().await.expect("release");
 }
 
+/// A release stops waiting once a majority settled it, but still ends on every master: the
+/// first release on a master takes two round trips (`NOSCRIPT`, then the script), and the
+/// slowest master's used to be dropped half-way, leaving its key to the ttl. With the masters'
+/// scripts flushed before each round, every master is empty once the Locker has shut down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_ends_on_every_master_even_the_one_not_waited_for() {
+    let nodes = RedisNodes::start(3).await.expect("redis-servers");
+    let mut left = Vec::new();
+    for round in 0..60 {
+        for server in nodes.nodes() {
+            server
+                .command(&["SCRIPT", "FLUSH"])
+                .await
+                .expect("SCRIPT FLUSH");
+        }
+        let locker = locker(&nodes.url(), Duration::from_secs(30)).await;
+        let guard = locker.lock("first-release").await.expect("lock");
+        guard.release().await.expect("release");
+        locker.shutdown().await.expect("shutdown");
+        for (master, server) in nodes.nodes().iter().enumerate() {
+            if server.command(&["DBSIZE"]).await.expect("DBSIZE") != "0" {
+                left.push((round, master));
+                server.command(&["FLUSHALL"]).await.expect("FLUSHALL");
+            }
+        }
+    }
+    assert!(
+        left.is_empty(),
+        "keys left after release (round, master): {left:?}"
+    );
+}
+
 /// Waits (at most 10 s) until every master's [`stat`] has grown past its count in `before`.
 async fn every_master_counted_more(
     nodes: &RedisNodes,

@@ -1,6 +1,7 @@
 //! The Redis backend: a single server (`redis://`), a Redis Cluster (`redis+cluster://`) or a
 //! master with replicas that Redis Sentinel fails over (`redis+sentinel://`: the `sentinel`
-//! module, and the guide's backends chapter).
+//! module, and the guide's backends chapter). What follows is dlock's own layout; the `plain`
+//! module has the other languages' one (`?layout=plain`).
 //!
 //! Each operation is one round trip:
 //!
@@ -170,6 +171,11 @@ const MAX_TOGETHER: usize = 1000;
 /// Build it with [`RedisBackend::connect`], or through
 /// [`Locker::connect`](crate::Locker::connect) with a `redis://`, `redis+cluster://` or
 /// `redis+sentinel://` URL.
+///
+/// With `?layout=plain` in the URL, locks are written as redis-py's `Lock(name)` and
+/// node-redlock write theirs — the key itself holding the owner's token (`SET NX PX`) — so
+/// services in those languages and dlock exclude each other; the mutex only (every other mode
+/// is [`Error::Unsupported`]), FIFO within a Locker. See the guide's backends chapter.
 ///
 /// # Examples
 ///

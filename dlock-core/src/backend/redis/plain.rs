@@ -1,7 +1,7 @@
 //! The plain layout (`?layout=plain` on a `redis://`, `redis+cluster://`, `redis+sentinel://`
 //! or `redlock://` URL): the layout the most used Redis locks outside Java write, so that they
-//! and dlock exclude each other — redis-py's `Lock(name)`, node-redlock's `acquire([name])`,
-//! go-redsync, ShedLock's Redis provider:
+//! and dlock exclude each other — redis-py's `Lock(name)` and node-redlock's `acquire([name])`,
+//! both tested against the real clients:
 //!
 //! * the lock of full key `K` is the Redis string `K` itself (no hash tag), holding the owner
 //!   token, with a PX expiry;

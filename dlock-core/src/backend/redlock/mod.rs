@@ -37,6 +37,10 @@ const RENEW_BATCH: usize = 100;
 /// `redlock://[user:password@]h1:6379,[user:password@]h2:6379,h3:6379[/db][?node_timeout=5%]`.
 /// Credentials belong to the master they precede (passwords are never shown); `/db` applies
 /// to every master. At least three masters; five is the usual choice (two may fail).
+/// `?layout=plain` writes node-redlock's layout on each master (the key itself holding the
+/// owner's token), so node-redlock's `acquire([name])` and dlock exclude each other: no mark on
+/// the holder's keys, so the head of the queue also looks again on its own (after 25 ms,
+/// doubling to every 500 ms, never past the holders' expiry), and no `hold_at_least`.
 ///
 /// # How a lock is held
 ///
@@ -180,6 +184,26 @@ impl RedLockBackend {
             .into_iter()
             .map(|reply| reply.expect("every request answered"))
             .collect()
+    }
+
+    /// `request` to one master, run in the background to its end: a release stops waiting once
+    /// a majority settled it, and a request merely dropped then could stop half-way on its
+    /// master — a first release there takes two round trips (`NOSCRIPT`, then the script) —
+    /// and leave the key to its ttl.
+    fn to_completion<T, F>(&self, request: F) -> impl Future<Output = Result<T>> + use<T, F>
+    where
+        T: Send + 'static,
+        F: Future<Output = Result<T>> + Send + 'static,
+    {
+        let running = self.background.spawn_joinable(request);
+        async move {
+            match running {
+                Some(running) => running
+                    .await
+                    .unwrap_or_else(|error| Err(Error::unavailable("redlock", error.to_string()))),
+                None => Err(Error::unavailable("redlock", "no runtime to release on")),
+            }
+        }
     }
 
     /// A release sent to every master (`releases`, one per master, each answering how many
@@ -577,11 +601,10 @@ impl LockBackend for RedLockBackend {
     }
 
     async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
-        let owner = lease.owner.as_str();
-        let releases = self
-            .nodes
-            .iter()
-            .map(|node| node.release_owned(owner, &lease.key));
+        let releases = self.nodes.iter().cloned().map(|node| {
+            let (owner, key) = (lease.owner.clone(), lease.key.clone());
+            self.to_completion(async move { node.release_owned(owner.as_str(), &key).await })
+        });
         self.settle_release(releases).await
     }
 
@@ -592,11 +615,12 @@ impl LockBackend for RedLockBackend {
         keep: Duration,
         kept: Kept,
     ) -> Result<ReleaseOutcome> {
-        let owner = lease.owner.as_str();
-        let releases = self
-            .nodes
-            .iter()
-            .map(|node| node.release_keeping(owner, &lease.key, keep, kept));
+        let releases = self.nodes.iter().cloned().map(|node| {
+            let (owner, key) = (lease.owner.clone(), lease.key.clone());
+            self.to_completion(async move {
+                node.release_keeping(owner.as_str(), &key, keep, kept).await
+            })
+        });
         self.settle_release(releases).await
     }
 
