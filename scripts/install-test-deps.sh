@@ -265,8 +265,13 @@ peers() {
         log "${#missing[@]} peer(s) missing: run scripts/install-test-deps.sh to install them"
         exit 1
     fi
-    check_kazoo && check_redis_py || install_python_peers
-    check_node_redlock || install_node_peers
+    # (`if`, not `||`: a function run on the right of `||` would run with `set -e` off.)
+    if ! check_kazoo || ! check_redis_py; then
+        install_python_peers
+    fi
+    if ! check_node_redlock; then
+        install_node_peers
+    fi
     mapfile -t missing < <(missing_peers)
     if [[ ${#missing[@]} -ne 0 ]]; then
         for what in "${missing[@]}"; do log "still missing after the install: $what"; done
@@ -344,6 +349,8 @@ main() {
     fi
     report "${missing[@]}"
     if $check_only; then
+        local peer
+        for peer in "${PEERS[@]}"; do log "not checked until the packages are in: ${peer#*|}"; done
         log "${#missing[@]} missing: run scripts/install-test-deps.sh to install them"
         exit 1
     fi

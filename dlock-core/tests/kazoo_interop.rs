@@ -64,6 +64,8 @@ async fn dlock_and_kazoos_lock_wait_for_each_other() {
         let locker = locker.clone();
         tokio::spawn(async move { locker.lock(key).wait(SURELY).await })
     };
+    tokio::time::sleep(NOT_YET).await;
+    assert!(!waiter.is_finished(), "dlock got in beside kazoo");
     send(&mut kazoo, "release k1").await;
     said(&mut kazoo, "released k1").await;
     let released = Instant::now();
@@ -160,6 +162,14 @@ async fn count_together(mode: &str, key: &'static str) {
         ),
     )
     .await;
+    // dlock starts once kazoo wrote, so the two run at once (kazoo has rounds left).
+    tokio::time::timeout(SURELY, async {
+        while counter.peer_writes() == 0 {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    })
+    .await
+    .expect("kazoo's first write");
     let mut tasks = Vec::new();
     let mut writes = 0;
     for task in 0..TASKS {
@@ -208,6 +218,10 @@ async fn count_together(mode: &str, key: &'static str) {
         "holders at once (dlock, kazoo)"
     );
     assert_eq!(counter.value(), expected, "lost increments");
+    let turns = counter.turns();
+    println!("{key}: the writers changed sides {turns} times");
+    // p…d…p at least: dlock wrote between two of the peer's writes.
+    assert!(turns >= 2, "the two sides did not take turns");
     assert!(
         locker
             .inspect(key)

@@ -7,10 +7,12 @@
 //! (`O_EXCL`), checks that no `reader-<id>` file exists, reads the count, sleeps, writes it
 //! plus one, checks again, and removes `writer`; a reader creates its `reader-<id>`, checks
 //! that `writer` is absent, reads the count, sleeps, and checks that the count is unchanged and
-//! `writer` still absent. Each failed check is an overlap.
+//! `writer` still absent. Each failed check is an overlap (as are a count that does not parse
+//! and a `writer` marker gone before its writer removes it). Each writer then appends its
+//! side's letter to `log` (`d` for dlock), so a test can show the two sides took turns.
 
 use std::fs;
-use std::io::ErrorKind;
+use std::io::{ErrorKind, Write as _};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -19,8 +21,9 @@ use tempfile::TempDir;
 
 use super::Result;
 
-/// The same section in Python, for the Python peers' drivers (prefixed to their source):
-/// `section(directory, writer, pause)` returns the overlaps it saw.
+/// The same section in Python, for the Python peers' drivers (prefixed to their source, which
+/// defines `WHO`, the letter its writers add to the log): `section(directory, writer, pause)`
+/// returns the overlaps it saw.
 pub(crate) const PYTHON_SECTION: &str = r#"
 import os, time, uuid
 
@@ -51,6 +54,8 @@ def section(directory, writer, pause):
             os.unlink(writer_marker)
         except FileNotFoundError:  # another writer inside removed it: an overlap
             bad += 1
+        with open(os.path.join(directory, "log"), "a") as f:
+            f.write(WHO)
     else:
         marker = os.path.join(directory, "reader-" + uuid.uuid4().hex)
         open(marker, "w").close()
@@ -64,8 +69,8 @@ def section(directory, writer, pause):
     return bad
 "#;
 
-/// The writer's section in JavaScript, for the Node peers' drivers (prefixed to their source):
-/// `await section(directory, pause)` returns the overlaps it saw.
+/// The writer's section in JavaScript, for the Node peers' drivers (prefixed to their source, which
+/// defines `WHO`): `await section(directory, pause)` returns the overlaps it saw.
 pub(crate) const JS_SECTION: &str = r#"
 const fs = require("fs");
 const path = require("path");
@@ -92,6 +97,7 @@ async function section(directory, pause) {
     if (e.code !== "ENOENT") throw e;
     bad += 1;
   }
+  fs.appendFileSync(path.join(directory, "log"), WHO);
   return bad;
 }
 "#;
@@ -151,12 +157,46 @@ impl SharedCounter {
             Err(error) => panic!("writer marker: {error}"),
         }
         bad += u32::from(self.any_reader());
-        let value: u64 = read(self.dir()).parse().unwrap_or(0);
+        let value: u64 = read(self.dir()).parse().unwrap_or_else(|_| {
+            bad += 1; // another writer's write half done
+            0
+        });
         tokio::time::sleep(pause).await;
         fs::write(self.dir().join("counter"), (value + 1).to_string()).expect("write the count");
         bad += u32::from(self.any_reader());
-        let _ = fs::remove_file(&marker);
+        if fs::remove_file(&marker).is_err() {
+            bad += 1; // another writer inside removed it
+        }
+        let mut log = fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(self.dir().join("log"))
+            .expect("open the log");
+        log.write_all(b"d").expect("append to the log");
         bad
+    }
+
+    /// How many writes the other side (not dlock) made so far.
+    ///
+    /// # Panics
+    ///
+    /// Never: a log not written yet counts none.
+    #[must_use]
+    pub fn peer_writes(&self) -> usize {
+        let log = fs::read(self.dir().join("log")).unwrap_or_default();
+        log.iter().filter(|side| **side != b'd').count()
+    }
+
+    /// How many times the writers changed sides, in the order they wrote (`dddppd`: 2). Two
+    /// sides that ran one after the other, never at once, change once.
+    ///
+    /// # Panics
+    ///
+    /// If the log cannot be read.
+    #[must_use]
+    pub fn turns(&self) -> usize {
+        let log = fs::read(self.dir().join("log")).unwrap_or_default();
+        log.windows(2).filter(|pair| pair[0] != pair[1]).count()
     }
 
     /// A reader's section: reads the count, pauses, and checks no writer came in. Returns the

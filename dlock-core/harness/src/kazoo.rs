@@ -41,6 +41,7 @@ RECIPES = {"lock": Lock, "read": ReadLock, "write": WriteLock}
 PATTERNS = {"lock": ["-lock-"], "read": ["__WRIT__"], "write": ["__READ__", "__WRIT__"]}
 SURELY = 60
 
+WHO = "k"  # this side's letter in the counter's log
 out = threading.Lock()
 def say(line):
     with out:

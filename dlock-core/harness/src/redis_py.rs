@@ -12,8 +12,8 @@
 //! | `release <id>` | `released <id>` |
 //! | `count <name> <threads> <rounds> <dir> <pause ms>` | `counted <overlaps>` once every thread has done its rounds |
 //!
-//! `count` runs [`SharedCounter`](crate::SharedCounter)'s writer section under the lock, as
-//! a dlock task does at the same time. Errors are answered `error <id> <what>`.
+//! `count` runs [`SharedCounter`](crate::SharedCounter)'s writer section under the lock, and
+//! pauses three times as long between rounds, as a dlock task does at the same time. Errors are answered `error <id> <what>`.
 
 use std::time::Duration;
 
@@ -31,6 +31,7 @@ import redis
 HOLD = 30
 SURELY = 60
 
+WHO = "p"  # this side's letter in the counter's log
 out = threading.Lock()
 def say(line):
     with out:
@@ -76,6 +77,7 @@ def count(name, threads, rounds, directory, pause):
                     held.release()
                 with tally:
                     overlaps[0] += bad
+                time.sleep(3 * pause)  # work between locks, as a service does
         except Exception as e:
             failures.append(repr(e))
     workers = [threading.Thread(target=worker) for _ in range(threads)]

@@ -175,7 +175,8 @@ const MAX_TOGETHER: usize = 1000;
 /// With `?layout=plain` in the URL, locks are written as redis-py's `Lock(name)` and
 /// node-redlock write theirs — the key itself holding the owner's token (`SET NX PX`) — so
 /// services in those languages and dlock exclude each other; the mutex only (every other mode
-/// is [`Error::Unsupported`]), FIFO within a Locker. See the guide's backends chapter.
+/// is [`Error::Unsupported`]), FIFO within a Locker. Every Locker sharing a lock must use the
+/// same layout (the two lock different keys). See the guide's backends chapter.
 ///
 /// # Examples
 ///

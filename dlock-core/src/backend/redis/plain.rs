@@ -10,6 +10,10 @@
 //!   release channel `{K}:released` so dlock's waiters wake at once;
 //! * renew: owner-checked `PEXPIRE`.
 //!
+//! Every Locker that shares a lock must use the same layout: one with `?layout=plain` and one
+//! without lock different keys (`K` and `{K}`) and do not exclude each other — switch a fleet
+//! over all at once, not in a rolling change.
+//!
 //! Nothing else is written: no fencing counter, no line of writers, no waited-for mark (which
 //! would change the value a foreign client compares). So only the mutex is offered; read-write
 //! locks, semaphores, fencing tokens, elections, lock sets in one script and keeping a lock
@@ -129,11 +133,18 @@ impl LookAgain {
 }
 
 /// `KEYS`: the lock. `ARGV`: owner, ttl ms. `SET NX PX`; -3 when granted, else the holder's
-/// `PTTL` (-1: no expiry; -2: gone since).
+/// `PTTL` (-1: no expiry; -2: gone since). A key that already holds `owner` is granted again
+/// with a new ttl: an owner is one grant's, so it is this acquire's own key from an earlier
+/// attempt (a RedLock round that gave up waiting for a slow master before its `SET` landed),
+/// which would otherwise refuse every later attempt until it expires.
 static ATTEMPT: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(
         r"
 if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return -3 end
+if redis.pcall('get', KEYS[1]) == ARGV[1] then
+  redis.call('pexpire', KEYS[1], ARGV[2])
+  return -3
+end
 return redis.call('pttl', KEYS[1])
 ",
     )
@@ -302,6 +313,13 @@ impl RedisBackend {
         req: &AcquireRequest,
         deadline: Option<Instant>,
     ) -> Result<AcquireOutcome> {
+        if req.mode != LockMode::Exclusive {
+            // The core asks only for what the capabilities claim: the mutex.
+            return Err(Error::Unsupported {
+                backend: Layout::Plain.name("redis"),
+                operation: "a read lock or permit",
+            });
+        }
         let mut retry_after = None;
         if self.waiters.may_try_at_once(&req.key) {
             let sent = Instant::now();
