@@ -116,6 +116,15 @@ async fn cluster_tls() -> Target<RedisBackend> {
 /// A master with two replicas behind three sentinels (`redis+sentinel://`), every grant and
 /// renewal acknowledged by a replica before it counts (`min_replicas=1`).
 async fn sentinel() -> Target<RedisBackend> {
+    sentinel_with("").await
+}
+
+/// The same group in the plain layout.
+async fn sentinel_plain() -> Target<RedisBackend> {
+    sentinel_with("&layout=plain").await
+}
+
+async fn sentinel_with(query: &str) -> Target<RedisBackend> {
     static SERVER: OnceCell<Serving> = OnceCell::const_new();
     let (server, url) = shared(&SERVER, || async {
         let group = RedisSentinels::start(2).await.expect("redis sentinels");
@@ -123,7 +132,7 @@ async fn sentinel() -> Target<RedisBackend> {
         (Box::new(group) as Box<dyn Send + Sync>, url)
     })
     .await;
-    target(server, url.clone()).await
+    target(server, format!("{url}{query}")).await
 }
 
 /// The same over TLS: clients, replication and sentinels.
@@ -153,6 +162,7 @@ dlock_core::conformance_tests!(redis_cluster_tls, cluster_tls());
 dlock_core::conformance_tests!(redis_cluster, cluster());
 dlock_core::conformance_tests!(redis_plain, single_plain());
 dlock_core::conformance_tests!(redis_cluster_plain, cluster_plain());
+dlock_core::conformance_tests!(redis_sentinel_plain, sentinel_plain());
 
 /// [`killed_sessions_campaign_again`](dlock_core::conformance::killed_sessions_campaign_again)
 /// on a server of its own, every candidate through a proxy that cuts every connection for
