@@ -701,13 +701,9 @@ impl LockBackend for RedLockBackend {
 
     fn capabilities(&self) -> Capabilities {
         let plain = self.plain();
-        let name = if plain {
-            Layout::Plain.name("redlock")
-        } else {
-            "redlock"
-        };
+        let layout = if plain { Layout::Plain } else { Layout::Dlock };
         // The plain layout writes nothing but each master's lock key: no kept record.
-        Capabilities::new(name)
+        Capabilities::new(layout.name("redlock"))
             .max_renew_batch(usize::MAX)
             .keeps(!plain)
     }
