@@ -119,10 +119,12 @@ impl Holder {
         Self { child, token }
     }
 
-    /// SIGKILLs the process and reaps it; when it was killed.
+    /// SIGKILLs the process and reaps it; when it was killed: the instant just before the
+    /// signal, since a server that drops a dead client's locks at once (PostgreSQL's session
+    /// locks) can grant the waiter before this thread runs again after the signal.
     async fn kill(mut self) -> Instant {
-        self.child.start_kill().expect("SIGKILL the holder process");
         let killed = Instant::now();
+        self.child.start_kill().expect("SIGKILL the holder process");
         self.child.wait().await.expect("reap");
         killed
     }
