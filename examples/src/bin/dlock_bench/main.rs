@@ -42,6 +42,7 @@ fn parse_args() -> Result<Option<Args>, String> {
         settings: Settings {
             reps: 3,
             min_measured: Duration::from_secs(5),
+            settle_within: Some(scenarios::SETTLED_WITHIN),
             uncontended_ops: 2_000,
             many_keys_ops: 20_000,
             contended_rounds: 200,
@@ -109,6 +110,7 @@ fn parse_args() -> Result<Option<Args>, String> {
                 ) = (1, 100, 500, 10, 200, Duration::from_secs(1));
                 s.held = vec![1_000, 10_000];
                 s.min_measured = Duration::ZERO;
+                s.settle_within = None;
             }
             "--only" => {
                 args.settings.only_dlock = match value("--only")?.as_str() {

@@ -17,6 +17,9 @@ pub(crate) struct Settings {
     /// on fast backends one run lasts a fraction of a second, and a median of a few such
     /// runs swings with the machine's moods.
     pub(crate) min_measured: Duration,
+    /// Paired scenarios also add pairs until their median ratio is known to within this
+    /// share of itself ([`SETTLED_WITHIN`]; `None` in a smoke run).
+    pub(crate) settle_within: Option<f64>,
     pub(crate) uncontended_ops: usize,
     pub(crate) many_keys_ops: usize,
     pub(crate) contended_rounds: usize,
@@ -34,7 +37,7 @@ pub(crate) struct Settings {
 const TTL: Duration = Duration::from_secs(30);
 
 /// The most pairs a paired scenario runs, however short its runs.
-pub(crate) const MAX_PAIRS: usize = 25;
+pub(crate) const MAX_PAIRS: usize = 41;
 
 fn owner(i: usize) -> String {
     format!("bench-owner-{i}")
@@ -83,17 +86,27 @@ pub(crate) struct Paired {
     pub(crate) floor: Samples,
     /// Each pair's dlock throughput over the floor's.
     pub(crate) ratios: Vec<f64>,
-    /// The median throughput of dlock's protocol sent raw, when measured.
+    /// The median throughput of the third load (dlock's protocol sent raw, or the peer), when
+    /// measured.
     pub(crate) protocol_ops: Option<f64>,
+    /// Each repetition's third load over its floor run.
+    pub(crate) protocol_ratios: Vec<f64>,
 }
 
+/// How close to itself a paired scenario's median ratio must be known (the width of its
+/// 95 % interval over the median) before it stops adding pairs, within [`MAX_PAIRS`].
+pub(crate) const SETTLED_WITHIN: f64 = 0.10;
+
 /// Runs dlock (`$dlock`) and its floor (`$floor`) at least `$s.reps` times each after a
-/// warm-up (more, up to [`MAX_PAIRS`], until `$s.min_measured` has been measured), in
-/// pairs whose order alternates, and compares each run with its pair: this machine's speed
-/// drifts by tens of percent over seconds, and a ratio of neighbours is far steadier than one
-/// of medians taken seconds apart. `$protocol` measures dlock's own protocol sent raw
-/// (`Option<f64>`). Each block sees the repetition number as `$rep`. (A macro: async
-/// closures borrowing the target would make the scenario future not `Send`.)
+/// warm-up — more, up to [`MAX_PAIRS`], until `$s.min_measured` has been measured and the
+/// median ratio is known to within [`SETTLED_WITHIN`] — in pairs whose order alternates, and
+/// compares each run with its pair: this machine's speed drifts by tens of percent over
+/// seconds, and a ratio of neighbours is far steadier than one of medians taken seconds
+/// apart. `$protocol` measures a third load (`Option<f64>` ops/s: dlock's protocol sent raw,
+/// or the peer), on the side of the pair away from dlock's run (dlock, floor, third; then
+/// third, floor, dlock), so that a drift favours neither. Each block sees the repetition
+/// number as `$rep`. (A macro: async closures borrowing the target would make the scenario
+/// future not `Send`.)
 macro_rules! paired {
     ($s:expr, |$rep:ident| $dlock:block, $floor:block, $protocol:block) => {{
         let s: &Settings = $s;
@@ -101,26 +114,40 @@ macro_rules! paired {
         let mut floor_runs = Vec::new();
         let mut ratios = Vec::new();
         let mut protocol_runs = Vec::new();
+        let mut protocol_ratios = Vec::new();
         let mut measured = Duration::ZERO;
         for $rep in 0..=MAX_PAIRS {
-            if $rep > s.reps && (measured >= s.min_measured || s.only_dlock.is_some()) {
+            if $rep > s.reps
+                && (s.only_dlock.is_some()
+                    || (measured >= s.min_measured
+                        && s.settle_within
+                            .is_none_or(|within| $crate::stats::settled(&ratios, within))))
+            {
                 break;
             }
+            let dlock_first = $rep % 2 == 0;
             let mut d = Samples::default();
             let mut f = Samples::default();
-            for first in [$rep % 2 == 0, $rep % 2 == 1] {
+            let mut p: Option<f64> = None;
+            if !dlock_first {
+                p = $protocol;
+            }
+            for first in [dlock_first, !dlock_first] {
                 if first && s.only_dlock != Some(false) {
                     d = $dlock;
                 } else if !first && s.only_dlock != Some(true) {
                     f = $floor;
                 }
             }
-            let p: Option<f64> = $protocol;
+            if dlock_first {
+                p = $protocol;
+            }
             if $rep == 0 {
                 continue; // the warm-up
             }
             measured += d.elapsed + f.elapsed;
             ratios.push(d.ops_per_sec() / f.ops_per_sec());
+            protocol_ratios.extend(p.map(|ops| ops / f.ops_per_sec()));
             dlock_runs.push(d);
             floor_runs.push(f);
             protocol_runs.extend(p);
@@ -130,6 +157,7 @@ macro_rules! paired {
             floor: median_run(floor_runs),
             ratios,
             protocol_ops: median(protocol_runs),
+            protocol_ratios,
         }
     }};
 }
@@ -142,7 +170,10 @@ const fn named(scenario: &'static str, fenced: &'static str, fencing: bool) -> &
 }
 
 /// One task, N acquire+release cycles on fresh keys (each asking for a fencing token when
-/// `fencing`).
+/// `fencing`). Fresh in every run of the bench too (the process id is in the name): against a
+/// long-lived ZooKeeper a name of an earlier run may still have its lock path or may have lost
+/// it to the container reaper, two and three requests apart, differently for dlock, the floor
+/// and the peer.
 pub(crate) async fn uncontended(target: &Target, s: &Settings, fencing: bool) -> Row {
     let locker = target.locker_with(TTL, fencing).await;
     let ops = s.uncontended_ops;
@@ -150,14 +181,14 @@ pub(crate) async fn uncontended(target: &Target, s: &Settings, fencing: bool) ->
         s,
         |rep| {
             timed_tasks!(1, ops, |_t| locker.clone(), |locker, _t, i| {
-                let key = format!("bench:u:{rep}:{i}");
+                let key = format!("bench:u:{}:{rep}:{i}", std::process::id());
                 let guard = locker.lock(&key).await.expect("acquire");
                 guard.release().await.expect("release");
             })
         },
         {
             timed_tasks!(1, ops, |_t| target.raw(), |raw, _t, i| {
-                let key = format!("dlock:bench:uf:{rep}:{i}");
+                let key = format!("dlock:bench:uf:{}:{rep}:{i}", std::process::id());
                 assert!(raw.acquire(&key, &owner(i), TTL).await);
                 raw.release(&key, &owner(i), TTL).await;
             })
@@ -224,7 +255,7 @@ impl Paired {
             "postgres" => "dlock's protocol sent raw (fenced grant statement, unlock)",
             _ => "dlock's protocol sent raw (fencing INCR, release script)",
         };
-        let note = with_protocol_cost(note, label, self.protocol_ops, &self.floor);
+        let note = with_protocol_cost(note, label, self);
         Row::new(
             backend,
             scenario,
@@ -237,20 +268,22 @@ impl Paired {
 }
 
 /// `note`, plus the third measurement of the same load (when taken): dlock's own protocol
-/// sent raw, or the peer a user would pick instead, as `label` says.
-fn with_protocol_cost(
-    note: String,
-    label: &str,
-    protocol_ops: Option<f64>,
-    floor: &Samples,
-) -> String {
-    match protocol_ops {
-        Some(ops) => format!(
-            "{note}; {label}: {ops:.0} ops/s ({:.2} of the floor)",
-            ops / floor.ops_per_sec()
-        ),
-        None => note,
+/// sent raw, or the peer a user would pick instead, as `label` says — as a share of the
+/// floor and dlock's throughput over it, each the median over the repetitions of the ratio
+/// within one repetition.
+fn with_protocol_cost(note: String, label: &str, runs: &Paired) -> String {
+    let (Some(ops), Some(share)) = (runs.protocol_ops, median(runs.protocol_ratios.clone())) else {
+        return note;
+    };
+    let mut text = format!("{note}; {label}: {ops:.0} ops/s ({share:.2} of the floor");
+    if runs.protocol_ratios.len() == runs.ratios.len() {
+        let versus = runs.ratios.iter().zip(&runs.protocol_ratios);
+        if let Some(dlock) = median(versus.map(|(d, p)| d / p).collect()) {
+            text.push_str(&format!("; dlock {dlock:.2}× it"));
+        }
     }
+    text.push(')');
+    text
 }
 
 /// The uncontended load (`ops` cycles, one task, fresh keys) with the peer a user of this
@@ -261,7 +294,7 @@ async fn peer(target: &Target, s: &Settings, ops: usize, rep: usize) -> Option<f
         return None;
     }
     let run = timed_tasks!(1, ops, |_t| target.raw(), |raw, _t, i| {
-        raw.peer_cycle(&format!("dlock:bench:up:{rep}:{i}"))
+        raw.peer_cycle(&format!("dlock:bench:up:{}:{rep}:{i}", std::process::id()))
             .await
             .expect("a peer");
     });

@@ -90,14 +90,52 @@ impl Row {
 
 impl Row {
     /// Replaces the ratio by the median of per-repetition `ratios` (e.g. of pairs), and the
-    /// spread by their range.
+    /// spread by the median's 95 % confidence interval ([`median_interval`]), or by their
+    /// range when there are too few for one.
     pub(crate) fn with_ratios(mut self, ratios: &[f64]) -> Self {
         let mut sorted = ratios.to_vec();
         sorted.sort_by(f64::total_cmp);
         self.ratio = sorted.get(sorted.len() / 2).copied().unwrap_or(f64::NAN);
-        self.spread = sorted.first().zip(sorted.last()).map(|(l, h)| (*l, *h));
+        self.spread = median_interval(ratios)
+            .or_else(|| sorted.first().zip(sorted.last()).map(|(l, h)| (*l, *h)));
         self
     }
+}
+
+/// The median of `values` and its 95 % confidence interval, distribution-free: the median
+/// lies between the `j`-th and the `(n + 1 - j)`-th smallest of `n` values with probability
+/// `1 - 2 P(B < j)`, `B` binomial of `n` halves; the largest `j` keeping that at 95 % or more
+/// gives the interval. How far the median of such a run would move from run to run. `None`
+/// below 6 values (no `j` reaches 95 %).
+pub(crate) fn median_interval(values: &[f64]) -> Option<(f64, f64)> {
+    let n = values.len();
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    // P(B <= i) for i = 0, 1, ..., by the binomial coefficients of n over 2^n.
+    let mut below = 0.0; // P(B < j)
+    let mut coefficient = 1.0; // C(n, j - 1)
+    let mut j = 0;
+    for i in 0..n {
+        let with_i = below + coefficient / 2f64.powi(n as i32);
+        if 2.0 * with_i > 0.05 {
+            break;
+        }
+        below = with_i;
+        coefficient = coefficient * (n - i) as f64 / (i + 1) as f64;
+        j = i + 1;
+    }
+    (j >= 1).then(|| (sorted[j - 1], sorted[n - j]))
+}
+
+/// Whether the median of `ratios` is known to within `within` of itself (its 95 %
+/// interval's width over the median): a paired scenario adds pairs until it is.
+pub(crate) fn settled(ratios: &[f64], within: f64) -> bool {
+    let mut sorted = ratios.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let Some(median) = sorted.get(sorted.len() / 2) else {
+        return false;
+    };
+    median_interval(ratios).is_some_and(|(low, high)| (high - low) <= within * median)
 }
 
 fn human_us(us: f64) -> String {
@@ -111,7 +149,7 @@ fn human_us(us: f64) -> String {
 /// Prints rows as a Markdown table.
 pub(crate) fn print_table(rows: &[Row]) {
     println!(
-        "| backend | scenario | ops/s | p50 | p99 | max | floor ops/s | ratio (lowest–highest repetition) | notes |"
+        "| backend | scenario | ops/s | p50 | p99 | max | floor ops/s | ratio (spread) | notes |"
     );
     println!("|---|---|---:|---:|---:|---:|---:|---:|---|");
     let number = |value: f64, precision: usize| {
@@ -142,5 +180,25 @@ pub(crate) fn print_table(rows: &[Row]) {
             },
             row.note
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_median_interval_is_the_order_statistics_of_95_percent() {
+        assert_eq!(median_interval(&[1.0, 2.0, 3.0, 4.0, 5.0]), None);
+        // n = 6: the extremes (coverage 1 - 2/64 = 96.9 %).
+        assert_eq!(
+            median_interval(&[6.0, 1.0, 5.0, 2.0, 4.0, 3.0]),
+            Some((1.0, 6.0))
+        );
+        // n = 25: the 8th and the 18th smallest (coverage 95.7 %; the 9th and 17th: 89.2 %).
+        let values: Vec<f64> = (1..=25).rev().map(f64::from).collect();
+        assert_eq!(median_interval(&values), Some((8.0, 18.0)));
+        assert!(settled(&[1.0; 6], 0.01));
+        assert!(!settled(&values, 0.10));
     }
 }
