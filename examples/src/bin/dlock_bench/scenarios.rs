@@ -37,7 +37,7 @@ pub(crate) struct Settings {
 const TTL: Duration = Duration::from_secs(30);
 
 /// The most pairs a paired scenario runs, however short its runs.
-pub(crate) const MAX_PAIRS: usize = 41;
+pub(crate) const MAX_PAIRS: usize = 40;
 
 fn owner(i: usize) -> String {
     format!("bench-owner-{i}")
