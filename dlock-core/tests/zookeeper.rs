@@ -280,18 +280,16 @@ async fn a_lost_create_reply_leaves_one_node_or_none() {
         .with_ttl(Duration::from_secs(10))
         .with_operation_timeout(Duration::from_secs(8));
     let client = Locker::connect(&config).await.expect("connect");
-    // Open the session first, and make the lock path (persistent: no container manager
-    // deletes it), so that the lost reply is the create's.
-    client
-        .lock("lost-reply/warm-up")
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    // Make the lock paths (persistent: no container manager deletes them) and open the
+    // session on them first, so that the lost reply is a plain create's into a directory the
+    // client knows.
     let persistent =
         zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all());
-    zk.mkdir("/lost-reply/a", &persistent).await.unwrap();
+    for path in ["/lost-reply/a", "/lost-reply/b"] {
+        zk.mkdir(path, &persistent).await.unwrap();
+        let key = path.trim_start_matches('/');
+        client.lock(key).await.unwrap().release().await.unwrap();
+    }
 
     proxy.set(ProxyMode::DropReplies);
     let acquiring = {
@@ -347,6 +345,107 @@ async fn a_lost_create_reply_leaves_one_node_or_none() {
     })
     .await;
     held.release().await.unwrap();
+
+    // A fresh key's directory and node are made in one multi, whose reply is lost: the node
+    // is found by its uuid after the reconnect, and held alone.
+    proxy.set(ProxyMode::DropReplies);
+    let acquiring = {
+        let client = client.clone();
+        tokio::spawn(async move {
+            client
+                .lock("lost-reply/c")
+                .wait(Duration::from_secs(10))
+                .await
+        })
+    };
+    eventually("the multi reaches the server", || async {
+        children(&zk, "/lost-reply/c").await.len() == 1
+    })
+    .await;
+    proxy.set(ProxyMode::Cut);
+    proxy.set(ProxyMode::Pass);
+    let guard = acquiring
+        .await
+        .unwrap()
+        .expect("granted after the reconnect");
+    assert_eq!(children(&zk, "/lost-reply/c").await.len(), 1);
+    guard.release().await.unwrap();
+    assert!(children(&zk, "/lost-reply/c").await.is_empty());
+}
+
+/// A fresh key's directory is made together with its node, in one multi. Taking and giving
+/// back a fresh key is then three requests — the multi, the multi-read of the queue and the
+/// kept record, the delete — as many as a key whose directory this Locker knows (a plain
+/// create), where it was five (a create answered `NoNode`, the `mkdir`, the create again). A
+/// key whose parents are missing too, and a directory another client made, still end in a
+/// held lock and leave nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fresh_keys_directory_is_made_with_its_node() {
+    let server = ZkServer::start().await.expect("zookeeper");
+    let other = locker(&server.url(), Duration::from_secs(30)).await;
+    let locker = locker(&server.url(), Duration::from_secs(30)).await;
+    let zk = raw(&server.connect_string()).await;
+    locker
+        .lock("warm-up")
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let packets = || async { server.monitor("zk_packets_received").await.expect("mntr") };
+    // The fewest requests one lock + release of `key` took over five tries (a session's ping
+    // may fall inside one), less what reading the count itself adds.
+    let requests = |keys: [String; 5]| {
+        let (locker, packets) = (locker.clone(), &packets);
+        async move {
+            let mut fewest = f64::MAX;
+            for key in keys {
+                let idle = packets().await;
+                let before = packets().await;
+                let guard = locker.lock(&key).await.expect("acquire");
+                guard.release().await.expect("release");
+                let after = packets().await;
+                fewest = fewest.min((after - before) - (before - idle));
+            }
+            fewest
+        }
+    };
+    let fresh = requests(std::array::from_fn(|i| format!("fresh-{i}"))).await;
+    let known = requests(std::array::from_fn(|_| "fresh-0".to_owned())).await;
+    assert_eq!(fresh, 3.0, "a fresh key's lock and release");
+    assert_eq!(known, 3.0, "a known key's lock and release");
+
+    // The token of a node made with its directory is its czxid, as of a node made alone.
+    for key in ["token-fresh", "token-fresh"] {
+        let guard = locker.lock(key).fencing(true).await.unwrap();
+        let nodes = children(&zk, &format!("/{key}")).await;
+        let (_, stat) = zk.get_data(&format!("/{key}/{}", nodes[0])).await.unwrap();
+        assert_eq!(guard.fencing_token(), u64::try_from(stat.czxid).ok());
+        guard.release().await.unwrap();
+    }
+
+    let deep = locker.lock("deep/er/key").await.expect("missing parents");
+    assert_eq!(children(&zk, "/deep/er/key").await.len(), 1);
+    deep.release().await.unwrap();
+
+    let held = other.lock("theirs").await.unwrap();
+    let busy = locker.lock("theirs").wait(Duration::ZERO).await;
+    assert!(matches!(busy, Err(Error::Busy { .. })), "{busy:?}");
+    assert_eq!(
+        children(&zk, "/theirs").await.len(),
+        1,
+        "the busy try's node is gone"
+    );
+    held.release().await.unwrap();
+    locker
+        .lock("theirs")
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    assert!(children(&zk, "/theirs").await.is_empty());
+    assert!(children(&zk, "/deep/er/key").await.is_empty());
 }
 
 /// A store that accepts a write only with a fencing token at least as high as any it saw, and

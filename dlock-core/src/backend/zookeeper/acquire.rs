@@ -5,13 +5,16 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use zookeeper_client::{Acls, CreateMode, Error as ZkError, MultiReadResult, Stat};
+use zookeeper_client::{
+    Acls, CreateMode, Error as ZkError, MultiReadResult, MultiWriteResult, Stat,
+};
 
 use super::errors::{from_zk, timed, timed_raw};
 use super::kept::{self, Record, WaitedOut};
 use super::keys::{self, NodeKind, Standing};
 use super::session::Session;
 use super::{Inner, ZkGrant};
+use crate::error::within;
 use crate::lease::{AcquireOutcome, AcquireRequest, Lease};
 use crate::{Error, LockMode, Result};
 
@@ -21,6 +24,22 @@ struct Granted {
     path: String,
     czxid: i64,
     valid_from: Instant,
+}
+
+/// What a create tells of the node it made: its `czxid` (the fencing token) and `ctime`
+/// (server milliseconds).
+struct Made {
+    czxid: i64,
+    ctime: i64,
+}
+
+impl From<&Stat> for Made {
+    fn from(stat: &Stat) -> Self {
+        Self {
+            czxid: stat.czxid,
+            ctime: stat.ctime,
+        }
+    }
 }
 
 impl Inner {
@@ -145,7 +164,7 @@ impl Inner {
         {
             return Ok(None);
         }
-        let (lease, stat) = self
+        let (lease, made) = self
             .create(
                 &session,
                 &leases,
@@ -188,7 +207,7 @@ impl Inner {
         nodes.keep(&mutex_path); // deleted: nothing left to clean up
         Ok(valid_from.map(|valid_from| Granted {
             path: format!("{leases}/{lease}"),
-            czxid: stat.czxid,
+            czxid: made.czxid,
             valid_from,
         }))
     }
@@ -229,10 +248,12 @@ impl Inner {
         }
     }
 
-    /// Creates `dir/_c_<uuid>-<lock name><seq>` (ephemeral, sequential), making `dir` and its
-    /// parents as containers when missing. A create whose reply is lost is looked for by its
-    /// uuid (after a `sync`, so the server has applied it if the ensemble did) before it is
-    /// sent again. Returns the node's name and stat.
+    /// Creates `dir/_c_<uuid>-<lock name><seq>` (ephemeral, sequential), making `dir` (a
+    /// container) with it in one multi when this backend did not see `dir` lately
+    /// ([`KnownDirs`](super::known_dirs::KnownDirs)), and `dir`'s parents as containers when
+    /// they are missing too. A create whose reply is lost is looked for by its uuid (after a
+    /// `sync`, so the server has applied it if the ensemble did) before it is sent again.
+    /// Returns the node's name, `czxid` and `ctime`.
     async fn create(
         &self,
         session: &Session,
@@ -240,24 +261,42 @@ impl Inner {
         kind: NodeKind,
         data: &[u8],
         nodes: &mut Nodes,
-    ) -> Result<(String, Stat)> {
+    ) -> Result<(String, Made)> {
         let prefix = keys::node_prefix(&nodes.uuid, kind);
         let path = format!("{dir}/{prefix}");
         let give_up = Instant::now() + self.timeout;
         let node = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
         let container = CreateMode::Container.with_acls(Acls::anyone_all());
+        let mut with_dir = !self.known_dirs.contains(dir);
         loop {
             let left = give_up.saturating_duration_since(Instant::now());
             nodes.maybe_in(dir);
-            match timed_raw(left, "create", session.client.create(&path, data, &node)).await? {
-                Ok((stat, sequence)) => {
-                    let name = format!("{prefix}{sequence}");
+            let created = if with_dir {
+                self.create_with_dir(session, dir, &path, data, left)
+                    .await?
+            } else {
+                timed_raw(left, "create", session.client.create(&path, data, &node))
+                    .await?
+                    .map(|(stat, sequence)| (format!("{prefix}{sequence}"), Made::from(&stat)))
+            };
+            match created {
+                Ok((name, made)) => {
+                    self.known_dirs.saw(dir);
                     nodes.created(dir, &name);
-                    return Ok((name, stat));
+                    return Ok((name, made));
                 }
-                Err(ZkError::NoNode) => {
+                // The directory exists after all: a plain create.
+                Err(ZkError::NodeExists) if with_dir => {
+                    self.known_dirs.saw(dir);
+                    with_dir = false;
+                }
+                // Its parent is missing too: make them all, then a plain create.
+                Err(ZkError::NoNode) if with_dir => {
                     timed(left, "create", session.client.mkdir(dir, &container)).await?;
+                    with_dir = false;
                 }
+                // The directory is gone (an empty container is reaped): make it with the node.
+                Err(ZkError::NoNode) => with_dir = true,
                 Err(ZkError::ConnectionLoss) => {
                     if let Some(found) = self.find_own(session, dir, &nodes.uuid, give_up).await? {
                         nodes.created(dir, &found.0);
@@ -269,6 +308,48 @@ impl Inner {
         }
     }
 
+    /// One multi: `dir` as a container, the node `path` (ephemeral, sequential) in it, and an
+    /// empty `setData` of `dir` — ZooKeeper 3.8 answers a create inside a multi without its
+    /// stat (see zookeeper-client's `MultiWriteResult::Create`), and the `setData`'s stat, of the same transaction, carries its
+    /// zxid and time: the node's `czxid` and `ctime`. Fails whole with `NodeExists` when `dir`
+    /// exists, `NoNode` when its parent does not.
+    async fn create_with_dir(
+        &self,
+        session: &Session,
+        dir: &str,
+        path: &str,
+        data: &[u8],
+        left: std::time::Duration,
+    ) -> Result<Result<(String, Made), ZkError>> {
+        let container = CreateMode::Container.with_acls(Acls::anyone_all());
+        let node = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
+        let mut multi = session.client.new_multi_writer();
+        multi.add_create(dir, &[], &container).map_err(from_zk)?;
+        multi.add_create(path, data, &node).map_err(from_zk)?;
+        multi.add_set_data(dir, &[], None).map_err(from_zk)?;
+        let results = match within("zookeeper", "create", left, multi.commit()).await? {
+            Ok(results) => results,
+            Err(error) => return Ok(Err(error.into())),
+        };
+        Ok(match results.as_slice() {
+            [
+                _,
+                MultiWriteResult::Create { path, .. },
+                MultiWriteResult::SetData { stat },
+            ] => {
+                let name = path.rsplit('/').next().unwrap_or_default().to_owned();
+                let made = Made {
+                    czxid: stat.mzxid,
+                    ctime: stat.mtime,
+                };
+                Ok((name, made))
+            }
+            _ => Err(ZkError::UnexpectedError(
+                "a multi answered out of shape".into(),
+            )),
+        })
+    }
+
     /// The node of this acquire (`_c_<uuid>-…`) under `dir`, if a create of it was applied.
     async fn find_own(
         &self,
@@ -276,7 +357,7 @@ impl Inner {
         dir: &str,
         uuid: &str,
         give_up: Instant,
-    ) -> Result<Option<(String, Stat)>> {
+    ) -> Result<Option<(String, Made)>> {
         loop {
             let left = give_up.saturating_duration_since(Instant::now());
             let listed = async {
@@ -300,7 +381,7 @@ impl Inner {
             .await?
             {
                 Ok((_, stat)) if stat.ephemeral_owner == session.id => {
-                    return Ok(Some((name, stat)));
+                    return Ok(Some((name, Made::from(&stat))));
                 }
                 Ok(_) | Err(ZkError::NoNode) => return Ok(None),
                 Err(ZkError::ConnectionLoss) => {}

@@ -5,7 +5,8 @@
 //! Curator's order), [`session`] (sessions as leases, their ends reported), [`acquire`]
 //! (create a node, wait for the predecessor), [`node_watch`] (held nodes watched for their
 //! deletion), [`release`] (renew, release, force release,
-//! nodes deleted in the background), [`kept`] (a lock kept after its release: its record).
+//! nodes deleted in the background), [`kept`] (a lock kept after its release: its record),
+//! [`known_dirs`] (lock directories seen lately: how a create starts).
 //! The user-facing documentation is on [`ZooKeeperBackend`].
 
 mod acquire;
@@ -15,6 +16,7 @@ mod errors;
 mod inspect;
 mod kept;
 mod keys;
+mod known_dirs;
 mod node_watch;
 mod release;
 mod session;
@@ -167,6 +169,8 @@ pub(super) struct Inner {
     stop: CancellationToken,
     /// Campaigns take Curator's `LeaderLatch` layout (`?election=latch`).
     latch: bool,
+    /// Lock directories seen lately: a create into one not seen makes it in the same multi.
+    known_dirs: known_dirs::KnownDirs,
 }
 
 impl std::fmt::Debug for Inner {
@@ -299,6 +303,7 @@ impl ZooKeeperBackend {
                 node_watches: NodeWatches::start(stop.clone()),
                 stop,
                 latch: settings.latch,
+                known_dirs: known_dirs::KnownDirs::default(),
             }),
         })
     }

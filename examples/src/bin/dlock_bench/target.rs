@@ -303,6 +303,7 @@ impl Target {
             Self::ZooKeeper { raw, .. } => Raw::ZooKeeper {
                 client: raw.clone(),
                 held: None,
+                known: std::collections::HashSet::new(),
             },
             Self::Postgres { raw, .. } => Raw::Postgres(raw.clone()),
             Self::RedLock { raw, .. } => Raw::RedLock(raw.clone()),
@@ -530,13 +531,17 @@ pub(crate) enum Raw {
     Redis(ConnectionManager),
     /// etcd's floor: a put-if-absent transaction, then a delete.
     Etcd(Box<etcd_client::KvClient>),
-    /// ZooKeeper's floor: create an ephemeral sequential node under the lock path (making the
-    /// path when missing), list the children, delete the node — the recipe's three round
-    /// trips, without Curator's names, watches or lost-reply handling.
+    /// ZooKeeper's floor: create an ephemeral sequential node under the lock path, list the
+    /// children, delete the node — the recipe's three round trips, without Curator's names,
+    /// watches or lost-reply handling. A lock path this client has not used is made with the
+    /// node in one multi, as dlock makes it (where the recipe's create would be answered
+    /// `NoNode`, then `mkdir`, then created again).
     ZooKeeper {
         client: zookeeper_client::Client,
         /// The node this client holds.
         held: Option<String>,
+        /// The lock paths this client used.
+        known: std::collections::HashSet<String>,
     },
     /// PostgreSQL's floor: `pg_advisory_lock` and `pg_advisory_unlock` (prepared), on the
     /// key dlock would use.
@@ -566,21 +571,47 @@ impl Raw {
                     .and_then([TxnOp::put(key, owner, None)]);
                 kv.txn(txn).await.expect("etcd txn").succeeded()
             }
-            Self::ZooKeeper { client, held } => {
-                use zookeeper_client::{Acls, CreateMode, Error};
+            Self::ZooKeeper {
+                client,
+                held,
+                known,
+            } => {
+                use zookeeper_client::{Acls, CreateMode, Error, MultiWriteResult};
                 let dir = format!("/{key}");
                 let node = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
+                let container = CreateMode::Container.with_acls(Acls::anyone_all());
+                let prefix = format!("{dir}/lock-");
+                let mut with_dir = known.insert(dir.clone());
                 let created = loop {
-                    match client
-                        .create(&format!("{dir}/lock-"), owner.as_bytes(), &node)
-                        .await
-                    {
-                        Ok((_, sequence)) => break format!("lock-{sequence}"),
-                        Err(Error::NoNode) => client
-                            .mkdir(&dir, &CreateMode::Container.with_acls(Acls::anyone_all()))
-                            .await
-                            .expect("zookeeper mkdir"),
-                        Err(error) => panic!("zookeeper create: {error}"),
+                    if with_dir {
+                        let mut multi = client.new_multi_writer();
+                        multi.add_create(&dir, &[], &container).expect("a path");
+                        multi
+                            .add_create(&prefix, owner.as_bytes(), &node)
+                            .expect("a path");
+                        match multi.commit().await.map_err(Error::from) {
+                            Ok(results) => match &results[1] {
+                                MultiWriteResult::Create { path, .. } => {
+                                    break path.rsplit('/').next().unwrap_or_default().to_owned();
+                                }
+                                other => panic!("zookeeper multi: {other:?}"),
+                            },
+                            Err(Error::NodeExists) => with_dir = false,
+                            Err(Error::NoNode) => {
+                                client
+                                    .mkdir(&dir, &container)
+                                    .await
+                                    .expect("zookeeper mkdir");
+                                with_dir = false;
+                            }
+                            Err(error) => panic!("zookeeper multi: {error}"),
+                        }
+                    } else {
+                        match client.create(&prefix, owner.as_bytes(), &node).await {
+                            Ok((_, sequence)) => break format!("lock-{sequence}"),
+                            Err(Error::NoNode) => with_dir = true,
+                            Err(error) => panic!("zookeeper create: {error}"),
+                        }
                     }
                 };
                 let children = client.list_children(&dir).await.expect("zookeeper list");
@@ -617,7 +648,7 @@ impl Raw {
             Self::Etcd(kv) => {
                 kv.delete(key, None).await.expect("etcd delete");
             }
-            Self::ZooKeeper { client, held } => {
+            Self::ZooKeeper { client, held, .. } => {
                 if let Some(path) = held.take() {
                     client.delete(&path, None).await.expect("zookeeper delete");
                 }
