@@ -376,7 +376,8 @@ async fn a_lost_create_reply_leaves_one_node_or_none() {
 /// A fresh key's directory is made together with its node, in one multi. Taking and giving
 /// back a fresh key is then three requests — the multi, the multi-read of the queue and the
 /// kept record, the delete — as many as a key whose directory this Locker knows (a plain
-/// create), where it was five (a create answered `NoNode`, the `mkdir`, the create again). A
+/// create), where a create answered `NoNode`, the `mkdir` and the create again made it more
+/// (the server counted four). The token of a node made with its directory is its czxid. A
 /// key whose parents are missing too, and a directory another client made, still end in a
 /// held lock and leave nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
