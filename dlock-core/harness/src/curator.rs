@@ -14,14 +14,16 @@
 //! | `release <id>` | `released <id>` (a leader gives up its leadership: its `takeLeadership` returns; a latch is closed) |
 //! | `leader <path>` | `leader <participant id or -> participants <id,id,...>`, as `LeaderSelector.getLeader()` / `getParticipants()` read them |
 //! | `latch <path>` | the same, as `LeaderLatch.getLeader()` / `getParticipants()` read them |
-//! | `load <rw\|sem> <path> <clients> <threads> <rounds> <hold µs> <permits>` | `load <elapsed ns> <wait ns>,<wait ns>,...` once done: the bench's load on Curator (see below) |
+//! | `load <rw\|sem> <path> <clients> <threads> <rounds> <hold µs>,<hold µs>,... <permits>` | `load <elapsed ns> <wait ns>,<wait ns>,...` once done: the bench's load on Curator (see below) |
 //!
 //! `load` is the benchmark's peer (`dlock-bench`'s read-mostly and semaphore scenarios): that
 //! many threads over that many clients of their own take, `rounds` times each, a lease of
 //! `InterProcessSemaphoreV2(path, permits)` (`sem`) or a lock of
 //! `InterProcessReadWriteLock(path)` (`rw`: the write lock when `thread + round` is a multiple
 //! of ten, else the read lock), hold it, and give it back; it answers with the wall time and
-//! every wait (request to grant).
+//! every wait (request to grant). Round `r` of thread `t` holds for the hold at
+//! `t * rounds + r` in the list (taken round the list when it is shorter): the bench replays
+//! the holds dlock's locks had, so that both hold alike.
 //!
 //! Each lock is taken and given back by a thread of its own (Curator's mutexes belong to the
 //! thread that took them), so one driver holds and awaits many locks at once. Errors are
@@ -85,12 +87,14 @@ public class CuratorDriver {
         return client;
     }
 
-    // load <rw|sem> <path> <clients> <threads> <rounds> <hold us> <permits>
+    // load <rw|sem> <path> <clients> <threads> <rounds> <hold us>,<hold us>,... <permits>
     static String load(String connectString, String[] w) throws Exception {
         String kind = w[1], path = w[2];
         int clients = Integer.parseInt(w[3]), threads = Integer.parseInt(w[4]);
         int rounds = Integer.parseInt(w[5]), permits = Integer.parseInt(w[7]);
-        long holdNs = Long.parseLong(w[6]) * 1000;
+        String[] holdsUs = w[6].split(",");
+        long[] holdsNs = new long[holdsUs.length];
+        for (int i = 0; i < holdsUs.length; i++) holdsNs[i] = Long.parseLong(holdsUs[i]) * 1000;
         CuratorFramework[] cs = new CuratorFramework[clients];
         for (int i = 0; i < clients; i++) cs[i] = connect(connectString);
         long[][] waits = new long[threads][rounds];
@@ -116,7 +120,7 @@ public class CuratorDriver {
                             unlock = m::release;
                         }
                         waits[task][r] = System.nanoTime() - asked;
-                        LockSupport.parkNanos(holdNs);
+                        LockSupport.parkNanos(holdsNs[(task * rounds + r) % holdsNs.length]);
                         unlock.run();
                     }
                 } catch (Exception e) {

@@ -231,8 +231,10 @@ impl Peer {
         }
     }
 
-    /// Curator's recipe `kind` (`rw` or `sem` with `permits`) at `path` under `load`, each
-    /// lock held as long as dlock's were held on average in the same repetition.
+    /// Curator's recipe `kind` (`rw` or `sem` with `permits`) at `path` under `load`, its
+    /// locks held as long as dlock's were in the same repetition, one by one: a tokio sleep of
+    /// `hold` lasts up to a millisecond longer, and the spread of the holds is part of what
+    /// the waits measure.
     async fn load(
         &mut self,
         kind: &str,
@@ -242,11 +244,10 @@ impl Peer {
         permits: u32,
     ) -> Option<Samples> {
         let curator = self.curator.as_mut()?;
-        let count = u32::try_from(holds.len()).unwrap_or(u32::MAX).max(1);
-        let hold = holds.iter().sum::<Duration>() / count;
+        let holds: Vec<String> = holds.iter().map(|h| h.as_micros().to_string()).collect();
         let command = format!(
             "load {kind} {path} 2 {tasks} {rounds} {} {permits}",
-            hold.as_micros()
+            holds.join(",")
         );
         let answer = match curator.send(&command).await {
             Ok(()) => curator.next_line(Duration::from_secs(600)).await,
