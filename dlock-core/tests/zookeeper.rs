@@ -449,6 +449,53 @@ async fn a_fresh_keys_directory_is_made_with_its_node() {
     assert!(children(&zk, "/deep/er/key").await.is_empty());
 }
 
+/// A node's create and the listing that tells whether it holds travel together (a session's
+/// requests are served in order), so an uncontended lock is one round trip and a permit
+/// three (its mutex's create and listing, its lease's create and listing, the mutex given
+/// back), where they were two and five. Counted with every reply delayed by `DELAY`: each
+/// round trip then costs at least `DELAY`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_and_its_listing_are_one_round_trip() {
+    const DELAY: Duration = Duration::from_millis(300);
+    let server = ZkServer::start().await.expect("zookeeper");
+    let proxy = TcpProxy::start(server.connect_string().parse().unwrap())
+        .await
+        .unwrap();
+    let config = DlockConfig::default()
+        .with_backend(BackendSpec::Url(format!("zk://{}", proxy.address())))
+        .with_key_prefix(String::new())
+        .with_ttl(Duration::from_secs(30))
+        .with_operation_timeout(Duration::from_secs(10));
+    let locker = Locker::connect(&config).await.expect("connect");
+    // The semaphore's directories, persistent (no container manager deletes them), known to
+    // the Locker once it took a permit there; that first permit also opens the session.
+    let zk = raw(&server.connect_string()).await;
+    let persistent =
+        zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all());
+    for dir in ["/piped-permits/locks", "/piped-permits/leases"] {
+        zk.mkdir(dir, &persistent).await.unwrap();
+    }
+    let permit = locker.semaphore("piped-permits", 2).await.unwrap();
+    permit.release().await.unwrap();
+
+    proxy.set(ProxyMode::DelayReplies(DELAY));
+    let round_trips = |took: Duration| took.as_secs_f64() / DELAY.as_secs_f64();
+    for key in ["piped", "piped"] {
+        let asked = Instant::now();
+        let guard = locker.lock(key).await.expect("acquire");
+        let took = round_trips(asked.elapsed());
+        assert!(took < 2.0, "{key}: {took:.2} round trips");
+        guard.release().await.unwrap();
+    }
+    let asked = Instant::now();
+    let permit = locker.semaphore("piped-permits", 2).await.expect("permit");
+    let took = round_trips(asked.elapsed());
+    assert!(took < 4.0, "a permit: {took:.2} round trips");
+    permit.release().await.unwrap();
+    proxy.set(ProxyMode::Pass);
+    locker.shutdown().await.unwrap();
+}
+
 /// A store that accepts a write only with a fencing token at least as high as any it saw, and
 /// counts the writes it refused.
 #[derive(Default)]

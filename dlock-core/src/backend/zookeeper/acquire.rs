@@ -5,6 +5,8 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use futures_util::future::join;
+
 use zookeeper_client::{
     Acls, CreateMode, Error as ZkError, MultiReadResult, MultiWriteResult, Stat,
 };
@@ -25,6 +27,9 @@ struct Granted {
     czxid: i64,
     valid_from: Instant,
 }
+
+/// A lock directory's children and, when asked, its kept record.
+type Listing = (Vec<String>, Option<Record>);
 
 /// What a create tells of the node it made: its `czxid` (the fencing token) and `ctime`
 /// (server milliseconds).
@@ -76,12 +81,29 @@ impl Inner {
                     .as_deref()
                     .unwrap_or(req.owner.as_str())
                     .as_bytes();
-                let node = self.create(&session, &path, kind, data, &mut nodes).await?;
-                let reader = kind == NodeKind::Read;
                 let record = kept::record_path(&path);
+                // The listing is sent right behind the create (`join` polls in order), and
+                // served after it: a session's requests are served in order.
+                let sent = Instant::now();
+                let (node, listed) = join(
+                    self.create(&session, &path, kind, data, &mut nodes),
+                    self.list_with_record(&session, &path, Some(&record)),
+                )
+                .await;
+                let node = node?;
+                let early = listed.ok().map(|listing| (sent, listing));
+                let reader = kind == NodeKind::Read;
                 let node_path = format!("{path}/{}", node.0);
                 let turn = self
-                    .wait_turn(&session, &path, &node.0, reader, deadline, Some(&record))
+                    .wait_turn(
+                        &session,
+                        &path,
+                        &node.0,
+                        reader,
+                        deadline,
+                        Some(&record),
+                        early,
+                    )
                     .await?;
                 match turn {
                     None => None,
@@ -148,40 +170,57 @@ impl Inner {
         let session = Arc::clone(&nodes.session);
         let locks = format!("{path}/{}", keys::SEMAPHORE_LOCKS);
         let leases = format!("{path}/{}", keys::SEMAPHORE_LEASES);
-        let (mutex, _) = self
-            .create(
+        let sent = Instant::now();
+        let (mutex, listed) = join(
+            self.create(
                 &session,
                 &locks,
                 NodeKind::Mutex,
                 req.owner.as_str().as_bytes(),
                 nodes,
-            )
-            .await?;
+            ),
+            self.list_with_record(&session, &locks, None),
+        )
+        .await;
+        let (mutex, _) = mutex?;
+        let early = listed.ok().map(|listing| (sent, listing));
         if self
-            .wait_turn(&session, &locks, &mutex, false, deadline, None)
+            .wait_turn(&session, &locks, &mutex, false, deadline, None, early)
             .await?
             .is_none()
         {
             return Ok(None);
         }
-        let (lease, made) = self
-            .create(
+        // Lazy: the listing is sent when first polled, behind the lease's create.
+        let watch_leases = || async {
+            let listing = session.client.get_and_watch_children(&leases);
+            timed(self.timeout, "get children", listing).await
+        };
+        // The listing is sent right behind the create (`join` polls in order), and served
+        // after it: a session's requests are served in order.
+        let sent = Instant::now();
+        let (lease, listed) = join(
+            self.create(
                 &session,
                 &leases,
                 NodeKind::Lease,
                 &keys::permit_data(limit),
                 nodes,
-            )
-            .await?;
+            ),
+            watch_leases(),
+        )
+        .await;
+        let (lease, made) = lease?;
+        let mut early = listed
+            .ok()
+            .filter(|(children, _, _)| children.contains(&lease))
+            .map(|listing| (sent, listing));
         let mut checked = false;
         let valid_from = loop {
-            let sent = Instant::now();
-            let (children, _, watcher) = timed(
-                self.timeout,
-                "get children",
-                session.client.get_and_watch_children(&leases),
-            )
-            .await?;
+            let (sent, (children, _, watcher)) = match early.take() {
+                Some(listing) => listing,
+                None => (Instant::now(), watch_leases().await?),
+            };
             if !children.contains(&lease) {
                 return Err(session_gone(&session));
             }
@@ -393,7 +432,10 @@ impl Inner {
     /// Waits until `node` (a child of `dir`) holds by Curator's rules, watching only the node
     /// it waits for. Returns when the listing that found it holding was sent — with the kept
     /// record at `record`, read in the same multi-read as that listing — or `None` at
-    /// `deadline`.
+    /// `deadline`. `early` is a listing sent right behind the node's create, used first when
+    /// it shows the node (it is then as good as one sent after the create was answered: a
+    /// session's requests are served in order).
+    #[allow(clippy::too_many_arguments)]
     async fn wait_turn(
         self: &Arc<Self>,
         session: &Session,
@@ -402,10 +444,17 @@ impl Inner {
         reader: bool,
         deadline: Option<Instant>,
         record: Option<&str>,
+        early: Option<(Instant, Listing)>,
     ) -> Result<Option<(Instant, Option<Record>)>> {
+        let mut early = early.filter(|(_, (children, _))| children.iter().any(|c| c == node));
         loop {
-            let sent = Instant::now();
-            let (children, kept) = self.list_with_record(session, dir, record).await?;
+            let (sent, (children, kept)) = match early.take() {
+                Some(listing) => listing,
+                None => (
+                    Instant::now(),
+                    self.list_with_record(session, dir, record).await?,
+                ),
+            };
             let watch = match keys::standing(&children, node, reader) {
                 Standing::Holds => return Ok(Some((sent, kept))),
                 Standing::Gone => return Err(session_gone(session)),
@@ -439,7 +488,7 @@ impl Inner {
         session: &Session,
         dir: &str,
         record: Option<&str>,
-    ) -> Result<(Vec<String>, Option<Record>)> {
+    ) -> Result<Listing> {
         let Some(record) = record else {
             let children = timed(
                 self.timeout,
