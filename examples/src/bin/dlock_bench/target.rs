@@ -531,8 +531,8 @@ pub(crate) enum Raw {
     Redis(ConnectionManager),
     /// etcd's floor: a put-if-absent transaction, then a delete.
     Etcd(Box<etcd_client::KvClient>),
-    /// ZooKeeper's floor: create an ephemeral sequential node under the lock path, list the
-    /// children, delete the node — the recipe's three round trips, without Curator's names,
+    /// ZooKeeper's floor: create an ephemeral sequential node under the lock path and list the
+    /// children right behind it (one round trip), delete the node — without Curator's names,
     /// watches or lost-reply handling. A lock path this client has not used is made with the
     /// node in one multi, as dlock makes it (where the recipe's create would be answered
     /// `NoNode`, then `mkdir`, then created again).
@@ -576,23 +576,29 @@ impl Raw {
                 held,
                 known,
             } => {
+                use futures_util::future::join;
                 use zookeeper_client::{Acls, CreateMode, Error, MultiWriteResult};
                 let dir = format!("/{key}");
                 let node = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
                 let container = CreateMode::Container.with_acls(Acls::anyone_all());
                 let prefix = format!("{dir}/lock-");
                 let mut with_dir = known.insert(dir.clone());
-                let created = loop {
+                // Each create goes with the listing right behind it (one round trip: a
+                // session's requests are served in order), as dlock sends them.
+                let (created, listed) = loop {
                     if with_dir {
                         let mut multi = client.new_multi_writer();
                         multi.add_create(&dir, &[], &container).expect("a path");
                         multi
                             .add_create(&prefix, owner.as_bytes(), &node)
                             .expect("a path");
-                        match multi.commit().await.map_err(Error::from) {
+                        let (committed, listed) =
+                            join(multi.commit(), client.list_children(&dir)).await;
+                        match committed.map_err(Error::from) {
                             Ok(results) => match &results[1] {
                                 MultiWriteResult::Create { path, .. } => {
-                                    break path.rsplit('/').next().unwrap_or_default().to_owned();
+                                    let name = path.rsplit('/').next().unwrap_or_default();
+                                    break (name.to_owned(), listed);
                                 }
                                 other => panic!("zookeeper multi: {other:?}"),
                             },
@@ -607,14 +613,20 @@ impl Raw {
                             Err(error) => panic!("zookeeper multi: {error}"),
                         }
                     } else {
-                        match client.create(&prefix, owner.as_bytes(), &node).await {
-                            Ok((_, sequence)) => break format!("lock-{sequence}"),
-                            Err(Error::NoNode) => with_dir = true,
-                            Err(error) => panic!("zookeeper create: {error}"),
+                        let created = client.create(&prefix, owner.as_bytes(), &node);
+                        match join(created, client.list_children(&dir)).await {
+                            (Ok((_, sequence)), listed) => {
+                                break (format!("lock-{sequence}"), listed);
+                            }
+                            (Err(Error::NoNode), _) => with_dir = true,
+                            (Err(error), _) => panic!("zookeeper create: {error}"),
                         }
                     }
                 };
-                let children = client.list_children(&dir).await.expect("zookeeper list");
+                let children = match listed {
+                    Ok(children) if children.contains(&created) => children,
+                    _ => client.list_children(&dir).await.expect("zookeeper list"),
+                };
                 let path = format!("{dir}/{created}");
                 if children.iter().min() == Some(&created) {
                     *held = Some(path);
