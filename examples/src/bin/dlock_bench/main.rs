@@ -144,9 +144,10 @@ grant, grants per Locker, the longest wait. Without --url or --servers: memory o
 redis-server, an etcd, a ZooKeeper, a PostgreSQL and five redis-servers for RedLock (scripts/install-test-deps.sh
 installs them).
 
-uncontended and many-keys run dlock and the floor in pairs of alternating order, adding pairs
-until 5 s were measured (at most 25), and report the median paired ratio; the others report
-the median of --reps repetitions after one warm-up. The method and how to read the figures:
+uncontended, many-keys, once and sets run dlock and the floor in pairs of alternating order,
+adding pairs until 5 s were measured and the median ratio's 95 % interval is within 10 % of it
+(at most 40 pairs), and report the median paired ratio; the others report the median of --reps
+repetitions after one warm-up. The method and how to read the figures:
 examples/src/bin/dlock_bench/README.md.";
 
 async fn run_target(target: &Target, args: &Args) -> Vec<Row> {
