@@ -86,6 +86,15 @@ const RENEW_BATCH: usize = 128;
 ///   its `LeaderLatch` layout, `K/_c_<uuid>-latch-<seq>`. Either way the first node leads and
 ///   Curator's `getLeader()` / `getParticipants()` read dlock's value. Curator's two recipes
 ///   must not share a path: use the option that matches the recipe your Java services run.
+/// * **Round trips.** A node's create and the listing that tells whether it holds (with the
+///   kept record, below) are sent together: a session's requests are served in order, so the
+///   listing sees the node, and an uncontended lock is one round trip (Curator's two). A path
+///   this backend has not used lately is made with its first node in one multi — the
+///   container, the node, and an empty `setData` of the container, whose stat carries the
+///   transaction's zxid and time (ZooKeeper 3.8 answers a create inside a multi without its
+///   stat) — where Curator's create is answered `NoNode`, then makes the path, then creates
+///   again. A permit is three round trips: the mutex's create and listing, the lease's create
+///   and listing, the mutex given back (Curator's five).
 /// * **Fencing token**: the lock node's `czxid`, the id of the transaction that created it,
 ///   returned by the create itself. It increases with every grant of every lock of the
 ///   ensemble and survives restarts and leader changes (`Fencing::Durable`).
