@@ -348,10 +348,10 @@ impl Inner {
     }
 
     /// One multi: `dir` as a container, the node `path` (ephemeral, sequential) in it, and an
-    /// empty `setData` of `dir` — ZooKeeper 3.8 answers a create inside a multi without its
-    /// stat (see zookeeper-client's `MultiWriteResult::Create`), and the `setData`'s stat, of the same transaction, carries its
-    /// zxid and time: the node's `czxid` and `ctime`. Fails whole with `NodeExists` when `dir`
-    /// exists, `NoNode` when its parent does not.
+    /// empty `setData` of `dir`. ZooKeeper 3.8 answers a create inside a multi without its
+    /// stat (see zookeeper-client's `MultiWriteResult::Create`); the `setData`'s stat, of the
+    /// same transaction, carries its zxid and time: the node's `czxid` and `ctime`. Fails
+    /// whole with `NodeExists` when `dir` exists, `NoNode` when its parent does not.
     async fn create_with_dir(
         &self,
         session: &Session,

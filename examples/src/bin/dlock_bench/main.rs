@@ -150,6 +150,13 @@ adding pairs until 5 s were measured and the median ratio's 95 % interval is wit
 repetitions after one warm-up. The method and how to read the figures:
 examples/src/bin/dlock_bench/README.md.";
 
+/// Keeps `row`, and shows it on stderr at once: a long run that fails later keeps what it
+/// measured.
+fn measured(rows: &mut Vec<Row>, row: Row) {
+    eprintln!("dlock-bench: {}", row.markdown());
+    rows.push(row);
+}
+
 async fn run_target(target: &Target, args: &Args) -> Vec<Row> {
     let s = &args.settings;
     let wanted = |name: &str| args.scenario == "all" || args.scenario == name;
@@ -163,49 +170,52 @@ async fn run_target(target: &Target, args: &Args) -> Vec<Row> {
     };
     for &fencing in fencing_rows {
         if wanted("uncontended") {
-            rows.push(scenarios::uncontended(target, s, fencing).await);
+            measured(&mut rows, scenarios::uncontended(target, s, fencing).await);
         }
         if wanted("many-keys") {
-            rows.push(scenarios::many_keys(target, s, fencing).await);
+            measured(&mut rows, scenarios::many_keys(target, s, fencing).await);
         }
     }
     if wanted("contended") {
-        rows.push(scenarios::contended(target, s).await);
+        measured(&mut rows, scenarios::contended(target, s).await);
     }
     // The modes a backend has (RedLock has only the exclusive lock).
     let capabilities = target.locker(Duration::from_secs(30)).await.capabilities();
     if wanted("read-mostly") && capabilities.read_write {
-        rows.push(modes::read_mostly(target, s).await);
+        measured(&mut rows, modes::read_mostly(target, s).await);
     }
     if wanted("semaphore") && capabilities.semaphore {
-        rows.push(modes::semaphore(target, s).await);
+        measured(&mut rows, modes::semaphore(target, s).await);
     }
     if wanted("reentrant") {
-        rows.push(scenarios::reentrant(target, s).await);
+        measured(&mut rows, scenarios::reentrant(target, s).await);
     }
     if wanted("macro") {
-        rows.push(scenarios::macro_overhead(target, s).await);
+        measured(&mut rows, scenarios::macro_overhead(target, s).await);
     }
     if wanted("watchdog") {
-        rows.push(scenarios::watchdog(target, s).await);
+        measured(&mut rows, scenarios::watchdog(target, s).await);
     }
     if wanted("sets") {
-        rows.push(sets::lock_all(target, s).await);
-        rows.push(sets::lock_all_acquire(target, s).await);
+        measured(&mut rows, sets::lock_all(target, s).await);
+        measured(&mut rows, sets::lock_all_acquire(target, s).await);
     }
     if args.scenario == "hot-key" {
         for &(waiters, lockers) in &s.hot {
-            rows.push(Box::pin(hot_key::hot_key(target, waiters, lockers, s.hold)).await);
+            measured(
+                &mut rows,
+                Box::pin(hot_key::hot_key(target, waiters, lockers, s.hold)).await,
+            );
         }
     }
     if args.scenario == "held" {
         for &locks in &s.held {
-            rows.push(held::held(target, locks).await);
+            measured(&mut rows, held::held(target, locks).await);
         }
     }
     if wanted("once") && capabilities.keeps {
-        rows.push(jobs::once_run(target, s).await);
-        rows.push(jobs::once_skip(target, s).await);
+        measured(&mut rows, jobs::once_run(target, s).await);
+        measured(&mut rows, jobs::once_skip(target, s).await);
     }
     rows
 }

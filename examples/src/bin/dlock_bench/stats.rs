@@ -152,34 +152,41 @@ pub(crate) fn print_table(rows: &[Row]) {
         "| backend | scenario | ops/s | p50 | p99 | max | floor ops/s | ratio (spread) | notes |"
     );
     println!("|---|---|---:|---:|---:|---:|---:|---:|---|");
-    let number = |value: f64, precision: usize| {
-        if value.is_finite() {
-            format!("{value:.precision$}")
-        } else {
-            "—".to_owned()
-        }
-    };
     for row in rows {
-        println!(
+        println!("{}", row.markdown());
+    }
+}
+
+impl Row {
+    /// The row as a line of [`print_table`]'s table.
+    pub(crate) fn markdown(&self) -> String {
+        let number = |value: f64, precision: usize| {
+            if value.is_finite() {
+                format!("{value:.precision$}")
+            } else {
+                "—".to_owned()
+            }
+        };
+        format!(
             "| {} | {} | {:.0} | {} | {} | {} | {} | {} | {} |",
-            row.backend,
-            row.scenario,
-            row.ops_per_sec,
-            human_us(row.p50_us),
-            human_us(row.p99_us),
-            human_us(row.max_us),
-            number(row.floor_ops_per_sec, 0),
-            match row.spread {
-                Some((low, high)) if row.ratio.is_finite() => format!(
+            self.backend,
+            self.scenario,
+            self.ops_per_sec,
+            human_us(self.p50_us),
+            human_us(self.p99_us),
+            human_us(self.max_us),
+            number(self.floor_ops_per_sec, 0),
+            match self.spread {
+                Some((low, high)) if self.ratio.is_finite() => format!(
                     "{} ({}–{})",
-                    number(row.ratio, 2),
+                    number(self.ratio, 2),
                     number(low, 2),
                     number(high, 2)
                 ),
-                _ => number(row.ratio, 2),
+                _ => number(self.ratio, 2),
             },
-            row.note
-        );
+            self.note
+        )
     }
 }
 
