@@ -496,6 +496,37 @@ async fn a_create_and_its_listing_are_one_round_trip() {
     locker.shutdown().await.unwrap();
 }
 
+/// A connection that answers nothing for longer than the client waits (0.4 × the session
+/// timeout) fails the request in flight as the service being unavailable — retryable — not
+/// as a refusal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_connection_is_unavailable_not_refused() {
+    let server = ZkServer::start().await.expect("zookeeper");
+    let proxy = TcpProxy::start(server.connect_string().parse().unwrap())
+        .await
+        .unwrap();
+    let config = DlockConfig::default()
+        .with_backend(BackendSpec::Url(format!("zk://{}", proxy.address())))
+        .with_key_prefix(String::new())
+        .with_ttl(Duration::from_secs(3))
+        .with_operation_timeout(Duration::from_secs(10));
+    let locker = Locker::connect(&config).await.expect("connect");
+    locker
+        .lock("silent")
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    proxy.set(ProxyMode::DropReplies);
+    let outcome = locker.lock("silent").await;
+    proxy.set(ProxyMode::Pass);
+    match outcome {
+        Err(error @ Error::Unavailable { .. }) => assert!(error.is_retryable(), "{error}"),
+        other => panic!("expected Unavailable, got {other:?}"),
+    }
+}
+
 /// A store that accepts a write only with a fencing token at least as high as any it saw, and
 /// counts the writes it refused.
 #[derive(Default)]

@@ -20,7 +20,10 @@ pub(super) fn from_zk(error: ZkError) -> Error {
         | ZkError::SessionMoved
         | ZkError::ClientClosed
         | ZkError::Throttled
-        | ZkError::NotReadOnly => Error::unavailable("zookeeper", error),
+        | ZkError::NotReadOnly
+        // The client's own words for a transport failure: an I/O error, a connection that
+        // answered nothing in time.
+        | ZkError::Custom(_) => Error::unavailable("zookeeper", error),
         other => Error::refused("zookeeper", other),
     }
 }
