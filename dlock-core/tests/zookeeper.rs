@@ -498,7 +498,7 @@ async fn a_create_and_its_listing_are_one_round_trip() {
 
 /// A connection that answers nothing for longer than the client waits (0.4 × the session
 /// timeout) fails the request in flight as the service being unavailable — retryable — not
-/// as a refusal.
+/// as a refusal; the failed acquire leaves no node.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_silent_connection_is_unavailable_not_refused() {
     let server = ZkServer::start().await.expect("zookeeper");
@@ -525,6 +525,12 @@ async fn a_silent_connection_is_unavailable_not_refused() {
         Err(error @ Error::Unavailable { .. }) => assert!(error.is_retryable(), "{error}"),
         other => panic!("expected Unavailable, got {other:?}"),
     }
+    // The create the server applied is deleted by its uuid once the client is through again.
+    let zk = raw(&server.connect_string()).await;
+    eventually("the failed acquire leaves no node", || async {
+        children(&zk, "/silent").await.is_empty()
+    })
+    .await;
 }
 
 /// A store that accepts a write only with a fencing token at least as high as any it saw, and
