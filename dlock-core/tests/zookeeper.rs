@@ -291,33 +291,7 @@ async fn a_lost_create_reply_leaves_one_node_or_none() {
         client.lock(key).await.unwrap().release().await.unwrap();
     }
 
-    proxy.set(ProxyMode::DropReplies);
-    let acquiring = {
-        let client = client.clone();
-        tokio::spawn(async move {
-            client
-                .lock("lost-reply/a")
-                .wait(Duration::from_secs(10))
-                .await
-        })
-    };
-    eventually("the create reaches the server", || async {
-        children(&zk, "/lost-reply/a").await.len() == 1
-    })
-    .await;
-    proxy.set(ProxyMode::Cut);
-    proxy.set(ProxyMode::Pass);
-    let guard = acquiring
-        .await
-        .unwrap()
-        .expect("granted after the reconnect");
-    assert_eq!(
-        children(&zk, "/lost-reply/a").await.len(),
-        1,
-        "a duplicate node"
-    );
-    guard.release().await.unwrap();
-    assert!(children(&zk, "/lost-reply/a").await.is_empty());
+    held_through_a_lost_reply(&client, &proxy, &zk, "lost-reply/a").await;
 
     // Now a waiter behind another holder loses its create's reply and is cancelled.
     let holder = locker(&server.url(), Duration::from_secs(10)).await;
@@ -348,18 +322,21 @@ async fn a_lost_create_reply_leaves_one_node_or_none() {
 
     // A fresh key's directory and node are made in one multi, whose reply is lost: the node
     // is found by its uuid after the reconnect, and held alone.
+    held_through_a_lost_reply(&client, &proxy, &zk, "lost-reply/c").await;
+}
+
+/// `client` takes `key` while `proxy` drops the replies; once its create (or multi) reached
+/// the server, the connection is cut and let through again: the acquire is granted with
+/// exactly one node, which its release deletes.
+async fn held_through_a_lost_reply(client: &Locker, proxy: &TcpProxy, zk: &Client, key: &str) {
+    let path = format!("/{key}");
     proxy.set(ProxyMode::DropReplies);
     let acquiring = {
-        let client = client.clone();
-        tokio::spawn(async move {
-            client
-                .lock("lost-reply/c")
-                .wait(Duration::from_secs(10))
-                .await
-        })
+        let (client, key) = (client.clone(), key.to_owned());
+        tokio::spawn(async move { client.lock(&key).wait(Duration::from_secs(10)).await })
     };
-    eventually("the multi reaches the server", || async {
-        children(&zk, "/lost-reply/c").await.len() == 1
+    eventually("the create reaches the server", || async {
+        children(zk, &path).await.len() == 1
     })
     .await;
     proxy.set(ProxyMode::Cut);
@@ -368,9 +345,9 @@ async fn a_lost_create_reply_leaves_one_node_or_none() {
         .await
         .unwrap()
         .expect("granted after the reconnect");
-    assert_eq!(children(&zk, "/lost-reply/c").await.len(), 1);
+    assert_eq!(children(zk, &path).await.len(), 1, "a duplicate node");
     guard.release().await.unwrap();
-    assert!(children(&zk, "/lost-reply/c").await.is_empty());
+    assert!(children(zk, &path).await.is_empty());
 }
 
 /// A fresh key's directory is made together with its node, in one multi. Taking and giving
