@@ -444,20 +444,33 @@ async fn a_create_and_its_listing_are_one_round_trip() {
         .with_ttl(Duration::from_secs(30))
         .with_operation_timeout(Duration::from_secs(10));
     let locker = Locker::connect(&config).await.expect("connect");
-    // The semaphore's directories, persistent (no container manager deletes them), known to
-    // the Locker once it took a permit there; that first permit also opens the session.
+    // The semaphore's directories and a lock's, persistent (no container manager deletes
+    // them), known to the Locker once it used them; the first permit also opens the session.
     let zk = raw(&server.connect_string()).await;
     let persistent =
         zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all());
-    for dir in ["/piped-permits/locks", "/piped-permits/leases"] {
+    for dir in [
+        "/piped-permits/locks",
+        "/piped-permits/leases",
+        "/piped-known",
+    ] {
         zk.mkdir(dir, &persistent).await.unwrap();
     }
     let permit = locker.semaphore("piped-permits", 2).await.unwrap();
     permit.release().await.unwrap();
+    locker
+        .lock("piped-known")
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
 
     proxy.set(ProxyMode::DelayReplies(DELAY));
     let round_trips = |took: Duration| took.as_secs_f64() / DELAY.as_secs_f64();
-    for key in ["piped", "piped"] {
+    // A fresh path (made with its node), and a known one (kept: a container the server
+    // reaps once empty would make it fresh again).
+    for key in ["piped-fresh", "piped-known"] {
         let asked = Instant::now();
         let guard = locker.lock(key).await.expect("acquire");
         let took = round_trips(asked.elapsed());
