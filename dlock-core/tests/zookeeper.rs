@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use dlock_core::backend::{
     AcquireOutcome, AcquireRequest, BackendUrl, LockBackend, OwnerId, ZooKeeperBackend,
 };
-use dlock_core::{BackendSpec, DlockConfig, Error, Locker, LostReason};
+use dlock_core::{BackendSpec, DlockConfig, Error, ErrorKind, Locker, LostReason};
 use dlock_harness::{ProxyMode, TcpProxy, ZkEnsemble, ZkServer};
 use zookeeper_client::Client;
 
@@ -486,37 +486,98 @@ async fn a_create_and_its_listing_are_one_round_trip() {
     locker.shutdown().await.unwrap();
 }
 
-/// A connection that answers nothing for longer than the client waits (0.4 × the session
-/// timeout) fails the request in flight as the service being unavailable — retryable — not
-/// as a refusal; the failed acquire leaves no node.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_silent_connection_is_unavailable_not_refused() {
-    let server = ZkServer::start().await.expect("zookeeper");
-    let proxy = TcpProxy::start(server.connect_string().parse().unwrap())
-        .await
-        .unwrap();
+/// A locker through `proxy` with a 3 s ttl — its client gives up on a connection that
+/// answered nothing for 0.4 × that, 1.2 s — and `key`'s path made (persistent) and known to it.
+async fn silent_prone_locker(
+    proxy: &TcpProxy,
+    zk: &Client,
+    key: &str,
+    operation_timeout: Duration,
+) -> Locker {
     let config = DlockConfig::default()
         .with_backend(BackendSpec::Url(format!("zk://{}", proxy.address())))
         .with_key_prefix(String::new())
         .with_ttl(Duration::from_secs(3))
-        .with_operation_timeout(Duration::from_secs(10));
+        .with_operation_timeout(operation_timeout);
     let locker = Locker::connect(&config).await.expect("connect");
+    let persistent =
+        zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all());
+    zk.mkdir(&format!("/{key}"), &persistent).await.unwrap();
+    locker.lock(key).await.unwrap().release().await.unwrap();
     locker
-        .lock("silent")
-        .await
-        .unwrap()
-        .release()
+}
+
+/// A create whose reply is lost on a connection that then goes silent — no reset, nothing
+/// answered — is found by its uuid once the client has given up on that connection and
+/// reconnected within its session: the acquire is granted with exactly that one node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_lost_on_a_silent_connection_is_found_after_the_reconnect() {
+    let server = ZkServer::start().await.expect("zookeeper");
+    let zk = raw(&server.connect_string()).await;
+    let proxy = TcpProxy::start(server.connect_string().parse().unwrap())
         .await
         .unwrap();
+    let locker = silent_prone_locker(&proxy, &zk, "silent", Duration::from_secs(10)).await;
+    let opened = proxy.accepted();
     proxy.set(ProxyMode::DropReplies);
-    let outcome = locker.lock("silent").await;
+    let acquiring = {
+        let locker = locker.clone();
+        tokio::spawn(async move { locker.lock("silent").await })
+    };
+    eventually("the create reaches the server", || async {
+        children(&zk, "/silent").await.len() == 1
+    })
+    .await;
+    eventually("the client gives up on the silent connection", || async {
+        proxy.accepted() > opened
+    })
+    .await;
+    proxy.set(ProxyMode::Pass);
+    let guard = acquiring
+        .await
+        .unwrap()
+        .expect("granted after the reconnect");
+    assert_eq!(children(&zk, "/silent").await.len(), 1, "a duplicate node");
+    guard.release().await.unwrap();
+    assert!(children(&zk, "/silent").await.is_empty());
+}
+
+/// A connection that stays silent past the operation timeout fails the acquire as the
+/// service being unavailable — retryable — not as a refusal, within that timeout; the failed
+/// acquire leaves no node once the client is through again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_connection_is_unavailable_not_refused() {
+    let server = ZkServer::start().await.expect("zookeeper");
+    let zk = raw(&server.connect_string()).await;
+    let proxy = TcpProxy::start(server.connect_string().parse().unwrap())
+        .await
+        .unwrap();
+    let timeout = Duration::from_secs(4);
+    let locker = silent_prone_locker(&proxy, &zk, "silent", timeout).await;
+    proxy.set(ProxyMode::DropReplies);
+    let started = Instant::now();
+    let acquiring = tokio::spawn(async move {
+        let outcome = locker.lock("silent").await;
+        (outcome, started.elapsed())
+    });
+    eventually("the create reaches the server", || async {
+        children(&zk, "/silent").await.len() == 1
+    })
+    .await;
+    let (outcome, took) = acquiring.await.unwrap();
     proxy.set(ProxyMode::Pass);
     match outcome {
-        Err(error @ Error::Unavailable { .. }) => assert!(error.is_retryable(), "{error}"),
-        other => panic!("expected Unavailable, got {other:?}"),
+        Err(error) => {
+            assert_eq!(error.kind(), ErrorKind::Unavailable, "{error:?}");
+            assert!(error.is_retryable(), "{error}");
+        }
+        Ok(_) => panic!("granted on a connection that answers nothing"),
     }
+    assert!(
+        took < timeout + Duration::from_secs(2),
+        "failed after {took:?}"
+    );
     // The create the server applied is deleted by its uuid once the client is through again.
-    let zk = raw(&server.connect_string()).await;
     eventually("the failed acquire leaves no node", || async {
         children(&zk, "/silent").await.is_empty()
     })

@@ -3,6 +3,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -50,6 +51,7 @@ pub enum ProxyMode {
 pub struct TcpProxy {
     address: SocketAddr,
     mode: Arc<watch::Sender<State>>,
+    accepted: Arc<AtomicU64>,
     accepting: JoinHandle<()>,
 }
 
@@ -74,10 +76,17 @@ impl TcpProxy {
             mode: ProxyMode::Pass,
             cuts: 0,
         }));
-        let accepting = tokio::spawn(accept(listener, server, Arc::clone(&mode)));
+        let accepted = Arc::new(AtomicU64::new(0));
+        let accepting = tokio::spawn(accept(
+            listener,
+            server,
+            Arc::clone(&mode),
+            Arc::clone(&accepted),
+        ));
         Ok(Self {
             address,
             mode,
+            accepted,
             accepting,
         })
     }
@@ -86,6 +95,13 @@ impl TcpProxy {
     #[must_use]
     pub const fn address(&self) -> SocketAddr {
         self.address
+    }
+
+    /// How many connections clients have opened to the proxy so far, cut ones included: a
+    /// client that gave up on its connection and reconnected has opened one more.
+    #[must_use]
+    pub fn accepted(&self) -> u64 {
+        self.accepted.load(Ordering::SeqCst)
     }
 
     /// Switches what the proxy does, for open connections and new ones.
@@ -163,8 +179,14 @@ impl Drop for TcpProxy {
     }
 }
 
-async fn accept(listener: TcpListener, server: SocketAddr, mode: Arc<watch::Sender<State>>) {
+async fn accept(
+    listener: TcpListener,
+    server: SocketAddr,
+    mode: Arc<watch::Sender<State>>,
+    accepted: Arc<AtomicU64>,
+) {
     while let Ok((client, _)) = listener.accept().await {
+        accepted.fetch_add(1, Ordering::SeqCst);
         if mode.borrow().mode == ProxyMode::Cut {
             continue; // dropped: closed at once
         }

@@ -11,7 +11,7 @@ use zookeeper_client::{
     Acls, CreateMode, Error as ZkError, MultiReadResult, MultiWriteResult, Stat,
 };
 
-use super::errors::{from_zk, timed, timed_raw};
+use super::errors::{from_zk, reply_lost, timed, timed_raw};
 use super::kept::{self, Record, WaitedOut};
 use super::keys::{self, NodeKind, Standing};
 use super::session::Session;
@@ -336,7 +336,7 @@ impl Inner {
                 }
                 // The directory is gone (an empty container is reaped): make it with the node.
                 Err(ZkError::NoNode) => with_dir = true,
-                Err(ZkError::ConnectionLoss) => {
+                Err(error) if reply_lost(&error) => {
                     if let Some(found) = self.find_own(session, dir, &nodes.uuid, give_up).await? {
                         nodes.created(dir, &found.0);
                         return Ok(found);
@@ -405,7 +405,7 @@ impl Inner {
             };
             let children = match timed_raw(left, "create", listed).await? {
                 Ok(children) => children,
-                Err(ZkError::ConnectionLoss) => continue,
+                Err(error) if reply_lost(&error) => continue,
                 Err(ZkError::NoNode) => return Ok(None),
                 Err(error) => return Err(from_zk(error)),
             };
@@ -423,7 +423,7 @@ impl Inner {
                     return Ok(Some((name, Made::from(&stat))));
                 }
                 Ok(_) | Err(ZkError::NoNode) => return Ok(None),
-                Err(ZkError::ConnectionLoss) => {}
+                Err(error) if reply_lost(&error) => {}
                 Err(error) => return Err(from_zk(error)),
             }
         }

@@ -28,6 +28,14 @@ pub(super) fn from_zk(error: ZkError) -> Error {
     }
 }
 
+/// `true` when the request's reply is lost with its connection: `ConnectionLoss`, or the
+/// client's own words for a transport failure (`Custom`: an I/O error, a connection that
+/// answered nothing for 0.4 × the session timeout). The request may have been applied; the
+/// session lives on if the client reconnects within it.
+pub(super) const fn reply_lost(error: &ZkError) -> bool {
+    matches!(error, ZkError::ConnectionLoss | ZkError::Custom(_))
+}
+
 /// Awaits `request`, giving [`Error::Timeout`] after `timeout`. The request itself was queued
 /// when it was made: it may still be sent and applied after a timeout (a create is then found
 /// again, or deleted, by its protected name).
