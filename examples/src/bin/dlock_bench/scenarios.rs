@@ -4,6 +4,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use dlock_core::Locker;
+use futures_util::StreamExt;
 
 use crate::stats::{Row, Samples, median_run};
 use crate::target::Target;
@@ -528,7 +529,13 @@ pub(crate) async fn watchdog(target: &Target, s: &Settings) -> Row {
     tokio::time::sleep(s.watchdog_for).await;
     let after = target.server_scripts().await;
     let held = guards.iter().filter(|g| g.is_held()).count();
-    drop(guards);
+    // Released here, not dropped: a dropped guard's release runs in the background, into the
+    // next scenario's run and its server command counts.
+    futures_util::stream::iter(guards)
+        .for_each_concurrent(256, |guard| async move {
+            let _ = guard.release().await;
+        })
+        .await;
     let note = match (before, after) {
         (Some(b), Some(a)) => {
             let trips = a.saturating_sub(b).saturating_sub(2); // the two INFO-adjacent reads are not scripts; keep conservative
