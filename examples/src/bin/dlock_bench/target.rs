@@ -105,6 +105,14 @@ impl PgRaw {
     }
 }
 
+/// Where the bench's own ZooKeeper keeps every lock path. ZooKeeper 3.7 and 3.8 keep read
+/// and write statistics per top-level node (`read_per_namespace`, `write_per_namespace`) for
+/// as long as the server runs, deleted nodes' included: the bench's hundreds of thousands of
+/// fresh keys, each its own top-level path, filled a 1 GB heap with them (1,047,105
+/// `AvgMinMaxCounter`s). Under one chroot they are one namespace. `--url` runs use the URL's
+/// chroot, if any.
+const ZK_CHROOT: &str = "/dlock-bench";
+
 /// The session timeout of the raw ZooKeeper client (the server caps it at its maximum).
 const TTL_FOR_RAW: Duration = Duration::from_secs(30);
 
@@ -136,9 +144,19 @@ impl Target {
         Self::etcd(url, Some(Arc::new(server))).await
     }
 
+    /// A ZooKeeper started for the bench, every side (dlock, the floor, the peers) under the
+    /// chroot [`ZK_CHROOT`].
     pub(crate) async fn zookeeper_started() -> Result<Self, String> {
         let server = ZkServer::start().await.map_err(|e| e.to_string())?;
-        let url = server.url();
+        let root = zookeeper_client::Client::connect(&server.connect_string())
+            .await
+            .map_err(|e| e.to_string())?;
+        let persistent = zookeeper_client::CreateMode::Persistent
+            .with_acls(zookeeper_client::Acls::anyone_all());
+        root.create(ZK_CHROOT, &[], &persistent)
+            .await
+            .map_err(|e| e.to_string())?;
+        let url = format!("{}{ZK_CHROOT}", server.url());
         Self::zookeeper(url, Some(Arc::new(server))).await
     }
 
@@ -190,14 +208,9 @@ impl Target {
     }
 
     async fn zookeeper(url: String, server: Option<Arc<ZkServer>>) -> Result<Self, String> {
-        let hosts = url
-            .trim_start_matches("zk://")
-            .split('/')
-            .next()
-            .unwrap_or_default();
         let raw = zookeeper_client::Client::connector()
             .with_session_timeout(TTL_FOR_RAW)
-            .connect(hosts)
+            .connect(&zk_connect_string(&url))
             .await
             .map_err(|e| e.to_string())?;
         Ok(Self::ZooKeeper {
@@ -236,16 +249,13 @@ impl Target {
         })
     }
 
-    /// The ZooKeeper servers as a connect string (`host:port,...`, without chroot), for a
-    /// peer client on the same ensemble; `None` on other backends and over TLS.
+    /// The ZooKeeper connect string (`host:port,...[/chroot]`), for a peer client on the
+    /// same ensemble and under the same chroot; `None` on other backends.
     pub(crate) fn zookeeper_hosts(&self) -> Option<String> {
         let Self::ZooKeeper { url, .. } = self else {
             return None;
         };
-        let rest = url.strip_prefix("zk://")?;
-        let hosts = rest.split('/').next()?;
-        let hosts = hosts.rsplit('@').next()?; // no credentials
-        Some(hosts.to_owned())
+        Some(zk_connect_string(url))
     }
 
     pub(crate) fn name(&self) -> &'static str {
@@ -760,5 +770,18 @@ impl Raw {
             .await
             .expect("EVALSHA release");
         Some(())
+    }
+}
+
+/// A `zk://` URL's connect string: its hosts and chroot, without credentials or options.
+fn zk_connect_string(url: &str) -> String {
+    let rest = url.trim_start_matches("zk://");
+    let rest = rest.split('?').next().unwrap_or_default();
+    let (hosts, chroot) = rest.split_once('/').unwrap_or((rest, ""));
+    let hosts = hosts.rsplit('@').next().unwrap_or_default(); // no credentials
+    if chroot.is_empty() {
+        hosts.to_owned()
+    } else {
+        format!("{hosts}/{chroot}")
     }
 }
