@@ -429,7 +429,7 @@ async fn a_fresh_keys_directory_is_made_with_its_node() {
 /// A node's create and the listing that tells whether it holds travel together (a session's
 /// requests are served in order), so an uncontended lock is one round trip and a permit
 /// three (its mutex's create and listing, its lease's create and listing, the mutex given
-/// back), where they were two and five. Counted with every reply delayed by `DELAY`: each
+/// back — with the limit check beside it when others hold), where they were two and five. Counted with every reply delayed by `DELAY`: each
 /// round trip then costs at least `DELAY`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_create_and_its_listing_are_one_round_trip() {
@@ -481,6 +481,16 @@ async fn a_create_and_its_listing_are_one_round_trip() {
     let permit = locker.semaphore("piped-permits", 2).await.expect("permit");
     let took = round_trips(asked.elapsed());
     assert!(took < 4.0, "a permit: {took:.2} round trips");
+    // Beside a holder, the check of the stored limit (a read of the other lease) travels
+    // with the mutex's giving back: still three.
+    let asked = Instant::now();
+    let second = locker.semaphore("piped-permits", 2).await.expect("permit");
+    let took = round_trips(asked.elapsed());
+    assert!(
+        took < 4.0,
+        "a permit beside a holder: {took:.2} round trips"
+    );
+    second.release().await.unwrap();
     permit.release().await.unwrap();
     proxy.set(ProxyMode::Pass);
     locker.shutdown().await.unwrap();

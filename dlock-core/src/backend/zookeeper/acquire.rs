@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use futures_util::future::join;
+use futures_util::future::{join, try_join};
 
 use zookeeper_client::{
     Acls, CreateMode, Error as ZkError, MultiReadResult, MultiWriteResult, Stat,
@@ -158,7 +158,9 @@ impl Inner {
     /// A permit, as `InterProcessSemaphoreV2` takes one: the semaphore's mutex `K/locks`, then
     /// a lease node `K/leases/_c_<uuid>-lease-<seq>`, held once `K/leases` has at most `limit`
     /// children (waiting on a children watch meanwhile: only the mutex holder waits, so no
-    /// herd); the mutex is given back either way.
+    /// herd); the mutex is given back either way. Three round trips when there is room: the
+    /// limit check (a read of the other leases) travels beside the wait and the mutex's
+    /// giving back, not before them.
     async fn acquire_permit(
         self: &Arc<Self>,
         req: &AcquireRequest,
@@ -211,38 +213,60 @@ impl Inner {
         )
         .await;
         let (lease, made) = lease?;
-        let mut early = listed
+        let (sent, (children, _, watcher)) = match listed
             .ok()
             .filter(|(children, _, _)| children.contains(&lease))
-            .map(|listing| (sent, listing));
-        let mut checked = false;
-        let valid_from = loop {
-            let (sent, (children, _, watcher)) = match early.take() {
-                Some(listing) => listing,
-                None => (Instant::now(), watch_leases().await?),
-            };
-            if !children.contains(&lease) {
-                return Err(session_gone(&session));
-            }
-            if !checked && children.len() > 1 {
-                self.check_limit(&session, &leases, &children, &lease, limit, &req.key)
-                    .await?;
-                checked = true;
-            }
-            if children.len() <= limit as usize {
-                break Some(sent);
-            }
-            if deadline.is_some_and(|d| Instant::now() >= d) {
-                break None;
-            }
-            tokio::select! {
-                _ = watcher.changed() => {}
-                () = until(deadline) => break None,
-                () = session.lost() => return Err(session_gone(&session)),
+        {
+            Some(listing) => (sent, listing),
+            None => (Instant::now(), watch_leases().await?),
+        };
+        if !children.contains(&lease) {
+            return Err(session_gone(&session));
+        }
+        // Another limit than the one stored is refused. The check reads while the wait goes
+        // on, and beside the mutex's giving back when there is room at once: it costs no
+        // round trip of its own on the way to the grant.
+        let others = (children.len() > 1).then(|| children.clone());
+        let check = async {
+            match &others {
+                Some(children) => {
+                    self.check_limit(&session, &leases, children, &lease, limit, &req.key)
+                        .await
+                }
+                None => Ok(()),
             }
         };
         let mutex_path = format!("{locks}/{mutex}");
-        self.delete(&session, &mutex_path).await?;
+        let room_then_mutex_back = async {
+            let mut listing = Some((sent, children, watcher));
+            let valid_from = loop {
+                let (sent, children, watcher) = match listing.take() {
+                    Some(listing) => listing,
+                    None => {
+                        let sent = Instant::now();
+                        let (children, _, watcher) = watch_leases().await?;
+                        (sent, children, watcher)
+                    }
+                };
+                if !children.contains(&lease) {
+                    return Err(session_gone(&session));
+                }
+                if children.len() <= limit as usize {
+                    break Some(sent);
+                }
+                if deadline.is_some_and(|d| Instant::now() >= d) {
+                    break None;
+                }
+                tokio::select! {
+                    _ = watcher.changed() => {}
+                    () = until(deadline) => break None,
+                    () = session.lost() => return Err(session_gone(&session)),
+                }
+            };
+            self.delete(&session, &mutex_path).await?;
+            Ok(valid_from)
+        };
+        let ((), valid_from) = try_join(check, room_then_mutex_back).await?;
         nodes.keep(&mutex_path); // deleted: nothing left to clean up
         Ok(valid_from.map(|valid_from| Granted {
             path: format!("{leases}/{lease}"),
