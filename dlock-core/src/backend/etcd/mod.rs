@@ -138,6 +138,17 @@ const RENEW_BATCH: usize = 128;
 ///   `jobs/` of lock `jobs`, so holders of `jobs/nightly` also make `jobs` wait (never the
 ///   reverse, never a double grant). Avoid names that are `/`-prefixes of others.
 ///
+/// # Compact the server's history
+///
+/// etcd keeps every revision of every key, in its memory and its database, until its history
+/// is compacted, and every lock + unlock adds two. A server that is never compacted slows
+/// down, and in the end refuses writes at its space quota (2 GB by default). Run it with
+/// auto-compaction, as its maintenance guide says, e.g. `--auto-compaction-mode=periodic
+/// --auto-compaction-retention=5m` (Kubernetes compacts every five minutes). dlock's watches
+/// start at the current revision, so a compaction does not cut them short. On the bench's
+/// server, ~2.4 M uncompacted revisions (~450 MB of etcd's heap) took the semaphore's p99
+/// wait from 17 to 43 ms.
+///
 /// # Checking the fencing token where the data lives
 ///
 /// A resource refuses a stale holder by storing the highest token it has accepted next to the
