@@ -144,10 +144,11 @@ const RENEW_BATCH: usize = 128;
 /// is compacted, and every lock + unlock adds two. A server that is never compacted slows
 /// down, and in the end refuses writes at its space quota (2 GB by default). Run it with
 /// auto-compaction, as its maintenance guide says, e.g. `--auto-compaction-mode=periodic
-/// --auto-compaction-retention=5m` (Kubernetes compacts every five minutes). dlock's watches
-/// start at the current revision, so a compaction does not cut them short. On the bench's
-/// server, ~2.4 M uncompacted revisions (~450 MB of etcd's heap) took the semaphore's p99
-/// wait from 17 to 43 ms.
+/// --auto-compaction-retention=5m` (Kubernetes compacts every five minutes). A wait's watch
+/// starts at the current revision, so a compaction does not end it; a renewal's watch that a
+/// compaction cuts short sends the renewal back to reading its key. On the bench's server,
+/// ~2.4 M uncompacted revisions (~450 MB of etcd's heap) took the semaphore's p99 wait from
+/// 17 to 43 ms.
 ///
 /// # Checking the fencing token where the data lives
 ///
