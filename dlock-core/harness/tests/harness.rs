@@ -244,6 +244,49 @@ async fn etcd_server_serves_and_is_cleaned_up() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_server_started_with_flags_runs_with_them() {
+    // Compaction every second: the old revision of a key is gone soon after it was replaced.
+    let etcd = must(
+        EtcdServer::start_with(&[
+            "--auto-compaction-mode=periodic",
+            "--auto-compaction-retention=1s",
+        ])
+        .await,
+    );
+    let endpoint = format!("--endpoints={}", etcd.endpoint());
+    for value in ["v1", "v2"] {
+        run("etcdctl", &[&endpoint, "put", "k", value]).await;
+    }
+    let revision = run("etcdctl", &[&endpoint, "get", "k", "-w", "json"]).await;
+    let current: i64 = revision
+        .split("\"revision\":")
+        .nth(1)
+        .and_then(|rest| rest.split([',', '}']).next())
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no revision in {revision}"));
+    let old = format!("--rev={}", current - 1);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let read = Command::new("etcdctl")
+            .args([&endpoint, "get", "k", &old])
+            .env("ETCDCTL_API", "3")
+            .output()
+            .await
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&read.stderr);
+        if !read.status.success() && stderr.contains("compacted") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "revision {} still readable after 20 s: the compaction flags did not reach etcd",
+            current - 1
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn etcd_cluster_serves_survives_a_leader_kill_and_is_cleaned_up() {
     let started = Instant::now();
     let cluster = must(EtcdCluster::start(3).await);
