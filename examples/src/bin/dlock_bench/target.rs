@@ -119,8 +119,9 @@ const ZK_CHROOT: &str = "/dlock-bench";
 /// periodically compacted to avoid performance degradation" — and every lock + unlock adds
 /// two. Uncompacted, `many-keys`, `watchdog` and `uncontended` left ~2.4 M revisions in
 /// ~450 MB of etcd's heap, and the semaphore's p99 wait went from 17.4 ms on a fresh server to
-/// 43.4 ms; compacting every minute, 33.7 ms (measured 2026-12-02: each compaction ran ~0.8 s
-/// of forced commits, stalls a minute apart). `--url` runs use the server's own setting.
+/// 43.4 ms. Compacting every minute keeps the heap small but not the tail (33.7 ms, measured
+/// 2026-12-02: each compaction ran 0.6–5.4 s of forced commits); it is kept because a
+/// production etcd compacts. `--url` runs use the server's own setting.
 const ETCD_COMPACTION: [&str; 2] = [
     "--auto-compaction-mode=periodic",
     "--auto-compaction-retention=1m",
