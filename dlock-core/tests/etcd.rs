@@ -1155,3 +1155,78 @@ async fn a_waiter_whose_key_goes_with_the_one_ahead_is_not_granted_without_a_key
     drop(holder);
     guard.release().await.expect("release");
 }
+
+/// Ranges etcd has served so far: reads, the compares of transactions, and the previous
+/// state of a key that a watch asked for (`prev_kv`).
+async fn etcd_ranges(endpoint: &str) -> f64 {
+    etcd_metric(endpoint, "etcd_mvcc_range_total", &[]).await
+}
+
+/// The name's shared watch costs etcd no read per deletion it sends: it does not ask for the
+/// deleted key's previous state, which etcd reads from its store for every event and every
+/// watcher before sending it. Six readers leaving while a writer of another Locker waits for
+/// them cost etcd the ranges of six releases with nobody waiting (with `prev_kv`: six more),
+/// and the writer holds once the last one left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiters_watch_costs_etcd_no_read_per_deletion() {
+    let server = EtcdServer::start().await.expect("etcd");
+    let endpoint = server.endpoint();
+    let ttl = Duration::from_secs(30);
+    let (readers, backend) = locker(&server.url(), "", ttl).await;
+    let (writers, _) = locker(&server.url(), "", ttl).await;
+    let watchers = || etcd_metric(&endpoint, "etcd_debugging_mvcc_watcher_total", &[]);
+    let read_locks = async || {
+        let mut guards = Vec::new();
+        for _ in 0..6 {
+            let guard = readers
+                .read_lock("ledger")
+                .reentrant(false)
+                .await
+                .expect("read lock");
+            guards.push(guard);
+        }
+        guards
+    };
+    let release = async |guards: Vec<dlock_core::LockGuard>| {
+        for guard in guards.into_iter().rev() {
+            guard.release().await.expect("release");
+        }
+    };
+
+    let guards = read_locks().await;
+    let before = etcd_ranges(&endpoint).await;
+    release(guards).await;
+    let unwatched = etcd_ranges(&endpoint).await - before;
+    assert!(
+        unwatched > 0.5,
+        "releases cost etcd no range: is the metric still there?"
+    );
+
+    let guards = read_locks().await;
+    let writer = {
+        let writers = writers.clone();
+        tokio::spawn(async move {
+            writers
+                .write_lock("ledger")
+                .wait(Duration::from_secs(30))
+                .await
+        })
+    };
+    until_queued(&backend, "ledger", 1).await;
+    eventually(
+        "the writer watches the name",
+        Duration::from_secs(5),
+        async || watchers().await > 0.5,
+    )
+    .await;
+    let before = etcd_ranges(&endpoint).await;
+    release(guards).await;
+    let held = writer.await.expect("writer").expect("the writer's grant");
+    let watched = etcd_ranges(&endpoint).await - before;
+    // The watch's opening read may land in the window: one range, not six.
+    assert!(
+        watched - unwatched < 1.5,
+        "six releases cost etcd {unwatched} ranges alone and {watched} with a waiter watching"
+    );
+    held.release().await.expect("release");
+}

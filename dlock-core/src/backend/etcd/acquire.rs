@@ -37,45 +37,37 @@ enum Turn {
 enum Ahead {
     /// Nothing: the grant is ours.
     Nothing,
-    /// The deletion of these keys (each with its create revision): the newest ones created
-    /// before ours that must go first — all of them if `all`, else the newest
-    /// [`BLOCKERS_READ`].
-    Keys {
-        keys: Vec<(Vec<u8>, i64)>,
-        all: bool,
-    },
-    /// Deletions among the permits: `older` permit keys (at least the semaphore's `limit`)
-    /// are older than ours.
-    Permits { older: usize, limit: usize },
+    /// The deletion of these keys: the newest ones created before ours that must go first —
+    /// all of them if `all`, else the newest [`BLOCKERS_READ`].
+    Keys { keys: Vec<Vec<u8>>, all: bool },
+    /// Deletions among the permits: these permit keys (at least the semaphore's `limit`) are
+    /// older than ours.
+    Permits { older: Vec<Vec<u8>>, limit: usize },
 }
 
-/// What a waiter waits for, and what its own key is.
+/// What a waiter waits for, and what its own key is: keys its last read of the name listed.
+///
+/// Deletions come by key name alone (the name's watch does not ask for the deleted key's
+/// previous state), and that is enough: each key listed existed at that read, so the first
+/// deletion of its name after the read is its own. (A Locker may put a key of the same name
+/// again later; that one can be deleted only after.) So a listed key is crossed off at the
+/// first deletion of its name, and never counted twice.
 struct Watched {
     what: Awaited,
-    /// The waiter's own key and its create revision: its deletion sends the waiter back to
-    /// read (its lease ended: etcd #11456).
-    own: (Vec<u8>, i64),
+    /// The waiter's own key: its deletion sends the waiter back to read (its lease ended:
+    /// etcd #11456).
+    own: Vec<u8>,
 }
 
 /// The deletions a waiter waits for.
+#[derive(Debug)]
 enum Awaited {
-    /// These keys, each created at its revision, until every one is deleted. (A Locker may
-    /// put a key of the same name again later: the revision tells them apart.) If `all`, they
-    /// are every key that must go before ours: once they are gone, the turn is ours.
-    Keys {
-        keys: Vec<(Vec<u8>, i64)>,
-        all: bool,
-    },
-    /// The permit range `[start, end)`, until fewer than `limit` of the `older` permit keys
-    /// created before `ours` are left (deletions up to revision `counted_through` are counted
-    /// in `older` already). Nothing else is ahead: new keys are always younger than ours.
-    Permits {
-        range: (Vec<u8>, Vec<u8>),
-        older: usize,
-        ours: i64,
-        limit: usize,
-        counted_through: i64,
-    },
+    /// These keys, until every one is deleted. If `all`, they are every key that must go
+    /// before ours: once they are gone, the turn is ours.
+    Keys { keys: Vec<Vec<u8>>, all: bool },
+    /// These permit keys, older than ours, until fewer than `limit` of them are left. Nothing
+    /// else is ahead: new keys are always younger than ours.
+    Permits { older: Vec<Vec<u8>>, limit: usize },
 }
 
 /// What a deletion means to a waiter.
@@ -98,40 +90,21 @@ impl Watched {
     /// of older keys down, so a release wakes only the waiter it lets in, not every waiting
     /// permit.
     fn on(&mut self, deletion: &Deletion) -> Seen {
-        let (own_key, own_created) = &self.own;
-        if *own_key == deletion.key && deletion.created.is_none_or(|c| c == *own_created) {
+        if self.own == deletion.key {
             return Seen::Recheck;
         }
         match &mut self.what {
             Awaited::Keys { keys, all } => {
-                keys.retain(|(key, created)| {
-                    *key != deletion.key || deletion.created.is_some_and(|c| c != *created)
-                });
+                keys.retain(|key| *key != deletion.key);
                 match (keys.is_empty(), *all) {
                     (false, _) => Seen::Waiting,
                     (true, true) => Seen::Turn,
                     (true, false) => Seen::Recheck,
                 }
             }
-            Awaited::Permits {
-                range: (start, end),
-                older,
-                ours,
-                limit,
-                counted_through,
-            } => {
-                let in_range = deletion.key.as_slice() >= start.as_slice() && deletion.key < *end;
-                if !in_range || deletion.revision <= *counted_through {
-                    return Seen::Waiting;
-                }
-                // Without the key's previous state, re-check to be safe.
-                let Some(created) = deletion.created else {
-                    return Seen::Recheck;
-                };
-                if created < *ours {
-                    *older = older.saturating_sub(1);
-                }
-                if *older < *limit {
+            Awaited::Permits { older, limit } => {
+                older.retain(|key| *key != deletion.key);
+                if older.len() < *limit {
                     Seen::Turn
                 } else {
                     Seen::Waiting
@@ -286,7 +259,7 @@ fn ahead(
         let keys: Vec<_> = first
             .iter()
             .filter(|kv| kv.create_revision() < create_revision)
-            .map(|kv| (kv.key().to_vec(), kv.create_revision()))
+            .map(|kv| kv.key().to_vec())
             .collect();
         // Fewer than the read could list: they are all there are.
         let all = keys.len() < usize::try_from(BLOCKERS_READ).unwrap_or(usize::MAX);
@@ -315,23 +288,21 @@ fn ahead(
         .into_iter()
         .flatten()
         .max_by_key(|(revision, _)| *revision);
-    if let Some((revision, key)) = other_kind {
+    if let Some((_, key)) = other_kind {
         // Only the newest writer and reader were read.
         return Ok(Ahead::Keys {
-            keys: vec![(key, revision)],
+            keys: vec![key],
             all: false,
         });
     }
-    let older_permits = permits
+    let older: Vec<_> = permits
         .iter()
         .filter(|kv| kv.create_revision() < create_revision)
-        .count();
+        .map(|kv| kv.key().to_vec())
+        .collect();
     let limit = usize::try_from(limit).unwrap_or(usize::MAX);
-    Ok(if older_permits >= limit {
-        Ahead::Permits {
-            older: older_permits,
-            limit,
-        }
+    Ok(if older.len() >= limit {
+        Ahead::Permits { older, limit }
     } else {
         Ahead::Nothing
     })
@@ -530,16 +501,13 @@ impl Inner {
                     all: *all,
                 },
                 Ahead::Permits { older, limit } => Awaited::Permits {
-                    range: name.permits(),
-                    older: *older,
-                    ours: create_revision,
-                    counted_through: seen,
+                    older: older.clone(),
                     limit: *limit,
                 },
             };
             let watched = Watched {
                 what: watched,
-                own: (key.as_bytes().to_vec(), create_revision),
+                own: key.as_bytes().to_vec(),
             };
             fresh = None; // stale by the time our turn comes
             match self
@@ -702,5 +670,78 @@ impl Inner {
             )));
         lease.ttl = ttl;
         lease
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn deleted(key: &str, revision: i64) -> Deletion {
+        Deletion {
+            key: key.as_bytes().to_vec(),
+            revision,
+        }
+    }
+
+    fn keys(names: &[&str]) -> Vec<Vec<u8>> {
+        names.iter().map(|name| name.as_bytes().to_vec()).collect()
+    }
+
+    #[test]
+    fn a_writer_behind_every_key_ahead_has_its_turn_when_the_last_goes() {
+        let mut watched = Watched {
+            what: Awaited::Keys {
+                keys: keys(&["n/r/1", "n/r/2"]),
+                all: true,
+            },
+            own: b"n/w/3".to_vec(),
+        };
+        assert_eq!(watched.on(&deleted("n/r/9", 10)), Seen::Waiting);
+        assert_eq!(watched.on(&deleted("n/r/2", 11)), Seen::Waiting);
+        // A key of that name put again and deleted: not one the read listed.
+        assert_eq!(watched.on(&deleted("n/r/2", 13)), Seen::Waiting);
+        assert_eq!(watched.on(&deleted("n/r/1", 14)), Seen::Turn);
+    }
+
+    #[test]
+    fn a_waiter_behind_some_of_the_keys_ahead_reads_again_when_they_went() {
+        let mut watched = Watched {
+            what: Awaited::Keys {
+                keys: keys(&["n/w/1"]),
+                all: false,
+            },
+            own: b"n/w/3".to_vec(),
+        };
+        assert_eq!(watched.on(&deleted("n/w/1", 10)), Seen::Recheck);
+    }
+
+    #[test]
+    fn a_waiter_whose_own_key_went_reads_again() {
+        let mut watched = Watched {
+            what: Awaited::Keys {
+                keys: keys(&["n/w/1"]),
+                all: true,
+            },
+            own: b"n/w/3".to_vec(),
+        };
+        assert_eq!(watched.on(&deleted("n/w/3", 10)), Seen::Recheck);
+    }
+
+    #[test]
+    fn a_permit_counts_each_older_key_once_and_holds_when_fewer_than_the_limit_are_left() {
+        let mut watched = Watched {
+            what: Awaited::Permits {
+                older: keys(&["n/p/1", "n/p/2", "n/p/3"]),
+                limit: 2,
+            },
+            own: b"n/p/4".to_vec(),
+        };
+        // A younger permit leaving lets nobody older in.
+        assert_eq!(watched.on(&deleted("n/p/5", 10)), Seen::Waiting);
+        assert_eq!(watched.on(&deleted("n/p/2", 11)), Seen::Waiting);
+        // The same name again (put again after the read, then deleted) is not counted twice.
+        assert_eq!(watched.on(&deleted("n/p/2", 13)), Seen::Waiting);
+        assert_eq!(watched.on(&deleted("n/p/3", 14)), Seen::Turn);
     }
 }
