@@ -51,6 +51,29 @@ fn spawn_waiter(
     })
 }
 
+/// Six read locks of `name`, each its own key on the server (not reentrant).
+async fn six_read_locks(locker: &Locker, name: &str) -> Vec<dlock_core::LockGuard> {
+    let mut guards = Vec::new();
+    for _ in 0..6 {
+        let guard = locker
+            .read_lock(name)
+            .reentrant(false)
+            .await
+            .expect("read lock");
+        guards.push(guard);
+    }
+    guards
+}
+
+/// A task that waits up to 30 s for the write lock of `name`.
+fn spawn_writer(
+    locker: &Locker,
+    name: &str,
+) -> tokio::task::JoinHandle<dlock_core::Result<dlock_core::LockGuard>> {
+    let (locker, name) = (locker.clone(), name.to_owned());
+    tokio::spawn(async move { locker.write_lock(&name).wait(Duration::from_secs(30)).await })
+}
+
 /// `etcdctl lock --ttl <ttl> <name>`, holding (or waiting for) the lock until signalled; its
 /// stdout (the lock key, once held) piped.
 fn etcdctl_lock(endpoint: &str, name: &str, ttl_secs: u64) -> Child {
@@ -1076,24 +1099,8 @@ async fn a_writer_behind_readers_holds_when_the_last_leaves_without_reading_agai
     let ttl = Duration::from_secs(30);
     let (readers, backend) = locker(&server.url(), "", ttl).await;
     let (writers, _) = locker(&server.url(), "", ttl).await;
-    let mut guards = Vec::new();
-    for _ in 0..6 {
-        let guard = readers
-            .read_lock("ledger")
-            .reentrant(false)
-            .await
-            .expect("read lock");
-        guards.push(guard);
-    }
-    let writer = {
-        let writers = writers.clone();
-        tokio::spawn(async move {
-            writers
-                .write_lock("ledger")
-                .wait(Duration::from_secs(30))
-                .await
-        })
-    };
+    let mut guards = six_read_locks(&readers, "ledger").await;
+    let writer = spawn_writer(&writers, "ledger");
     until_queued(&backend, "ledger", 1).await;
 
     let before = etcd_txns(&endpoint).await;
@@ -1175,25 +1182,13 @@ async fn a_waiters_watch_costs_etcd_no_read_per_deletion() {
     let (readers, backend) = locker(&server.url(), "", ttl).await;
     let (writers, _) = locker(&server.url(), "", ttl).await;
     let watchers = || etcd_metric(&endpoint, "etcd_debugging_mvcc_watcher_total", &[]);
-    let read_locks = async || {
-        let mut guards = Vec::new();
-        for _ in 0..6 {
-            let guard = readers
-                .read_lock("ledger")
-                .reentrant(false)
-                .await
-                .expect("read lock");
-            guards.push(guard);
-        }
-        guards
-    };
     let release = async |guards: Vec<dlock_core::LockGuard>| {
         for guard in guards.into_iter().rev() {
             guard.release().await.expect("release");
         }
     };
 
-    let guards = read_locks().await;
+    let guards = six_read_locks(&readers, "ledger").await;
     let before = etcd_ranges(&endpoint).await;
     release(guards).await;
     let unwatched = etcd_ranges(&endpoint).await - before;
@@ -1202,16 +1197,8 @@ async fn a_waiters_watch_costs_etcd_no_read_per_deletion() {
         "releases cost etcd no range: is the metric still there?"
     );
 
-    let guards = read_locks().await;
-    let writer = {
-        let writers = writers.clone();
-        tokio::spawn(async move {
-            writers
-                .write_lock("ledger")
-                .wait(Duration::from_secs(30))
-                .await
-        })
-    };
+    let guards = six_read_locks(&readers, "ledger").await;
+    let writer = spawn_writer(&writers, "ledger");
     until_queued(&backend, "ledger", 1).await;
     eventually(
         "the writer watches the name",
