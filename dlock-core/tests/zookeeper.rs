@@ -496,6 +496,76 @@ async fn a_create_and_its_listing_are_one_round_trip() {
     locker.shutdown().await.unwrap();
 }
 
+/// A permit's hand-off is the release's event and the semaphore's mutex given back: the
+/// waiter holding the mutex takes the room at the event of `leases` (only the mutex holder
+/// makes a lease, so a change there is a deletion), and the next waiter for the mutex, with
+/// nothing else before it, holds the mutex at its predecessor's deletion and makes its lease
+/// at once — neither lists again, where Curator's recipe does both times. Counted in the
+/// server's packets from a holder's release until the next permit is granted and the waiter
+/// after it made its lease: the fewest over three hand-offs (a session's ping may fall inside
+/// one).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permit_is_handed_on_by_events_alone() {
+    let server = ZkServer::start().await.expect("zookeeper");
+    let locker = locker(&server.url(), Duration::from_secs(10)).await;
+    let zk = raw(&server.connect_string()).await;
+    let key = "handed-on";
+    let leases = format!("/{key}/leases");
+    let packets = || async { server.monitor("zk_packets_received").await.expect("mntr") };
+    let watches = || async { server.monitor("zk_watch_count").await.expect("mntr") };
+    // No watchdog: a renewal would send requests (and set watches) of its own.
+    let permit = || {
+        let locker = locker.clone();
+        tokio::spawn(async move { locker.semaphore(key, 1).watchdog(false).await })
+    };
+    let mut holder = permit().await.unwrap().unwrap();
+    let mut waiting = permit();
+    // Its lease made, and the children watch on `leases` set with the listing behind it.
+    eventually("the first waiter's lease", async || {
+        children(&zk, &leases).await.len() == 2
+    })
+    .await;
+    // What reading the count adds to it: the fewest of three reads (a ping may fall between).
+    let mut reading = f64::MAX;
+    for _ in 0..3 {
+        let first = packets().await;
+        reading = reading.min(packets().await - first);
+    }
+    let mut fewest = f64::MAX;
+    for _ in 0..3 {
+        let watching = watches().await;
+        let next = permit();
+        // Its mutex node made, and its data watch on the waiting one's set.
+        eventually("the next waiter's watch", async || {
+            watches().await > watching
+        })
+        .await;
+        let before = packets().await;
+        holder.release().await.unwrap();
+        // The next waiter's lease appears (beside the waiting one's); read without a watch,
+        // which would linger and blur the count of watches above.
+        let mut listings = 0.0;
+        eventually("the next waiter's lease", async || {
+            listings += 1.0;
+            children(&zk, &leases).await.len() == 2
+        })
+        .await;
+        holder = waiting.await.unwrap().expect("the waiting one's permit");
+        let after = packets().await;
+        // Less what reading the count adds, the release's delete and the observer's reads.
+        let handed_on = (after - before) - reading - 1.0 - listings;
+        fewest = fewest.min(handed_on);
+        waiting = next;
+    }
+    // The mutex given back; the next waiter's lease, its listing and the check of the
+    // stored limit (beside another lease). Listing `leases` or `locks` again adds one each.
+    assert_eq!(fewest, 4.0, "requests of a hand-off");
+    holder.release().await.unwrap();
+    waiting.await.unwrap().unwrap().release().await.unwrap();
+    locker.shutdown().await.unwrap();
+    assert!(children(&zk, &leases).await.is_empty());
+}
+
 /// A locker through `proxy` with a 3 s ttl — its client gives up on a connection that
 /// answered nothing for 0.4 × that, 1.2 s — and `key`'s path made (persistent) and known to it.
 async fn silent_prone_locker(

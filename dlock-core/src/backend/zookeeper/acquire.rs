@@ -8,7 +8,7 @@ use std::time::Instant;
 use futures_util::future::{join, try_join};
 
 use zookeeper_client::{
-    Acls, CreateMode, Error as ZkError, MultiReadResult, MultiWriteResult, Stat,
+    Acls, CreateMode, Error as ZkError, EventType, MultiReadResult, MultiWriteResult, Stat,
 };
 
 use super::errors::{from_zk, reply_lost, timed, timed_raw};
@@ -160,7 +160,9 @@ impl Inner {
     /// children (waiting on a children watch meanwhile: only the mutex holder waits, so no
     /// herd); the mutex is given back either way. Three round trips when there is room: the
     /// limit check (a read of the other leases) travels beside the wait and the mutex's
-    /// giving back, not before them.
+    /// giving back, not before them. A hand-off lists nothing: the room is the event of
+    /// `leases`, and the next waiter holds the mutex at its predecessor's deletion
+    /// ([`Self::wait_turn`]).
     async fn acquire_permit(
         self: &Arc<Self>,
         req: &AcquireRequest,
@@ -258,7 +260,19 @@ impl Inner {
                     break None;
                 }
                 tokio::select! {
-                    _ = watcher.changed() => {}
+                    event = watcher.changed() => {
+                        // Only the mutex holder makes a lease (Curator's rule too): while
+                        // this one holds it, a change of `leases` is a deletion. One too
+                        // many, one gone: room, without listing again. (A force release
+                        // deletes every lease, this one's too: its grant is then found
+                        // gone at its first renewal, not here.)
+                        if event.event_type == EventType::NodeChildrenChanged
+                            && children.len() == limit as usize + 1
+                            && fresh(&session, sent)
+                        {
+                            break Some(sent);
+                        }
+                    }
                     () = until(deadline) => break None,
                     () = session.lost() => return Err(session_gone(&session)),
                 }
@@ -458,7 +472,8 @@ impl Inner {
     /// record at `record`, read in the same multi-read as that listing — or `None` at
     /// `deadline`. `early` is a listing sent right behind the node's create, used first when
     /// it shows the node (it is then as good as one sent after the create was answered: a
-    /// session's requests are served in order).
+    /// session's requests are served in order). Without a record to read, the deletion of
+    /// the only node in the way is the turn itself, with no listing after it.
     #[allow(clippy::too_many_arguments)]
     async fn wait_turn(
         self: &Arc<Self>,
@@ -479,14 +494,15 @@ impl Inner {
                     self.list_with_record(session, dir, record).await?,
                 ),
             };
-            let watch = match keys::standing(&children, node, reader) {
+            let (watch, last) = match keys::standing(&children, node, reader) {
                 Standing::Holds => return Ok(Some((sent, kept))),
                 Standing::Gone => return Err(session_gone(session)),
-                Standing::Waits { watch } => watch,
+                Standing::Waits { watch, last } => (watch, last),
             };
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 return Ok(None);
             }
+            let watch_sent = Instant::now();
             let watched = timed_raw(
                 self.timeout,
                 "get data",
@@ -499,7 +515,18 @@ impl Inner {
                 Err(error) => return Err(from_zk(error)),
             };
             tokio::select! {
-                _ = watcher.changed() => {}
+                event = watcher.changed() => {
+                    // The only node in the way is gone, and none made since sorts before
+                    // this one: it holds, without listing again — unless a kept record
+                    // must be read with the listing that finds it holding.
+                    if last
+                        && record.is_none()
+                        && event.event_type == EventType::NodeDeleted
+                        && fresh(session, watch_sent)
+                    {
+                        return Ok(Some((watch_sent, None)));
+                    }
+                }
                 () = until(deadline) => return Ok(None),
                 () = session.lost() => return Err(session_gone(session)),
             }
@@ -674,4 +701,13 @@ impl Drop for Nodes {
         self.inner
             .finish_nodes(Arc::clone(&self.session), created, unsure, !self.granted);
     }
+}
+
+/// Whether a grant may count from `sent`, the send time of an answered request that set
+/// the watch which just fired, rather than from a new listing: when `sent` is no older
+/// than a renewal would accept a confirmation of the session to be (a long wait looks
+/// again, which also bounds how far a node's sequence counter can move meanwhile; see
+/// `keys::standing`).
+fn fresh(session: &Session, sent: Instant) -> bool {
+    sent.elapsed() <= session.effective_ttl() / super::release::CONFIRMATION_AGE_DIVISOR
 }

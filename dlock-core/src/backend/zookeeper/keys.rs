@@ -203,6 +203,22 @@ fn contender(child: &str) -> Option<Contender<'_>> {
         })
 }
 
+/// How far below 2^31 a sequence must be for every node made in the next 2^24 changes of its
+/// parent to sort after it (ZooKeeper's counter turns negative past `i32::MAX`, and the text
+/// `-2147483648` sorts first).
+const WRAP_MARGIN: i64 = 1 << 24;
+
+/// Whether a node made after the one of `sequence` sorts after it: true unless the parent's
+/// counter is within [`WRAP_MARGIN`] of wrapping (or already wrapped). A waiter holds the
+/// moment its only blocker goes only while this is so; a wait that may take 2^24 changes
+/// looks again anyway (see `wait_turn`).
+fn sorts_before_later_nodes(sequence: &str) -> bool {
+    sequence.len() == 10
+        && sequence
+            .parse::<i64>()
+            .is_ok_and(|n| (0..=i64::from(i32::MAX) - WRAP_MARGIN).contains(&n))
+}
+
 /// The lock nodes among `children`, in Curator's order: by the text after the last lock name.
 fn contenders(children: &[String]) -> Vec<Contender<'_>> {
     let mut nodes: Vec<Contender<'_>> = children.iter().filter_map(|c| contender(c)).collect();
@@ -215,10 +231,14 @@ fn contenders(children: &[String]) -> Vec<Contender<'_>> {
 pub(super) enum Standing {
     /// It holds the lock.
     Holds,
-    /// It waits until the named child (a sibling) is deleted, then looks again.
+    /// It waits until the named child (a sibling) is deleted, then looks again — or, when
+    /// that child is `last`, holds: it was the only node in the way, and a node made later
+    /// sorts after this one.
     Waits {
         /// The child to watch.
         watch: String,
+        /// The child is the only node in the way.
+        last: bool,
     },
     /// It is not among the children: its session ended, or an admin deleted it.
     Gone,
@@ -244,13 +264,16 @@ pub(super) fn standing(children: &[String], ours: &str, reader: bool) -> Standin
     let Some(index) = nodes.iter().position(|node| node.name == ours) else {
         return Standing::Gone;
     };
-    let blocker = if reader {
-        nodes[..index].iter().find(|node| node.exclusive)
+    let ahead = &nodes[..index];
+    let (blocker, in_the_way) = if reader {
+        let mut writers = ahead.iter().filter(|node| node.exclusive);
+        (writers.next(), 1 + writers.count())
     } else {
-        index.checked_sub(1).map(|before| &nodes[before])
+        (ahead.last(), ahead.len())
     };
     blocker.map_or(Standing::Holds, |node| Standing::Waits {
         watch: node.name.to_owned(),
+        last: in_the_way == 1 && sorts_before_later_nodes(nodes[index].sequence),
     })
 }
 
@@ -373,7 +396,13 @@ mod tests {
         // Listed out of order; a nested lock path's container is left out.
         let children = vec![b.clone(), "nested".to_owned(), a.clone()];
         assert_eq!(standing(&children, &a, false), Standing::Holds);
-        assert_eq!(standing(&children, &b, false), Standing::Waits { watch: a });
+        assert_eq!(
+            standing(&children, &b, false),
+            Standing::Waits {
+                watch: a,
+                last: true
+            }
+        );
         assert_eq!(standing(&children, "gone", false), Standing::Gone);
     }
 
@@ -390,19 +419,31 @@ mod tests {
         assert_eq!(standing(&children, &r1, true), Standing::Holds);
         assert_eq!(
             standing(&children, &w2, false),
-            Standing::Waits { watch: r1.clone() }
+            Standing::Waits {
+                watch: r1.clone(),
+                last: true
+            }
         );
         assert_eq!(
             standing(&children, &r3, true),
-            Standing::Waits { watch: w2.clone() }
+            Standing::Waits {
+                watch: w2.clone(),
+                last: true
+            }
         );
         assert_eq!(
             standing(&children, &m4, false),
-            Standing::Waits { watch: r3 }
+            Standing::Waits {
+                watch: r3,
+                last: false
+            }
         );
         assert_eq!(
             standing(&children, &r5, true),
-            Standing::Waits { watch: w2 }
+            Standing::Waits {
+                watch: w2,
+                last: false
+            }
         );
         assert_eq!(holders(&children), vec![r1]);
     }
@@ -426,13 +467,15 @@ mod tests {
         assert_eq!(
             standing(&children, &dlock_reader, true),
             Standing::Waits {
-                watch: kazoo_writer.clone()
+                watch: kazoo_writer.clone(),
+                last: true
             }
         );
         assert_eq!(
             standing(&children, &dlock_writer, false),
             Standing::Waits {
-                watch: kazoo_reader.clone()
+                watch: kazoo_reader.clone(),
+                last: false
             }
         );
         // With kazoo's writer gone, both readers hold, kazoo's among them.
@@ -449,7 +492,10 @@ mod tests {
         let children = vec![dlock_mutex.clone(), kazoo_lock.clone()];
         assert_eq!(
             standing(&children, &dlock_mutex, false),
-            Standing::Waits { watch: kazoo_lock }
+            Standing::Waits {
+                watch: kazoo_lock,
+                last: true
+            }
         );
         // Names that only end like them are not contenders.
         assert!(contender("x__lock__12").is_none());
@@ -467,11 +513,44 @@ mod tests {
         assert_eq!(standing(&children, &late, false), Standing::Holds);
         assert_eq!(
             standing(&children, &early, false),
-            Standing::Waits { watch: late }
+            Standing::Waits {
+                watch: late,
+                last: true
+            }
         );
         let negative = format!("{}-2147483648", node_prefix(A, NodeKind::Mutex));
         let children = vec![early.clone(), negative.clone()];
         assert_eq!(standing(&children, &negative, false), Standing::Holds);
+    }
+
+    /// A waiter whose only blocker goes holds at once only while no node made later can sort
+    /// before it: not near the counter's wrap, nor past it.
+    #[test]
+    fn the_only_blocker_gone_holds_at_once_unless_the_counter_may_wrap() {
+        for (sequence, sorts_first) in [
+            ("0000000008", true),
+            ("2130706431", true), // i32::MAX - 2^24
+            ("2130706432", false),
+            ("2147483647", false),
+            ("-2147483640", false),
+            ("0000000002147483648", false),
+        ] {
+            assert_eq!(
+                sorts_before_later_nodes(sequence),
+                sorts_first,
+                "{sequence}"
+            );
+        }
+        let first = node(B, NodeKind::Mutex, 7);
+        let near_the_wrap = format!("{}2147483000", node_prefix(A, NodeKind::Mutex));
+        let children = vec![first.clone(), near_the_wrap.clone()];
+        assert_eq!(
+            standing(&children, &near_the_wrap, false),
+            Standing::Waits {
+                watch: first,
+                last: false
+            }
+        );
     }
 
     #[test]

@@ -20,7 +20,7 @@ type Batch<'a> = Vec<(usize, &'a ZkGrant)>;
 /// How old, as a fraction of the ttl, a confirmation of the session may be for a renewal of
 /// watched nodes: at most 1/20 of a lease's time is given up to share one request among
 /// every renewal of the session meanwhile.
-const CONFIRMATION_AGE_DIVISOR: u32 = 20;
+pub(super) const CONFIRMATION_AGE_DIVISOR: u32 = 20;
 
 impl Inner {
     /// Renews every lease by its session. A node not watched yet (or any more) is read with
