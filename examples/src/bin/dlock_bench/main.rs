@@ -27,6 +27,8 @@ use target::Target;
 struct Args {
     urls: Vec<String>,
     auto_servers: bool,
+    /// With `--servers auto`: each scenario on servers started for it (not with `--quick`).
+    server_per_scenario: bool,
     scenario: String,
     json: bool,
     settings: Settings,
@@ -37,6 +39,7 @@ fn parse_args() -> Result<Option<Args>, String> {
     let mut args = Args {
         urls: Vec::new(),
         auto_servers: false,
+        server_per_scenario: true,
         scenario: "all".to_owned(),
         json: false,
         settings: Settings {
@@ -111,6 +114,7 @@ fn parse_args() -> Result<Option<Args>, String> {
                 s.held = vec![1_000, 10_000];
                 s.min_measured = Duration::ZERO;
                 s.settle_within = None;
+                args.server_per_scenario = false;
             }
             "--only" => {
                 args.settings.only_dlock = match value("--only")?.as_str() {
@@ -147,7 +151,8 @@ installs them).
 uncontended, many-keys, once and sets run dlock and the floor in pairs of alternating order,
 adding pairs until 5 s were measured and the median ratio's 95 % interval is within 10 % of it
 (at most 40 pairs), and report the median paired ratio; the others report the median of --reps
-repetitions after one warm-up. The method and how to read the figures:
+repetitions after one warm-up. With --servers auto each scenario runs on servers started for
+it (one set for a --quick run). The method and how to read the figures:
 examples/src/bin/dlock_bench/README.md.";
 
 /// Keeps `row`, and shows it on stderr at once: a long run that fails later keeps what it
@@ -220,6 +225,37 @@ async fn run_target(target: &Target, args: &Args) -> Vec<Row> {
     rows
 }
 
+/// The scenarios of `--scenario`, one by one: every scenario of `all`, or the one named.
+fn scenario_names(scenario: &str) -> Vec<&str> {
+    if scenario == "all" {
+        SCENARIOS.to_vec()
+    } else {
+        vec![scenario]
+    }
+}
+
+/// The scenarios of `--scenario all`, in the order they run.
+const SCENARIOS: [&str; 10] = [
+    "uncontended",
+    "many-keys",
+    "contended",
+    "read-mostly",
+    "semaphore",
+    "reentrant",
+    "macro",
+    "watchdog",
+    "sets",
+    "once",
+];
+
+/// Runs the scenarios of `args` on `target`, inside a task, as a service would run: code
+/// polled by `block_on` on the main thread pays a thread hop on every wake-up.
+async fn measure(target: Target, args: Args) -> Vec<Row> {
+    tokio::spawn(async move { run_target(&target, &args).await })
+        .await
+        .expect("a scenario panicked")
+}
+
 /// The stack of the runtime's threads: a debug build (CI's smoke run) of the scenarios'
 /// deeply nested futures overflowed the default 2 MiB while measuring ZooKeeper.
 const THREAD_STACK: usize = 8 << 20;
@@ -245,30 +281,42 @@ async fn run() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let mut targets = Vec::new();
+    let mut rows = Vec::new();
     if args.auto_servers {
-        targets.push(Ok(
-            Target::Memory(dlock_core::backend::MemoryBackend::new()),
-        ));
-        targets.push(Target::redis_started().await);
-        targets.push(Target::etcd_started().await);
-        targets.push(Target::zookeeper_started().await);
-        targets.push(Target::postgres_started().await);
-        targets.push(Target::redlock_started().await);
+        for kind in target::STARTED {
+            eprintln!("dlock-bench: measuring {kind} ...");
+            // Each scenario on servers of its own, started for it: a row does not depend on
+            // what the scenarios before it left on the server (etcd's history and its
+            // compactions, PostgreSQL's tables, ZooKeeper's per-node statistics). A
+            // `--quick` run, which measures nothing, shares one set.
+            let runs: Vec<Args> = if args.server_per_scenario {
+                scenario_names(&args.scenario)
+                    .into_iter()
+                    .map(|scenario| Args {
+                        scenario: scenario.to_owned(),
+                        ..args.clone()
+                    })
+                    .collect()
+            } else {
+                vec![args.clone()]
+            };
+            for run in runs {
+                let target = match Target::started(kind).await {
+                    Ok(target) => target,
+                    Err(error) => {
+                        eprintln!("dlock-bench: {error}");
+                        return ExitCode::FAILURE;
+                    }
+                };
+                rows.extend(measure(target, run).await);
+            }
+        }
     }
     for url in &args.urls {
-        targets.push(Target::from_url(url).await);
-    }
-    let mut rows = Vec::new();
-    for target in targets {
-        match target {
+        match Target::from_url(url).await {
             Ok(target) => {
                 eprintln!("dlock-bench: measuring {} ...", target.name());
-                // Measure inside a task, as a service would run: code polled by `block_on` on
-                // the main thread pays a thread hop on every wake-up.
-                let args = args.clone();
-                let measured = tokio::spawn(async move { run_target(&target, &args).await });
-                rows.extend(measured.await.expect("a scenario panicked"));
+                rows.extend(measure(target, args.clone()).await);
             }
             Err(error) => {
                 eprintln!("dlock-bench: {error}");

@@ -14,6 +14,16 @@ use redis::aio::ConnectionManager;
 use crate::redis_raw;
 use crate::redlock::RedLockRaw;
 
+/// The backends `--servers auto` measures, in order, each on servers started for it.
+pub(crate) const STARTED: [&str; 6] = [
+    "memory",
+    "redis",
+    "etcd",
+    "zookeeper",
+    "postgres",
+    "redlock",
+];
+
 /// The backend under test.
 pub(crate) enum Target {
     Memory(MemoryBackend),
@@ -146,7 +156,20 @@ impl Target {
         }
     }
 
-    pub(crate) async fn redis_started() -> Result<Self, String> {
+    /// The backend named `kind` (one of [`STARTED`]) on servers started for it.
+    pub(crate) async fn started(kind: &str) -> Result<Self, String> {
+        match kind {
+            "memory" => Ok(Self::Memory(MemoryBackend::new())),
+            "redis" => Self::redis_started().await,
+            "etcd" => Self::etcd_started().await,
+            "zookeeper" => Self::zookeeper_started().await,
+            "postgres" => Self::postgres_started().await,
+            "redlock" => Self::redlock_started().await,
+            other => Err(format!("dlock-bench starts no server for `{other}`")),
+        }
+    }
+
+    async fn redis_started() -> Result<Self, String> {
         let server = RedisServer::start().await.map_err(|e| e.to_string())?;
         let url = server.url();
         Self::redis(url, Some(Arc::new(server))).await
@@ -154,7 +177,7 @@ impl Target {
 
     /// An etcd started for the bench, compacting its key history every minute as a
     /// production etcd compacts it ([`ETCD_COMPACTION`]).
-    pub(crate) async fn etcd_started() -> Result<Self, String> {
+    async fn etcd_started() -> Result<Self, String> {
         let server = EtcdServer::start_with(&ETCD_COMPACTION)
             .await
             .map_err(|e| e.to_string())?;
@@ -164,7 +187,7 @@ impl Target {
 
     /// A ZooKeeper started for the bench, every side (dlock, the floor, the peers) under the
     /// chroot [`ZK_CHROOT`].
-    pub(crate) async fn zookeeper_started() -> Result<Self, String> {
+    async fn zookeeper_started() -> Result<Self, String> {
         let server = ZkServer::start().await.map_err(|e| e.to_string())?;
         let root = zookeeper_client::Client::connect(&server.connect_string())
             .await
@@ -179,7 +202,7 @@ impl Target {
     }
 
     /// RedLock over five masters started for the bench.
-    pub(crate) async fn redlock_started() -> Result<Self, String> {
+    async fn redlock_started() -> Result<Self, String> {
         let masters = RedisNodes::start(5).await.map_err(|e| e.to_string())?;
         let url = masters.url();
         Self::redlock(url, Some(Arc::new(masters))).await
@@ -193,7 +216,7 @@ impl Target {
         })
     }
 
-    pub(crate) async fn postgres_started() -> Result<Self, String> {
+    async fn postgres_started() -> Result<Self, String> {
         // Counting statements, as Redis counts commands (see `server_commands`); room for the
         // `held` scenario's 100,000 advisory locks in the server's shared lock table, which
         // has max_locks_per_transaction × max_connections slots (6,400 by default).
