@@ -15,6 +15,7 @@ mod scenarios;
 mod sets;
 mod stats;
 mod target;
+mod warm;
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -27,6 +28,9 @@ use target::Target;
 struct Args {
     urls: Vec<String>,
     auto_servers: bool,
+    /// With `--servers auto`: the backends to start and measure (all of [`target::STARTED`]
+    /// when empty).
+    backends: Vec<String>,
     /// With `--servers auto`: each scenario on servers started for it (not with `--quick`).
     server_per_scenario: bool,
     scenario: String,
@@ -39,6 +43,7 @@ fn parse_args() -> Result<Option<Args>, String> {
     let mut args = Args {
         urls: Vec::new(),
         auto_servers: false,
+        backends: Vec::new(),
         server_per_scenario: true,
         scenario: "all".to_owned(),
         json: false,
@@ -46,6 +51,7 @@ fn parse_args() -> Result<Option<Args>, String> {
             reps: 3,
             min_measured: Duration::from_secs(5),
             settle_within: Some(scenarios::SETTLED_WITHIN),
+            warm_up: warm::WARM_UP,
             uncontended_ops: 2_000,
             many_keys_ops: 20_000,
             contended_rounds: 200,
@@ -68,6 +74,18 @@ fn parse_args() -> Result<Option<Args>, String> {
                     return Err(format!("--servers {v}: only `auto` is known"));
                 }
                 args.auto_servers = true;
+            }
+            "--backend" => {
+                for name in value("--backend")?.split(',') {
+                    let name = name.trim();
+                    if !target::STARTED.contains(&name) {
+                        return Err(format!(
+                            "--backend {name}: expected one of {}",
+                            target::STARTED.join(", ")
+                        ));
+                    }
+                    args.backends.push(name.to_owned());
+                }
             }
             "--scenario" => args.scenario = value("--scenario")?,
             "--json" => args.json = true,
@@ -114,6 +132,7 @@ fn parse_args() -> Result<Option<Args>, String> {
                 s.held = vec![1_000, 10_000];
                 s.min_measured = Duration::ZERO;
                 s.settle_within = None;
+                s.warm_up = Duration::ZERO;
                 args.server_per_scenario = false;
             }
             "--only" => {
@@ -134,7 +153,7 @@ fn parse_args() -> Result<Option<Args>, String> {
 }
 
 const USAGE: &str = "\
-usage: dlock-bench [--url URL]... [--servers auto] [--scenario NAME|all] [--json] [--reps N]
+usage: dlock-bench [--url URL]... [--servers auto [--backend NAME,...]] [--scenario NAME|all] [--json] [--reps N]
                    [--hold DURATION] [--watchdog-for DURATION] [--held N,N,...]
                    [--hot W:L,W:L,...] [--quick] [--only dlock|floor]
 
@@ -146,7 +165,8 @@ takes minutes per backend) holds 1,000, 10,000 and 100,000 locks (--held) for th
 grants each with the --hold (--hot; 10:2, 100:10, 1000:50 and 1000:2 by default): commands per
 grant, grants per Locker, the longest wait. Without --url or --servers: memory only. --servers auto starts a
 redis-server, an etcd, a ZooKeeper, a PostgreSQL and five redis-servers for RedLock (scripts/install-test-deps.sh
-installs them).
+installs them); --backend names the ones to start and measure (memory, redis, etcd, zookeeper,
+postgres, redlock; all by default).
 
 uncontended, many-keys, once and sets run dlock and the floor in pairs of alternating order,
 adding pairs until 5 s were measured and the median ratio's 95 % interval is within 10 % of it
@@ -283,7 +303,9 @@ async fn run() -> ExitCode {
     };
     let mut rows = Vec::new();
     if args.auto_servers {
-        for kind in target::STARTED {
+        let wanted =
+            |kind: &str| args.backends.is_empty() || args.backends.iter().any(|b| b == kind);
+        for kind in target::STARTED.into_iter().filter(|kind| wanted(kind)) {
             eprintln!("dlock-bench: measuring {kind} ...");
             // Each scenario on servers of its own, started for it: a row does not depend on
             // what the scenarios before it left on the server (etcd's history and its
@@ -308,6 +330,9 @@ async fn run() -> ExitCode {
                         return ExitCode::FAILURE;
                     }
                 };
+                if warm::needs_warm_up(&target) {
+                    warm::warm_up(&target, args.settings.warm_up).await;
+                }
                 rows.extend(measure(target, run).await);
             }
         }

@@ -110,23 +110,28 @@ pub(crate) async fn read_mostly(target: &Target, s: &Settings) -> Row {
     let mut curator = Peer::start(target).await;
     let (mut mixed, mut exclusive, mut floor) = (Vec::new(), Vec::new(), Vec::new());
     let mut peer_runs = Vec::new();
-    for rep in 0..=s.reps {
+    let mut last_holds = Vec::new();
+    let mut reps = Reps::new(s, &curator);
+    while let Some((rep, measured)) = reps.next() {
         let key = format!("bench:rm:{rep}");
-        let run = on_one_key(&lockers, &key, load, s.hold, one_write_in_ten).await;
-        let peer = curator
-            .load(
+        let path = format!("/dlock-bench/curator-rm-{rep}");
+        let peer_first = reps.peer_first();
+        let (run, peer) = curator
+            .beside(
+                peer_first,
+                &mut last_holds,
                 "rw",
-                &format!("/dlock-bench/curator-rm-{rep}"),
+                &path,
                 load,
-                &run.holds,
                 0,
+                async || on_one_key(&lockers, &key, load, s.hold, one_write_in_ten).await,
             )
             .await;
         let key = format!("bench:rmx:{rep}");
         let all_exclusive =
             on_one_key(&lockers, &key, load, s.hold, |_, _| LockMode::Exclusive).await;
         let raw = raw_without_waits(target, rep, load, s.hold).await;
-        if rep > 0 {
+        if measured {
             mixed.push(run.waits);
             exclusive.push(all_exclusive.waits);
             floor.push(raw);
@@ -167,22 +172,25 @@ pub(crate) async fn semaphore(target: &Target, s: &Settings) -> Row {
     let load = (TASKS, s.contended_rounds / 2);
     let mut curator = Peer::start(target).await;
     let (mut runs, mut holds, mut peer_runs) = (Vec::new(), Vec::new(), Vec::new());
-    for rep in 0..=s.reps {
+    let mut last_holds = Vec::new();
+    let mut reps = Reps::new(s, &curator);
+    while let Some((rep, measured)) = reps.next() {
         let key = format!("bench:s:{rep}");
-        let run = on_one_key(&lockers, &key, load, s.hold, |_, _| LockMode::Permit {
-            limit: PERMITS,
-        })
-        .await;
-        let peer = curator
-            .load(
+        let path = format!("/dlock-bench/curator-s-{rep}");
+        let permit = |_, _| LockMode::Permit { limit: PERMITS };
+        let peer_first = reps.peer_first();
+        let (run, peer) = curator
+            .beside(
+                peer_first,
+                &mut last_holds,
                 "sem",
-                &format!("/dlock-bench/curator-s-{rep}"),
+                &path,
                 load,
-                &run.holds,
                 PERMITS,
+                async || on_one_key(&lockers, &key, load, s.hold, permit).await,
             )
             .await;
-        if rep > 0 {
+        if measured {
             runs.push(run.waits);
             holds.extend(run.holds);
             peer_runs.extend(peer);
@@ -200,6 +208,50 @@ pub(crate) async fn semaphore(target: &Target, s: &Settings) -> Row {
         curator.note("InterProcessSemaphoreV2", peer_runs, &run, floor),
     );
     Row::new(target.name(), "semaphore", &run, floor, note)
+}
+
+/// The repetitions of a scenario: warm-up ones, then `--reps` measured ones. With Curator
+/// beside dlock the warm-up lasts at least the settings' `warm_up`: the peer's JVM, started for the
+/// scenario, compiles its hot paths under the load, and on 2026-12-07 its semaphore made 242,
+/// 284, 425 and 448 permits a second in its first four runs. In the measured repetitions the
+/// two sides take turns to go first, so that neither always meets the server as the other
+/// left it.
+struct Reps {
+    next: usize,
+    measured: usize,
+    wanted: usize,
+    warm_until: Option<Instant>,
+}
+
+impl Reps {
+    fn new(s: &Settings, peer: &Peer) -> Self {
+        Self {
+            next: 0,
+            measured: 0,
+            wanted: s.reps,
+            warm_until: peer.curator.is_some().then(|| Instant::now() + s.warm_up),
+        }
+    }
+
+    /// The next repetition's number and whether it is measured; `None` when done.
+    fn next(&mut self) -> Option<(usize, bool)> {
+        if self.measured == self.wanted {
+            return None;
+        }
+        let rep = self.next;
+        self.next += 1;
+        let warming = rep == 0 || self.warm_until.is_some_and(|until| Instant::now() < until);
+        if !warming {
+            self.measured += 1;
+        }
+        Some((rep, !warming))
+    }
+
+    /// Whether the peer goes first in the repetition [`next`](Self::next) gave last: in every
+    /// other measured one.
+    fn peer_first(&self) -> bool {
+        self.measured > 0 && self.measured.is_multiple_of(2)
+    }
 }
 
 /// Apache Curator running the same load on the same ZooKeeper (the peer a ZooKeeper user
@@ -229,6 +281,33 @@ impl Peer {
                 missing: Some(error.to_string()),
             },
         }
+    }
+
+    /// dlock's run of a repetition (`dlock`) and Curator's run of the same load beside it,
+    /// Curator first when `peer_first` ([`Reps::peer_first`]). Curator replays the holds of
+    /// dlock's run of the same repetition, or, going first, of the one before (kept in
+    /// `last_holds`).
+    #[allow(clippy::too_many_arguments)]
+    async fn beside(
+        &mut self,
+        peer_first: bool,
+        last_holds: &mut Vec<Duration>,
+        kind: &str,
+        path: &str,
+        load: (usize, usize),
+        permits: u32,
+        dlock: impl AsyncFnOnce() -> Run,
+    ) -> (Run, Option<Samples>) {
+        let (run, peer) = if peer_first && !last_holds.is_empty() {
+            let peer = self.load(kind, path, load, last_holds, permits).await;
+            (dlock().await, peer)
+        } else {
+            let run = dlock().await;
+            let peer = self.load(kind, path, load, &run.holds, permits).await;
+            (run, peer)
+        };
+        last_holds.clone_from(&run.holds);
+        (run, peer)
     }
 
     /// Curator's recipe `kind` (`rw` or `sem` with `permits`) at `path` under `load`, its

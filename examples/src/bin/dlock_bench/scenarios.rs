@@ -21,6 +21,10 @@ pub(crate) struct Settings {
     /// Paired scenarios also add pairs until their median ratio is known to within this
     /// share of itself ([`SETTLED_WITHIN`]; `None` in a smoke run).
     pub(crate) settle_within: Option<f64>,
+    /// The least load a server that gets faster as it runs (ZooKeeper's JVM) takes before a
+    /// scenario measures it, and the least warm-up of a scenario with a peer in a JVM beside
+    /// dlock (zero in a smoke run): see `warm.rs`.
+    pub(crate) warm_up: Duration,
     pub(crate) uncontended_ops: usize,
     pub(crate) many_keys_ops: usize,
     pub(crate) contended_rounds: usize,
