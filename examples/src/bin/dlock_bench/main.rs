@@ -78,6 +78,9 @@ fn parse_args() -> Result<Option<Args>, String> {
             "--backend" => {
                 for name in value("--backend")?.split(',') {
                     let name = name.trim();
+                    if name.is_empty() {
+                        continue;
+                    }
                     if !target::STARTED.contains(&name) {
                         return Err(format!(
                             "--backend {name}: expected one of {}",
@@ -146,6 +149,12 @@ fn parse_args() -> Result<Option<Args>, String> {
             other => return Err(format!("unknown argument `{other}`")),
         }
     }
+    if !args.backends.is_empty() && !args.auto_servers {
+        return Err("--backend picks among the servers of --servers auto: add it".to_owned());
+    }
+    if args.settings.reps == 0 {
+        return Err("--reps 0: at least one repetition is measured".to_owned());
+    }
     if args.urls.is_empty() && !args.auto_servers {
         args.urls.push("memory://".to_owned());
     }
@@ -171,8 +180,9 @@ postgres, redlock; all by default).
 uncontended, many-keys, once and sets run dlock and the floor in pairs of alternating order,
 adding pairs until 5 s were measured and the median ratio's 95 % interval is within 10 % of it
 (at most 40 pairs), and report the median paired ratio; the others report the median of --reps
-repetitions after one warm-up. With --servers auto each scenario runs on servers started for
-it (one set for a --quick run). The method and how to read the figures:
+repetitions after one warm-up (beside Curator, warm-ups for at least 10 s). With --servers auto
+each scenario runs on servers started for it (one set for a --quick run), a ZooKeeper after
+10 s of load that warms its JVM. The method and how to read the figures:
 examples/src/bin/dlock_bench/README.md.";
 
 /// Keeps `row`, and shows it on stderr at once: a long run that fails later keeps what it

@@ -1,12 +1,13 @@
 //! The scenarios of locks with many holders: a read-mostly read-write lock and a semaphore.
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use dlock_core::{LockMode, Locker};
 use dlock_harness::Curator;
 
-use crate::scenarios::{Settings, timed_tasks};
+use crate::scenarios::{Settings, per_grant, timed_tasks};
 use crate::stats::{Row, Samples, median_run};
 use crate::target::Target;
 
@@ -111,22 +112,22 @@ pub(crate) async fn read_mostly(target: &Target, s: &Settings) -> Row {
     let (mut mixed, mut exclusive, mut floor) = (Vec::new(), Vec::new(), Vec::new());
     let mut peer_runs = Vec::new();
     let mut last_holds = Vec::new();
+    let mut server_work = ServerWork::default();
     let mut reps = Reps::new(s, &curator);
     while let Some((rep, measured)) = reps.next() {
         let key = format!("bench:rm:{rep}");
         let path = format!("/dlock-bench/curator-rm-{rep}");
         let peer_first = reps.peer_first();
-        let (run, peer) = curator
-            .beside(
-                peer_first,
-                &mut last_holds,
-                "rw",
-                &path,
-                load,
-                0,
-                async || on_one_key(&lockers, &key, load, s.hold, one_write_in_ten).await,
-            )
-            .await;
+        let beside = curator.beside(
+            peer_first,
+            &mut last_holds,
+            "rw",
+            &path,
+            load,
+            0,
+            async || on_one_key(&lockers, &key, load, s.hold, one_write_in_ten).await,
+        );
+        let (run, peer) = server_work.count(target, measured, beside).await;
         let key = format!("bench:rmx:{rep}");
         let all_exclusive =
             on_one_key(&lockers, &key, load, s.hold, |_, _| LockMode::Exclusive).await;
@@ -140,7 +141,7 @@ pub(crate) async fn read_mostly(target: &Target, s: &Settings) -> Row {
     }
     let (run, exclusive, floor) = (median_run(mixed), median_run(exclusive), median_run(floor));
     let note = format!(
-        "wait percentiles; {TASKS} tasks / 2 Lockers on one key, 1 write lock in 10, hold {:?}; every lock exclusive instead: {:.0} ops/s ({:.2} of the floor); floor: the raw commands with the same holds, each task on its own key (nobody waits){}",
+        "wait percentiles; {TASKS} tasks / 2 Lockers on one key, 1 write lock in 10, hold {:?}; every lock exclusive instead: {:.0} ops/s ({:.2} of the floor); floor: the raw commands with the same holds, each task on its own key (nobody waits){}{}",
         s.hold,
         exclusive.ops_per_sec(),
         exclusive.ops_per_sec() / floor.ops_per_sec(),
@@ -150,6 +151,7 @@ pub(crate) async fn read_mostly(target: &Target, s: &Settings) -> Row {
             &run,
             floor.ops_per_sec()
         ),
+        server_work.note(),
     );
     Row::new(
         target.name(),
@@ -173,23 +175,23 @@ pub(crate) async fn semaphore(target: &Target, s: &Settings) -> Row {
     let mut curator = Peer::start(target).await;
     let (mut runs, mut holds, mut peer_runs) = (Vec::new(), Vec::new(), Vec::new());
     let mut last_holds = Vec::new();
+    let mut server_work = ServerWork::default();
     let mut reps = Reps::new(s, &curator);
     while let Some((rep, measured)) = reps.next() {
         let key = format!("bench:s:{rep}");
         let path = format!("/dlock-bench/curator-s-{rep}");
         let permit = |_, _| LockMode::Permit { limit: PERMITS };
         let peer_first = reps.peer_first();
-        let (run, peer) = curator
-            .beside(
-                peer_first,
-                &mut last_holds,
-                "sem",
-                &path,
-                load,
-                PERMITS,
-                async || on_one_key(&lockers, &key, load, s.hold, permit).await,
-            )
-            .await;
+        let beside = curator.beside(
+            peer_first,
+            &mut last_holds,
+            "sem",
+            &path,
+            load,
+            PERMITS,
+            async || on_one_key(&lockers, &key, load, s.hold, permit).await,
+        );
+        let (run, peer) = server_work.count(target, measured, beside).await;
         if measured {
             runs.push(run.waits);
             holds.extend(run.holds);
@@ -201,13 +203,61 @@ pub(crate) async fn semaphore(target: &Target, s: &Settings) -> Row {
     let mean_hold = holds.iter().sum::<Duration>() / count;
     let floor = f64::from(PERMITS) / (mean_hold + cycle).as_secs_f64();
     let note = format!(
-        "wait percentiles; {TASKS} tasks / 2 Lockers, {PERMITS} permits, hold {:?} (measured {:.2} ms); floor {PERMITS}/(measured hold + raw lock+unlock {:.0} µs){}",
+        "wait percentiles; {TASKS} tasks / 2 Lockers, {PERMITS} permits, hold {:?} (measured {:.2} ms); floor {PERMITS}/(measured hold + raw lock+unlock {:.0} µs){}{}",
         s.hold,
         mean_hold.as_secs_f64() * 1e3,
         cycle.as_secs_f64() * 1e6,
         curator.note("InterProcessSemaphoreV2", peer_runs, &run, floor),
+        server_work.note(),
     );
     Row::new(target.name(), "semaphore", &run, floor, note)
+}
+
+/// What the server ran for dlock's measured runs of a scenario, where it counts (Redis: every
+/// command, those inside scripts included; PostgreSQL: statements), per lock taken and
+/// released.
+#[derive(Default)]
+struct ServerWork {
+    ran: BTreeMap<String, u64>,
+    locks: usize,
+}
+
+impl ServerWork {
+    /// Runs `run` (dlock's run of a repetition, and a peer's beside it where there is one,
+    /// which the server does not count) and adds what the server ran meanwhile when
+    /// `measured`.
+    async fn count<T>(
+        &mut self,
+        target: &Target,
+        measured: bool,
+        run: impl Future<Output = (Run, T)>,
+    ) -> (Run, T) {
+        let before = if measured {
+            target.server_commands().await
+        } else {
+            None
+        };
+        let (run, other) = run.await;
+        if let Some(before) = before
+            && let Some(after) = target.server_commands().await
+        {
+            for (name, calls) in after {
+                let more = calls - before.get(&name).copied().unwrap_or(0);
+                *self.ran.entry(name).or_default() += more;
+            }
+            self.locks += run.holds.len();
+        }
+        (run, other)
+    }
+
+    /// The note's part on the server's work (empty where it does not count).
+    fn note(&self) -> String {
+        per_grant(
+            &BTreeMap::new(),
+            &self.ran,
+            u32::try_from(self.locks).unwrap_or(u32::MAX),
+        )
+    }
 }
 
 /// The repetitions of a scenario: warm-up ones, then `--reps` measured ones. With Curator
@@ -311,7 +361,7 @@ impl Peer {
     }
 
     /// Curator's recipe `kind` (`rw` or `sem` with `permits`) at `path` under `load`, its
-    /// locks held as long as dlock's were in the same repetition, one by one: a tokio sleep of
+    /// locks held as long as dlock's were (`holds`, see [`Self::beside`]), one by one: a tokio sleep of
     /// `hold` lasts up to a millisecond longer, and the spread of the holds is part of what
     /// the waits measure.
     async fn load(

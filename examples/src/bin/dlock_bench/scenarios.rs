@@ -459,7 +459,7 @@ pub(crate) async fn contended(target: &Target, s: &Settings) -> Row {
 /// `; per grant the server ran evalsha ×2.00, publish ×1.00` (Redis counts a script and the
 /// commands it calls: the scripts and the commands sent alone are the requests, each one round
 /// trip unless pipelined).
-fn per_grant(
+pub(crate) fn per_grant(
     before: &std::collections::BTreeMap<String, u64>,
     after: &std::collections::BTreeMap<String, u64>,
     grants: u32,

@@ -30,9 +30,10 @@ pub(crate) fn needs_warm_up(target: &Target) -> bool {
     target.name() == "zookeeper"
 }
 
-/// Loads `target` for `time`: `TASKS` tasks on two Lockers take, on shared keys, exclusive,
-/// read, write and semaphore locks in turn, and one more task runs the raw client's lock
-/// cycle — the requests the scenarios send, dlock's and the floors'.
+/// Loads `target` for `time`: `TASKS` tasks on two Lockers take, on shared keys, write, read
+/// and semaphore locks in turn (a mutex sends the server the requests a write lock sends:
+/// a sequential node, a listing, a watch, a deletion), while the raw client runs its lock
+/// cycle beside them — the requests the scenarios send, dlock's and the floors'.
 pub(crate) async fn warm_up(target: &Target, time: Duration) {
     const TTL: Duration = Duration::from_secs(30);
     if time.is_zero() {
