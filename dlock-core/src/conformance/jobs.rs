@@ -165,6 +165,28 @@ pub async fn hold_at_least_outlives_the_holder<B: LockBackend + ?Sized>(target: 
     admitted_after_the_hold(target, &other, &key, at_least, (sent, answered), whose).await;
 }
 
+/// A waiter queued before the release that keeps the lock waits the keep out: the release
+/// tells it so (on ZooKeeper, the node it watches is changed before it goes, in one
+/// transaction), and it is admitted no sooner than `hold_at_least` after the grant was asked
+/// for, and within the expiry lag after the hold ends.
+pub async fn queued_waiter_waits_out_a_kept_release<B: LockBackend + ?Sized>(target: &Target<B>) {
+    if !keeps(target).await {
+        return;
+    }
+    let at_least = at_least(target);
+    let (holder, other) = (target.locker().await, target.locker().await);
+    let key = key("kept-before-a-waiter");
+    let full_key = holder.backend_key(&key).expect("key");
+    let (guard, sent, answered) = take_kept(&holder, &key, at_least).await;
+    let release = async {
+        target.until_queued(&full_key, 1).await;
+        guard.release().await.expect("release, keeping the lock");
+    };
+    let whose = " with a waiter queued before its release";
+    let admitted = admitted_after_the_hold(target, &other, &key, at_least, (sent, answered), whose);
+    tokio::join!(admitted, release);
+}
+
 /// Keeping is owner-checked: a late release (kept or not) of an earlier holder changes
 /// nothing — neither a newer kept record nor a live grant — and a kept record is no grant: its
 /// own lease can neither renew, release nor keep it again.

@@ -452,6 +452,7 @@ macro_rules! conformance_tests {
                 inspect_shows_holders_and_waiters,
                 hold_at_least_keeps_a_released_lock,
                 hold_at_least_outlives_the_holder,
+                queued_waiter_waits_out_a_kept_release,
                 kept_lock_is_owner_checked,
                 once_runs_a_fire_once,
                 once_runs_again_after_a_failure,

@@ -472,8 +472,11 @@ impl Inner {
     /// record at `record`, read in the same multi-read as that listing — or `None` at
     /// `deadline`. `early` is a listing sent right behind the node's create, used first when
     /// it shows the node (it is then as good as one sent after the create was answered: a
-    /// session's requests are served in order). Without a record to read, the deletion of
-    /// the only node in the way is the turn itself, with no listing after it.
+    /// session's requests are served in order). When the listing read no record, the
+    /// deletion of the only node in the way is the turn itself, with no listing after it: a
+    /// record is only written in the transaction that deletes a node in the way, and that
+    /// transaction sets the node's data first, which fires the watch as `NodeDataChanged`
+    /// (the release that keeps a lock, in `kept`).
     #[allow(clippy::too_many_arguments)]
     async fn wait_turn(
         self: &Arc<Self>,
@@ -517,10 +520,10 @@ impl Inner {
             tokio::select! {
                 event = watcher.changed() => {
                     // The only node in the way is gone, and none made since sorts before
-                    // this one: it holds, without listing again — unless a kept record
-                    // must be read with the listing that finds it holding.
+                    // this one: it holds, without listing again — unless a record was there
+                    // to be judged (a keep fires `NodeDataChanged` instead).
                     if last
-                        && record.is_none()
+                        && kept.is_none()
                         && event.event_type == EventType::NodeDeleted
                         && fresh(session, watch_sent)
                     {

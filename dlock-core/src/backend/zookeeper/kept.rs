@@ -141,9 +141,9 @@ pub(super) enum WaitedOut {
 }
 
 impl Inner {
-    /// Releases `lease`'s exclusive lock, leaving its record: in one multi, the record is
-    /// created (or, when one is there, overwritten: it has expired, as this grant holds the
-    /// lock) and the lock node deleted —
+    /// Releases `lease`'s exclusive lock, leaving its record: in one multi, the lock node's
+    /// data is set (see [`keep`](Self::keep)), the record created (or, when one is there,
+    /// overwritten: it has expired, as this grant holds the lock) and the lock node deleted —
     /// which fails, changing nothing, if the node is gone (its session expired). Then expired
     /// records are swept in the background.
     pub(super) async fn release_keeping(
@@ -186,6 +186,12 @@ impl Inner {
     /// The multi of [`release_keeping`](Self::release_keeping), retried while the record's
     /// directory is missing or the record appears or vanishes in between: whether it was
     /// kept (`false`: the lock node was gone).
+    ///
+    /// The node's data is set first, in the same transaction: a waiter watching the node
+    /// (a data watch, fired once) is told `NodeDataChanged`, not `NodeDeleted`, and reads the
+    /// record before it holds. A waiter that sees its only blocker deleted holds at once
+    /// (`Inner::wait_turn`): a record is written only by such a transaction of a node in the
+    /// way, so none came in between.
     async fn keep(&self, session: &Session, node: &str, record: &str, data: &[u8]) -> Result<bool> {
         let persistent = CreateMode::Persistent.with_acls(Acls::anyone_all());
         let container = CreateMode::Container.with_acls(Acls::anyone_all());
@@ -194,6 +200,7 @@ impl Inner {
         loop {
             let left = give_up.saturating_duration_since(Instant::now());
             let mut multi = session.client.new_multi_writer();
+            multi.add_set_data(node, data, None).map_err(from_zk)?;
             if overwrite {
                 multi.add_set_data(record, data, None).map_err(from_zk)?;
             } else {
@@ -204,13 +211,16 @@ impl Inner {
             multi.add_delete(node, None).map_err(from_zk)?;
             match within("zookeeper", "release", left, multi.commit()).await? {
                 Ok(_) => return Ok(true),
-                Err(MultiWriteError::OperationFailed { index: 1, source }) => {
+                Err(MultiWriteError::OperationFailed {
+                    index: 0 | 2,
+                    source,
+                }) => {
                     return match source {
                         ZkError::NoNode => Ok(false),
                         error => Err(from_zk(error)),
                     };
                 }
-                Err(MultiWriteError::OperationFailed { index: 0, source }) => match source {
+                Err(MultiWriteError::OperationFailed { index: 1, source }) => match source {
                     ZkError::NodeExists => overwrite = true,
                     ZkError::NoNode if overwrite => overwrite = false,
                     ZkError::NoNode => {

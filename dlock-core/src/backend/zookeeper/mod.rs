@@ -108,10 +108,14 @@ const RENEW_BATCH: usize = 128;
 ///   minimum. A session no lock uses is closed after one ttl.
 /// * **Kept after release** ([`hold_at_least`](crate::LockRequest::hold_at_least),
 ///   [`Locker::once`](crate::Locker::once)'s done records). An ephemeral node cannot outlive
-///   its session, so the release, in one multi, deletes the lock node and writes a persistent
-///   record `/_dlock_kept/<K with '%' and '/' escaped>` holding `<owner>|<at_least or
-///   done>|<milliseconds>` — nothing is written if the lock node is gone (owner-checked). The
-///   record lives apart from `/K`, where Curator would count it as a contender. The head of
+///   its session, so the release, in one multi, sets the lock node's data, writes a
+///   persistent record `/_dlock_kept/<K with '%' and '/' escaped>` holding `<owner>|<at_least
+///   or done>|<milliseconds>` and deletes the lock node — nothing is written if the lock node
+///   is gone (owner-checked). The record lives apart from `/K`, where Curator would count it
+///   as a contender. Setting the node's data tells a waiter watching it that a record came
+///   (`NodeDataChanged`); a waiter told `NodeDeleted` of its only blocker, with no record in
+///   its last listing, holds without listing again: a hand-off is the watch event alone. The
+///   head of
 ///   `K`'s queue reads it in the same multi-read as its listing; a record that may be live is
 ///   judged by the server's clock — its `mtime` plus the milliseconds against the head's own
 ///   node's `ctime`, or the `mtime` of a `setData` on that node — and waited out (the head
