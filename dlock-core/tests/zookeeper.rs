@@ -619,6 +619,62 @@ async fn a_lock_is_handed_on_by_the_event_alone() {
     assert!(children(&zk, &format!("/{key}")).await.is_empty());
 }
 
+/// A waiter whose connection is cut while the lock ahead of it is released keeping it
+/// (`hold_at_least`) waits the keep out. Set again on the new connection, its watch reports
+/// the node deleted (the keep's `setData` before the delete is not told), so the waiter
+/// lists again and reads the record rather than holding at the event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_reconnected_across_a_kept_release_waits_it_out() {
+    let server = ZkServer::start().await.expect("zookeeper");
+    let zk = raw(&server.connect_string()).await;
+    let proxy = TcpProxy::start(server.connect_string().parse().unwrap())
+        .await
+        .unwrap();
+    let ttl = Duration::from_secs(10);
+    let holder = locker(&server.url(), ttl).await;
+    let waiter = locker(&format!("zk://{}", proxy.address()), ttl).await;
+    let key = "kept-across-a-reconnection";
+    let at_least = Duration::from_secs(3);
+    let watches = || async { server.monitor("zk_watch_count").await.expect("mntr") };
+    let asked = Instant::now();
+    // No watchdog: a renewal would set a watch of its own.
+    let held = holder
+        .lock(key)
+        .watchdog(false)
+        .hold_at_least(at_least)
+        .await
+        .unwrap();
+    let watching = watches().await;
+    let waiting = {
+        let waiter = waiter.clone();
+        tokio::spawn(async move {
+            let guard = waiter.lock(key).watchdog(false).wait(at_least * 3).await;
+            (guard, asked.elapsed())
+        })
+    };
+    // Its node made, and its data watch on the holder's node set.
+    eventually("the waiter's watch", async || watches().await > watching).await;
+    let connections = proxy.accepted();
+    proxy.set(ProxyMode::Cut);
+    held.release().await.unwrap();
+    proxy.set(ProxyMode::Pass);
+    let (guard, admitted) = waiting.await.unwrap();
+    let guard = guard.expect("the waiter's lock, once the keep is over");
+    assert!(
+        proxy.accepted() > connections,
+        "the waiter's client never reconnected"
+    );
+    assert!(
+        admitted >= at_least,
+        "the waiter held {admitted:?} after the kept grant was asked for, within its keep of \
+         {at_least:?}"
+    );
+    guard.release().await.unwrap();
+    waiter.shutdown().await.unwrap();
+    holder.shutdown().await.unwrap();
+    assert!(children(&zk, &format!("/{key}")).await.is_empty());
+}
+
 /// A locker through `proxy` with a 3 s ttl — its client gives up on a connection that
 /// answered nothing for 0.4 × that, 1.2 s — and `key`'s path made (persistent) and known to it.
 async fn silent_prone_locker(

@@ -5,10 +5,12 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use futures_util::FutureExt;
 use futures_util::future::{join, try_join};
 
 use zookeeper_client::{
     Acls, CreateMode, Error as ZkError, EventType, MultiReadResult, MultiWriteResult, Stat,
+    StateWatcher,
 };
 
 use super::errors::{from_zk, reply_lost, timed, timed_raw};
@@ -476,7 +478,8 @@ impl Inner {
     /// deletion of the only node in the way is the turn itself, with no listing after it: a
     /// record is only written in the transaction that deletes a node in the way, and that
     /// transaction sets the node's data first, which fires the watch as `NodeDataChanged`
-    /// (the release that keeps a lock, in `kept`).
+    /// (the release that keeps a lock, in `kept`) — on the connection the watch was set
+    /// on. After a reconnection, it lists again.
     #[allow(clippy::too_many_arguments)]
     async fn wait_turn(
         self: &Arc<Self>,
@@ -505,6 +508,7 @@ impl Inner {
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 return Ok(None);
             }
+            let mut connection = session.client.state_watcher();
             let watch_sent = Instant::now();
             let watched = timed_raw(
                 self.timeout,
@@ -521,11 +525,15 @@ impl Inner {
                 event = watcher.changed() => {
                     // The only node in the way is gone, and none made since sorts before
                     // this one: it holds, without listing again — unless a record was there
-                    // to be judged (a keep fires `NodeDataChanged` instead).
+                    // to be judged (a keep fires `NodeDataChanged` instead), or the
+                    // connection was lost meanwhile: a watch set again on a new connection
+                    // reports a node gone meanwhile as deleted, even one whose data a keep
+                    // set first.
                     if last
                         && kept.is_none()
                         && event.event_type == EventType::NodeDeleted
                         && fresh(session, watch_sent)
+                        && !reconnected(&mut connection)
                     {
                         return Ok(Some((watch_sent, None)));
                     }
@@ -704,6 +712,13 @@ impl Drop for Nodes {
         self.inner
             .finish_nodes(Arc::clone(&self.session), created, unsure, !self.granted);
     }
+}
+
+/// Whether the session's connection changed state (was lost, and perhaps made again) since
+/// `states` was taken. The client publishes a state change before it serves anything on a
+/// new connection, so the event of a watch set again after a reconnection finds it changed.
+fn reconnected(states: &mut StateWatcher) -> bool {
+    states.changed().now_or_never().is_some()
 }
 
 /// Whether a grant may count from `sent`, the send time of an answered request that set

@@ -189,9 +189,10 @@ impl Inner {
     ///
     /// The node's data is set first, in the same transaction: a waiter watching the node
     /// (a data watch, fired once) is told `NodeDataChanged`, not `NodeDeleted`, and reads the
-    /// record before it holds. A waiter that sees its only blocker deleted holds at once
-    /// (`Inner::wait_turn`): a record is written only by such a transaction of a node in the
-    /// way, so none came in between.
+    /// record before it holds. A waiter told its only blocker was deleted, whose last
+    /// listing read no record, holds at once when its connection held since it set the
+    /// watch (`Inner::wait_turn`): a record is written only by such a transaction of a node
+    /// in the way, so none came in between.
     async fn keep(&self, session: &Session, node: &str, record: &str, data: &[u8]) -> Result<bool> {
         let persistent = CreateMode::Persistent.with_acls(Acls::anyone_all());
         let container = CreateMode::Container.with_acls(Acls::anyone_all());

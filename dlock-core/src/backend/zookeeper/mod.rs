@@ -114,9 +114,9 @@ const RENEW_BATCH: usize = 128;
 ///   is gone (owner-checked). The record lives apart from `/K`, where Curator would count it
 ///   as a contender. Setting the node's data tells a waiter watching it that a record came
 ///   (`NodeDataChanged`); a waiter told `NodeDeleted` of its only blocker, with no record in
-///   its last listing, holds without listing again: a hand-off is the watch event alone. The
-///   head of
-///   `K`'s queue reads it in the same multi-read as its listing; a record that may be live is
+///   its last listing and no reconnection since it set the watch, holds without listing
+///   again: on a key with no record, a hand-off is the watch event alone. The head of `K`'s
+///   queue reads the record in the same multi-read as its listing; a record that may be live is
 ///   judged by the server's clock — its `mtime` plus the milliseconds against the head's own
 ///   node's `ctime`, or the `mtime` of a `setData` on that node — and waited out (the head
 ///   stays first in the queue; a try answers busy with the time left). Expired records are
