@@ -675,6 +675,65 @@ async fn a_waiter_reconnected_across_a_kept_release_waits_it_out() {
     assert!(children(&zk, &format!("/{key}")).await.is_empty());
 }
 
+/// A waiter whose connection dies right after a request of its wait went out (the reply lost,
+/// its session alive) asks again on the new connection and goes on waiting, rather than
+/// failing its acquire: the listing of the queue after the waiter ahead of it left, then the
+/// watch on the holder that listing found.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reply_lost_while_waiting_is_asked_again() {
+    /// A ZooKeeper ping's bytes (length, xid, opcode): the client's only other writes.
+    const PING: usize = 12;
+    let server = ZkServer::start().await.expect("zookeeper");
+    let zk = raw(&server.connect_string()).await;
+    let proxy = TcpProxy::start(server.connect_string().parse().unwrap())
+        .await
+        .unwrap();
+    let ttl = Duration::from_secs(10);
+    let holder = locker(&server.url(), ttl).await;
+    let leaver = locker(&server.url(), ttl).await;
+    let waiter = locker(&format!("zk://{}", proxy.address()), ttl).await;
+    let watches = || async { server.monitor("zk_watch_count").await.expect("mntr") };
+    for (request, passing) in [("listing", 0), ("watch", 1)] {
+        let key = format!("asked-again-{request}");
+        let held = holder.lock(&key).watchdog(false).await.unwrap();
+        let before = watches().await;
+        let leaving = {
+            let (leaver, key) = (leaver.clone(), key.clone());
+            tokio::spawn(async move { leaver.lock(&key).await })
+        };
+        eventually("the second's watch", async || watches().await > before).await;
+        let before = watches().await;
+        let waiting = {
+            let (waiter, key) = (waiter.clone(), key.clone());
+            tokio::spawn(async move {
+                let wait = Duration::from_secs(30);
+                waiter.lock(&key).watchdog(false).wait(wait).await
+            })
+        };
+        eventually("the third's watch", async || watches().await > before).await;
+        let connections = proxy.accepted();
+        // The second leaves; the third lists the queue again, then watches the holder.
+        proxy.set(ProxyMode::CutAfterRequest {
+            over: PING,
+            passing,
+        });
+        leaving.abort();
+        eventually("the third's connection cut and made again", async || {
+            proxy.accepted() > connections
+        })
+        .await;
+        held.release().await.unwrap();
+        let guard = waiting.await.unwrap().unwrap_or_else(|error| {
+            panic!("the third's lock, its {request} asked again: {error:?}")
+        });
+        guard.release().await.unwrap();
+        assert!(children(&zk, &format!("/{key}")).await.is_empty());
+    }
+    for locker in [waiter, leaver, holder] {
+        locker.shutdown().await.unwrap();
+    }
+}
+
 /// A locker through `proxy` with a 3 s ttl — its client gives up on a connection that
 /// answered nothing for 0.4 × that, 1.2 s — and `key`'s path made (persistent) and known to it.
 async fn silent_prone_locker(

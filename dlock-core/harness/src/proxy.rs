@@ -33,6 +33,16 @@ pub enum ProxyMode {
     /// Forwards on the connections already open; a new connection is accepted but carries
     /// nothing until the proxy is switched to another mode, as if its path were slow.
     HoldNew,
+    /// Forwards both ways until a client's write of more than `over` bytes (a request; a
+    /// keep-alive ping is shorter), after `passing` such writes have passed: that write
+    /// reaches the server, then every open connection is cut and the proxy passes again — a
+    /// connection that died right after a request went out (applied or not, its reply lost).
+    CutAfterRequest {
+        /// Writes of at most this many bytes pass and are not counted.
+        over: usize,
+        /// How many counted writes pass before the one that is cut.
+        passing: u32,
+    },
 }
 
 /// A loopback TCP proxy to one server, stopped (and every connection closed) when dropped.
@@ -190,12 +200,13 @@ async fn accept(
         if mode.borrow().mode == ProxyMode::Cut {
             continue; // dropped: closed at once
         }
-        tokio::spawn(forward(client, server, mode.subscribe()));
+        tokio::spawn(forward(client, server, Arc::clone(&mode)));
     }
 }
 
 /// Forwards one connection until either side closes it or the proxy cuts it.
-async fn forward(client: TcpStream, server: SocketAddr, mut mode: watch::Receiver<State>) {
+async fn forward(client: TcpStream, server: SocketAddr, switch: Arc<watch::Sender<State>>) {
+    let mut mode = switch.subscribe();
     let opened_after = mode.borrow_and_update().cuts;
     if mode.borrow().mode == ProxyMode::HoldNew
         && mode
@@ -217,7 +228,15 @@ async fn forward(client: TcpStream, server: SocketAddr, mut mode: watch::Receive
         tokio::select! {
             read = client_in.read(&mut asked) => match read {
                 Ok(0) | Err(_) => break,
-                Ok(n) => if server_out.write_all(&asked[..n]).await.is_err() { break },
+                Ok(n) => {
+                    if server_out.write_all(&asked[..n]).await.is_err() {
+                        break;
+                    }
+                    if cut_after(&switch, n) {
+                        delivering.abort(); // nothing more reaches the client
+                        return;
+                    }
+                }
             },
             read = server_in.read(&mut answered) => match read {
                 Ok(0) | Err(_) => break,
@@ -247,6 +266,23 @@ async fn forward(client: TcpStream, server: SocketAddr, mut mode: watch::Receive
         _ = &mut delivering => {}
         _ = mode.wait_for(|state| state.cuts != opened_after) => delivering.abort(),
     }
+}
+
+/// In [`ProxyMode::CutAfterRequest`], counts a client's write of `written` bytes, and cuts
+/// every connection (and passes from then on) at the one to cut; `true` when it did.
+fn cut_after(switch: &watch::Sender<State>, written: usize) -> bool {
+    switch.send_if_modified(|state| match &mut state.mode {
+        ProxyMode::CutAfterRequest { over, passing } if written > *over => {
+            if *passing > 0 {
+                *passing -= 1;
+                return false; // counted, and passed: no one is told
+            }
+            state.mode = ProxyMode::Pass;
+            state.cuts += 1;
+            true
+        }
+        _ => false,
+    })
 }
 
 /// Writes the server's answers to the client, each no earlier than its due time, in order.
@@ -300,5 +336,35 @@ mod tests {
         client.write_all(b"now!").await.unwrap();
         client.read_exact(&mut echoed).await.unwrap();
         assert_eq!(&echoed, b"now!", "the same connection carries on");
+    }
+
+    #[tokio::test]
+    async fn a_request_over_the_size_is_sent_then_cut_once() {
+        let proxy = TcpProxy::start(echo_server().await).await.unwrap();
+        let mut client = TcpStream::connect(proxy.address()).await.unwrap();
+        proxy.set(ProxyMode::CutAfterRequest {
+            over: 4,
+            passing: 1,
+        });
+        let mut echoed = [0_u8; 4];
+        client.write_all(b"ping").await.unwrap();
+        client.read_exact(&mut echoed).await.unwrap();
+        assert_eq!(&echoed, b"ping", "a write of the size itself passes");
+        let mut echoed = [0_u8; 5];
+        client.write_all(b"first").await.unwrap();
+        client.read_exact(&mut echoed).await.unwrap();
+        assert_eq!(&echoed, b"first", "the write let pass");
+        client.write_all(b"request").await.unwrap();
+        let mut rest = Vec::new();
+        let closed = client.read_to_end(&mut rest).await;
+        assert!(
+            closed.is_err() || rest.is_empty(),
+            "the connection is cut, its reply lost: {rest:?}"
+        );
+        let mut again = TcpStream::connect(proxy.address()).await.unwrap();
+        again.write_all(b"longer than four").await.unwrap();
+        let mut echoed = [0_u8; 16];
+        again.read_exact(&mut echoed).await.unwrap();
+        assert_eq!(&echoed, b"longer than four", "one cut, then it passes");
     }
 }

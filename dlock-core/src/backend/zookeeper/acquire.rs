@@ -13,7 +13,7 @@ use zookeeper_client::{
     StateWatcher,
 };
 
-use super::errors::{from_zk, reply_lost, timed, timed_raw};
+use super::errors::{from_zk, reply_lost, timed, timed_raw, timed_resent};
 use super::kept::{self, Record, WaitedOut};
 use super::keys::{self, NodeKind, Standing};
 use super::session::Session;
@@ -199,8 +199,10 @@ impl Inner {
         }
         // Lazy: the listing is sent when first polled, behind the lease's create.
         let watch_leases = || async {
-            let listing = session.client.get_and_watch_children(&leases);
-            timed(self.timeout, "get children", listing).await
+            let listing = || session.client.get_and_watch_children(&leases);
+            timed_resent(self.timeout, "get children", listing)
+                .await?
+                .map_err(from_zk)
         };
         // The listing is sent right behind the create (`join` polls in order), and served
         // after it: a session's requests are served in order.
@@ -306,13 +308,21 @@ impl Inner {
             .into_iter()
             .filter(|child| *child != ours)
             .collect();
-        let mut reader = session.client.new_multi_reader();
-        for child in &others {
-            reader
-                .add_get_data(&format!("{leases}/{child}"))
-                .map_err(from_zk)?;
-        }
-        let results = timed(self.timeout, "get data", reader.commit()).await?;
+        let paths: Vec<String> = others
+            .iter()
+            .map(|child| format!("{leases}/{child}"))
+            .collect();
+        let read = || {
+            let mut reader = session.client.new_multi_reader();
+            let added = paths.iter().try_for_each(|path| reader.add_get_data(path));
+            async move {
+                added?;
+                reader.commit().await
+            }
+        };
+        let results = timed_resent(self.timeout, "get data", read)
+            .await?
+            .map_err(from_zk)?;
         let stored = results.iter().find_map(|result| match result {
             MultiReadResult::Data { data, .. } => keys::limit_of(data),
             _ => None,
@@ -518,7 +528,9 @@ impl Inner {
             .await?;
             let watcher = match watched {
                 Ok((_, _, watcher)) => watcher,
-                Err(ZkError::NoNode) => continue, // gone already: look again
+                // Gone already, or the reply lost with its connection: look again.
+                Err(ZkError::NoNode) => continue,
+                Err(error) if reply_lost(&error) => continue,
                 Err(error) => return Err(from_zk(error)),
             };
             tokio::select! {
@@ -552,18 +564,25 @@ impl Inner {
         record: Option<&str>,
     ) -> Result<Listing> {
         let Some(record) = record else {
-            let children = timed(
-                self.timeout,
-                "get children",
-                session.client.list_children(dir),
-            )
-            .await?;
+            let listing = || session.client.list_children(dir);
+            let children = timed_resent(self.timeout, "get children", listing)
+                .await?
+                .map_err(from_zk)?;
             return Ok((children, None));
         };
-        let mut reader = session.client.new_multi_reader();
-        reader.add_get_children(dir).map_err(from_zk)?;
-        reader.add_get_data(record).map_err(from_zk)?;
-        let results = timed(self.timeout, "get children", reader.commit()).await?;
+        let read = || {
+            let mut reader = session.client.new_multi_reader();
+            let added = reader
+                .add_get_children(dir)
+                .and_then(|()| reader.add_get_data(record));
+            async move {
+                added?;
+                reader.commit().await
+            }
+        };
+        let results = timed_resent(self.timeout, "get children", read)
+            .await?
+            .map_err(from_zk)?;
         let mut results = results.into_iter();
         let children = match results.next() {
             Some(MultiReadResult::Children { children }) => children,
@@ -594,9 +613,11 @@ impl Inner {
         Ok((children, kept))
     }
 
-    /// Deletes the node at `path`; a node already gone is fine.
+    /// Deletes the node at `path`; a node already gone is fine, so a delete whose reply was
+    /// lost is made again (and then reports `false`: it found the node gone).
     pub(super) async fn delete(&self, session: &Session, path: &str) -> Result<bool> {
-        match timed_raw(self.timeout, "delete", session.client.delete(path, None)).await? {
+        let delete = || session.client.delete(path, None);
+        match timed_resent(self.timeout, "delete", delete).await? {
             Ok(()) => Ok(true),
             Err(ZkError::NoNode) => Ok(false),
             Err(error) => Err(from_zk(error)),

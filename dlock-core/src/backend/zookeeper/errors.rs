@@ -49,6 +49,33 @@ pub(super) async fn timed<T>(
         .map_err(from_zk)
 }
 
+/// Like [`timed_raw`], for a request that may be applied twice (a read, a delete that takes
+/// `NoNode` as done, setting a node's data to what it holds): made again while its reply is
+/// lost with its connection, until `timeout` has passed in all. The client holds a request
+/// made while it reconnects and sends it on the new connection, so a connection that drops
+/// and comes back within the session costs the operation a round trip, not a failure; a
+/// session that ends fails it.
+pub(super) async fn timed_resent<T, F>(
+    timeout: Duration,
+    operation: &'static str,
+    mut request: impl FnMut() -> F,
+) -> crate::Result<Result<T, ZkError>>
+where
+    F: Future<Output = Result<T, ZkError>>,
+{
+    let answered = async {
+        loop {
+            match request().await {
+                Err(error) if reply_lost(&error) => {
+                    tracing::debug!(%error, operation, "dlock: ZooKeeper reply lost; asking again");
+                }
+                answered => return answered,
+            }
+        }
+    };
+    within("zookeeper", operation, timeout, answered).await
+}
+
 /// Like [`timed`], keeping ZooKeeper's own error (for the callers that act on `NoNode` and
 /// `ConnectionLoss`).
 pub(super) async fn timed_raw<T>(

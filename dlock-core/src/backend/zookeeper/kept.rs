@@ -18,7 +18,7 @@ use zookeeper_client::{
 
 use super::Inner;
 use super::ZkGrant;
-use super::errors::{from_zk, timed, timed_raw};
+use super::errors::{from_zk, timed, timed_raw, timed_resent};
 use super::keys::KEPT_DIR;
 use super::release::InUse;
 use super::session::Session;
@@ -270,12 +270,10 @@ impl Inner {
             }
             // It may be live: ask the server for its time.
             let sent = Instant::now();
-            let touched = timed(
-                self.timeout,
-                "set data",
-                session.client.set_data(node, owner, None),
-            )
-            .await?;
+            let touch = || session.client.set_data(node, owner, None);
+            let touched = timed_resent(self.timeout, "set data", touch)
+                .await?
+                .map_err(from_zk)?;
             valid_from = sent;
             let Some(left) = kept.left_after(touched.mtime) else {
                 server_now = Some(touched.mtime);
@@ -292,12 +290,8 @@ impl Inner {
             }
             // The record may have been rewritten (or deleted) meanwhile: read it again.
             let sent = Instant::now();
-            let read = timed_raw(
-                self.timeout,
-                "get data",
-                session.client.get_data(record_path),
-            );
-            record = match read.await? {
+            let read = || session.client.get_data(record_path);
+            record = match timed_resent(self.timeout, "get data", read).await? {
                 Ok((data, stat)) => Record::read(&data, &stat),
                 Err(ZkError::NoNode) => None,
                 Err(error) => return Err(from_zk(error)),
