@@ -13,7 +13,7 @@ use zookeeper_client::{
     StateWatcher,
 };
 
-use super::errors::{from_zk, reply_lost, timed, timed_raw, timed_resent};
+use super::errors::{from_zk, reply_lost, timed_raw, timed_resent};
 use super::kept::{self, Record, WaitedOut};
 use super::keys::{self, NodeKind, Standing};
 use super::session::Session;
@@ -281,7 +281,7 @@ impl Inner {
                     () = session.lost() => return Err(session_gone(&session)),
                 }
             };
-            self.delete(&session, &mutex_path).await?;
+            self.give_back(&session, &mutex_path).await?;
             Ok(valid_from)
         };
         let ((), valid_from) = try_join(check, room_then_mutex_back).await?;
@@ -381,7 +381,11 @@ impl Inner {
                 }
                 // Its parent is missing too: make them all, then a plain create.
                 Err(ZkError::NoNode) if with_dir => {
-                    timed(left, "create", session.client.mkdir(dir, &container)).await?;
+                    // Made again after a lost reply: the client takes `NodeExists` as made.
+                    let mkdir = || session.client.mkdir(dir, &container);
+                    timed_resent(left, "create", mkdir)
+                        .await?
+                        .map_err(from_zk)?;
                     with_dir = false;
                 }
                 // The directory is gone (an empty container is reaped): make it with the node.
@@ -613,13 +617,21 @@ impl Inner {
         Ok((children, kept))
     }
 
-    /// Deletes the node at `path`; a node already gone is fine, so a delete whose reply was
-    /// lost is made again (and then reports `false`: it found the node gone).
+    /// Deletes the node at `path`; a node already gone is fine.
     pub(super) async fn delete(&self, session: &Session, path: &str) -> Result<bool> {
-        let delete = || session.client.delete(path, None);
-        match timed_resent(self.timeout, "delete", delete).await? {
+        match timed_raw(self.timeout, "delete", session.client.delete(path, None)).await? {
             Ok(()) => Ok(true),
             Err(ZkError::NoNode) => Ok(false),
+            Err(error) => Err(from_zk(error)),
+        }
+    }
+
+    /// Gives back a node of this acquire's own, made again when its reply is lost: its name
+    /// holds the acquire's uuid, so no other node can have it; gone already is done.
+    async fn give_back(&self, session: &Session, path: &str) -> Result<()> {
+        let delete = || session.client.delete(path, None);
+        match timed_resent(self.timeout, "delete", delete).await? {
+            Ok(()) | Err(ZkError::NoNode) => Ok(()),
             Err(error) => Err(from_zk(error)),
         }
     }

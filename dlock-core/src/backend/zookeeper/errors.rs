@@ -49,12 +49,12 @@ pub(super) async fn timed<T>(
         .map_err(from_zk)
 }
 
-/// Like [`timed_raw`], for a request that may be applied twice (a read, a delete that takes
-/// `NoNode` as done, setting a node's data to what it holds): made again while its reply is
-/// lost with its connection, until `timeout` has passed in all. The client holds a request
-/// made while it reconnects and sends it on the new connection, so a connection that drops
-/// and comes back within the session costs the operation a round trip, not a failure; a
-/// session that ends fails it.
+/// Like [`timed_raw`], for a request safe to apply twice whose answer means the same either
+/// way (a read; a `mkdir`; giving back a node only this acquire can have made; setting a
+/// node's data to what it holds): made again while its reply is lost with its connection,
+/// until `timeout` has passed in all. The client holds a request made while it reconnects and
+/// sends it on the new connection, so a connection that drops and comes back within the
+/// session costs the operation a round trip, not a failure; a session that ends fails it.
 pub(super) async fn timed_resent<T, F>(
     timeout: Duration,
     operation: &'static str,

@@ -136,9 +136,9 @@ const RENEW_BATCH: usize = 128;
 ///   can expire the session and let another client in. A create whose reply was lost finds its
 ///   node again by its `_c_<uuid>` name (after a `sync`), so no duplicate or orphan is left;
 ///   a cancelled or timed-out acquire deletes its node by the same name, on the same session,
-///   after the create. A waiting acquire rides out a disconnection: the reads of its wait and
-///   its deletes whose replies are lost are sent again on the new connection, within the
-///   operation timeout.
+///   after the create. A waiting acquire rides out a disconnection: the reads of its wait, and
+///   the writes that may be applied twice, whose replies are lost are sent again on the new
+///   connection, within the operation timeout.
 ///
 /// # What ZooKeeper does not guarantee
 ///
