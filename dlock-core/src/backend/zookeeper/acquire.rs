@@ -9,8 +9,8 @@ use futures_util::FutureExt;
 use futures_util::future::{join, try_join};
 
 use zookeeper_client::{
-    Acls, CreateMode, Error as ZkError, EventType, MultiReadResult, MultiWriteResult, Stat,
-    StateWatcher,
+    Acls, CreateMode, Error as ZkError, EventType, MultiReadResult, MultiReader, MultiWriteResult,
+    Stat, StateWatcher,
 };
 
 use super::errors::{from_zk, reply_lost, timed_raw, timed_resent};
@@ -312,17 +312,11 @@ impl Inner {
             .iter()
             .map(|child| format!("{leases}/{child}"))
             .collect();
-        let read = || {
-            let mut reader = session.client.new_multi_reader();
-            let added = paths.iter().try_for_each(|path| reader.add_get_data(path));
-            async move {
-                added?;
-                reader.commit().await
-            }
-        };
-        let results = timed_resent(self.timeout, "get data", read)
-            .await?
-            .map_err(from_zk)?;
+        let results = self
+            .multi_read(session, "get data", |reader| {
+                paths.iter().try_for_each(|path| reader.add_get_data(path))
+            })
+            .await?;
         let stored = results.iter().find_map(|result| match result {
             MultiReadResult::Data { data, .. } => keys::limit_of(data),
             _ => None,
@@ -574,19 +568,12 @@ impl Inner {
                 .map_err(from_zk)?;
             return Ok((children, None));
         };
-        let read = || {
-            let mut reader = session.client.new_multi_reader();
-            let added = reader
-                .add_get_children(dir)
-                .and_then(|()| reader.add_get_data(record));
-            async move {
-                added?;
-                reader.commit().await
-            }
-        };
-        let results = timed_resent(self.timeout, "get children", read)
-            .await?
-            .map_err(from_zk)?;
+        let results = self
+            .multi_read(session, "get children", |reader| {
+                reader.add_get_children(dir)?;
+                reader.add_get_data(record)
+            })
+            .await?;
         let mut results = results.into_iter();
         let children = match results.next() {
             Some(MultiReadResult::Children { children }) => children,
@@ -615,6 +602,26 @@ impl Inner {
             }
         };
         Ok((children, kept))
+    }
+
+    /// The multi-read that `add` builds, made again while its reply is lost.
+    async fn multi_read(
+        &self,
+        session: &Session,
+        operation: &'static str,
+        add: impl Fn(&mut MultiReader<'_>) -> std::result::Result<(), ZkError> + Sync,
+    ) -> Result<Vec<MultiReadResult>> {
+        let read = || {
+            let mut reader = session.client.new_multi_reader();
+            let added = add(&mut reader);
+            async move {
+                added?;
+                reader.commit().await
+            }
+        };
+        timed_resent(self.timeout, operation, read)
+            .await?
+            .map_err(from_zk)
     }
 
     /// Deletes the node at `path`; a node already gone is fine.
